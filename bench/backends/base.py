@@ -1,0 +1,56 @@
+"""The store contract every backend implements, and small helpers shared by adapters.
+
+A backend is one module ``bench/backends/<name>.py`` plus ``configs/backend/<name>.yaml``.
+It converts its native distance into a similarity (higher is better) in exactly one private
+function, and returns hits sorted by similarity, descending, without duplicates.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Protocol, runtime_checkable
+
+import numpy as np
+
+from bench.types import Hit, MemoryBatch, Where
+
+FILTER_KINDS = frozenset({"conversation", "role", "before"})
+
+
+@dataclass(frozen=True, slots=True)
+class Capabilities:
+    exact: bool  # True: brute force, never misses; False: approximate (ANN)
+    filters: frozenset[str]  # subset of FILTER_KINDS the store applies natively
+    persistent: bool  # data survives close() + open() on the same path
+    server: bool  # talks to a separate server process
+    max_k: int = 100_000  # largest k a single search may ask for
+
+
+class BackendUnavailable(RuntimeError):
+    """The store cannot run here (no server, no key). Tests skip with this message."""
+
+
+@runtime_checkable
+class Backend(Protocol):
+    name: str
+    capabilities: Capabilities
+
+    def open(self, *, dim: int, metric: str = "cosine") -> None:
+        """Create or attach to the collection/table. Raises BackendUnavailable when it cannot."""
+
+    def add(self, batch: MemoryBatch) -> None:
+        """Write rows. May return before they are searchable: call wait_ready()."""
+
+    def wait_ready(self, timeout_s: float = 300.0) -> None:
+        """Block until every row written so far is returned by search()."""
+
+    def search(self, vector: np.ndarray, *, k: int, where: Where) -> list[Hit]:
+        """Top-k by similarity among rows matching ``where``, best first."""
+
+    def close(self) -> None:
+        """Release resources. Idempotent."""
+
+
+def check_metric(metric: str) -> None:
+    if metric != "cosine":
+        raise ValueError(f"only metric='cosine' is supported (got {metric!r}); vectors are L2-normalised")

@@ -1,0 +1,73 @@
+"""Exact reference store: numpy brute-force cosine over L2-normalised float32 vectors, in RAM.
+
+Every other store is held against this one. Filters are applied before scoring (pre-filter),
+so it never returns fewer than min(k, matching) hits.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from bench.backends.base import FILTER_KINDS, Capabilities, check_metric
+from bench.types import Hit, MemoryBatch, Where
+
+
+class ExactBackend:
+    name = "exact"
+    capabilities = Capabilities(exact=True, filters=FILTER_KINDS, persistent=False, server=False)
+
+    def __init__(self) -> None:
+        self._dim = 0
+        self._chunks: list[MemoryBatch] = []
+        self._ids: np.ndarray = np.empty(0, dtype=object)
+        self._vectors = np.empty((0, 0), dtype=np.float32)
+        self._conv = np.empty(0, dtype=object)
+        self._roles = np.empty(0, dtype=object)
+        self._ts = np.empty(0, dtype=np.float64)
+        self._by_conv: dict[str, np.ndarray] = {}
+
+    def open(self, *, dim: int, metric: str = "cosine") -> None:
+        check_metric(metric)
+        self._dim = dim
+
+    def add(self, batch: MemoryBatch) -> None:
+        if batch.vectors.shape[1] != self._dim:
+            raise ValueError(f"exact: vector dim {batch.vectors.shape[1]} != collection dim {self._dim}")
+        self._chunks.append(batch)
+
+    def wait_ready(self, timeout_s: float = 300.0) -> None:
+        if not self._chunks:
+            return
+        chunks, self._chunks = self._chunks, []
+        self._ids = np.concatenate([self._ids, *[np.array(c.ids, dtype=object) for c in chunks]])
+        new = [np.asarray(c.vectors, dtype=np.float32) for c in chunks]
+        self._vectors = np.concatenate([self._vectors.reshape(-1, self._dim), *new])
+        self._conv = np.concatenate([self._conv, *[np.array(c.conversation_ids, dtype=object) for c in chunks]])
+        self._roles = np.concatenate([self._roles, *[np.array(c.roles, dtype=object) for c in chunks]])
+        self._ts = np.concatenate([self._ts, *[np.array(c.timestamps, dtype=np.float64) for c in chunks]])
+        self._by_conv = {}
+        for i, c in enumerate(self._conv):
+            self._by_conv.setdefault(c, []).append(i)
+        self._by_conv = {c: np.array(ix, dtype=np.int64) for c, ix in self._by_conv.items()}
+
+    def search(self, vector: np.ndarray, *, k: int, where: Where) -> list[Hit]:
+        if k <= 0:
+            raise ValueError(f"exact: k must be positive (got {k})")
+        if where.conversation_id is not None:
+            rows = self._by_conv.get(where.conversation_id, np.empty(0, dtype=np.int64))
+        else:
+            rows = np.arange(len(self._ids))
+        if where.roles is not None:
+            rows = rows[np.isin(self._roles[rows], list(where.roles))]
+        if where.before is not None:
+            rows = rows[self._ts[rows] <= where.before]
+        if rows.size == 0:
+            return []
+        sims = self._vectors[rows] @ np.asarray(vector, dtype=np.float32)
+        kk = min(k, rows.size)
+        top = np.argpartition(-sims, kk - 1)[:kk] if kk < rows.size else np.arange(rows.size)
+        top = top[np.lexsort((self._ids[rows[top]].astype(str), -sims[top]))]
+        return [Hit(str(self._ids[rows[i]]), float(sims[i])) for i in top]
+
+    def close(self) -> None:
+        self._chunks = []

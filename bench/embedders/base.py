@@ -1,0 +1,18 @@
+"""The embedder contract."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Protocol, runtime_checkable
+
+import numpy as np
+
+
+@runtime_checkable
+class Embedder(Protocol):
+    model_id: str  # stable id of model + preprocessing; part of the cache key
+    dim: int
+    for_results: bool  # False for plumbing-only embedders (hashing): never reported as a result
+
+    def embed(self, texts: Sequence[str]) -> np.ndarray:
+        """float32 array (len(texts), dim), each row L2-normalised."""

@@ -1,0 +1,113 @@
+"""Frozen data that crosses modules: turns, questions, corpora, defects, hits, filters, batches.
+
+Owns no behaviour beyond trivial derived properties; imports nothing from the package.
+Ids are strings. Times are POSIX seconds (UTC) as floats, or None when the source has none.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+ROLES = ("user", "assistant")
+
+
+def memory_key(conversation_id: str, turn_id: str) -> str:
+    """The id a store sees for one turn: unique across the corpus (turn ids repeat across conversations)."""
+    return f"{conversation_id}|{turn_id}"
+
+
+@dataclass(frozen=True, slots=True)
+class Turn:
+    conversation_id: str
+    turn_id: str  # unique within its conversation, e.g. LoCoMo "D3:7"
+    role: str  # "user" | "assistant"
+    speaker: str  # display name; may equal role
+    text: str
+    timestamp: float | None  # when the turn was said (session date for LoCoMo)
+    position: int  # 0-based order within the conversation
+    session: int = 0  # 0-based session ordinal within the conversation (never a source session id)
+
+    @property
+    def key(self) -> str:
+        return memory_key(self.conversation_id, self.turn_id)
+
+
+@dataclass(frozen=True, slots=True)
+class Question:
+    question_id: str
+    conversation_id: str
+    text: str
+    asked_at: float | None  # None: asked after the whole conversation
+    evidence: tuple[str, ...]  # gold turn ids within the conversation (resolvable ones only)
+    category: str = ""  # e.g. "single-hop", "temporal", LongMemEval question_type
+    adversarial: bool = False  # correct answer is "nothing": excluded from main metrics
+    answer: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class Conversation:
+    conversation_id: str
+    turns: tuple[Turn, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class Defect:
+    """One problem found in a source file: reported, never a crash, never silently dropped."""
+
+    file: str
+    record: str  # e.g. "conv-26/qa[12]"
+    field: str  # e.g. "evidence[0]"
+    kind: str  # short machine-readable kind, e.g. "evidence_out_of_range"
+    value: str  # the offending raw value (repr, truncated)
+    action: str  # what the loader did: "normalised to D30:5", "dropped from gold", ...
+
+
+@dataclass(frozen=True, slots=True)
+class Corpus:
+    name: str
+    conversations: tuple[Conversation, ...]
+    questions: tuple[Question, ...]
+    defects: tuple[Defect, ...] = ()
+    source: str = ""  # path or description of where it was read from
+
+    def turns(self) -> tuple[Turn, ...]:
+        return tuple(t for c in self.conversations for t in c.turns)
+
+
+@dataclass(frozen=True, slots=True)
+class Hit:
+    """One search result: store id and similarity (higher is better)."""
+
+    id: str
+    score: float
+
+
+@dataclass(frozen=True, slots=True)
+class Where:
+    """Search filter. None means "no constraint"."""
+
+    conversation_id: str | None = None
+    roles: tuple[str, ...] | None = None
+    before: float | None = None  # only memories with timestamp <= before
+
+
+@dataclass(frozen=True, slots=True)
+class MemoryBatch:
+    """Rows to add to a store. vectors: float32 (n, dim), L2-normalised."""
+
+    ids: tuple[str, ...]
+    vectors: np.ndarray
+    conversation_ids: tuple[str, ...]
+    roles: tuple[str, ...]
+    timestamps: tuple[float, ...]  # missing timestamps are stored as 0.0
+    positions: tuple[int, ...] = field(default=())
+
+    def __post_init__(self) -> None:
+        n = len(self.ids)
+        if self.vectors.ndim != 2 or self.vectors.shape[0] != n:
+            raise ValueError(f"MemoryBatch: vectors shape {self.vectors.shape} does not match {n} ids")
+        for name in ("conversation_ids", "roles", "timestamps"):
+            if len(getattr(self, name)) != n:
+                raise ValueError(f"MemoryBatch: {name} has {len(getattr(self, name))} entries, expected {n}")
