@@ -1,6 +1,11 @@
 """The store contract every backend implements, and small helpers shared by adapters.
 
 A backend is one module ``bench/backends/<name>.py`` plus ``configs/backend/<name>.yaml``.
+Constructor keyword arguments come from the YAML. Every backend accepts ``collection: str``
+(the collection/table/namespace name; the runner passes a unique one per run) and persistent
+local stores accept ``path: str`` (a directory). ``open()`` attaches to the collection when it
+exists, else creates it. ``Where.before`` keeps rows with ``timestamp <= before``.
+
 It converts its native distance into a similarity (higher is better) in exactly one private
 function, and returns hits sorted by similarity, descending, without duplicates.
 """
@@ -48,7 +53,10 @@ class Backend(Protocol):
         """Top-k by similarity among rows matching ``where``, best first."""
 
     def close(self) -> None:
-        """Release resources. Idempotent."""
+        """Release resources, keep data (a persistent store reopens it). Idempotent."""
+
+    def drop(self) -> None:
+        """Delete this collection and its data. Idempotent; works after close()."""
 
 
 def check_metric(metric: str) -> None:

@@ -16,7 +16,8 @@ class ExactBackend:
     name = "exact"
     capabilities = Capabilities(exact=True, filters=FILTER_KINDS, persistent=False, server=False)
 
-    def __init__(self) -> None:
+    def __init__(self, collection: str = "recallbench") -> None:
+        self.collection = collection
         self._dim = 0
         self._chunks: list[MemoryBatch] = []
         self._ids: np.ndarray = np.empty(0, dtype=object)
@@ -71,3 +72,6 @@ class ExactBackend:
 
     def close(self) -> None:
         self._chunks = []
+
+    def drop(self) -> None:
+        self.__init__(self.collection)

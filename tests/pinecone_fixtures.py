@@ -1,0 +1,1 @@
+"""Fixtures for the loopback Pinecone data-plane server (filled in by the stores work)."""

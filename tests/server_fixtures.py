@@ -1,0 +1,1 @@
+"""Fixtures for seekdb and chroma servers (filled in by the stores work)."""
