@@ -1,0 +1,189 @@
+"""sqlite-vec store: exact (brute-force) cosine KNN in a ``vec0`` virtual table, one SQLite file per collection.
+
+Owns the sqlite-vec adapter. Layout of ``<path>/<collection>.db`` (collection name sanitised):
+
+* ``memories``: ``vec0(conversation_id TEXT partition key, embedding float[DIM] distance_metric=cosine,
+  role TEXT, ts FLOAT)``; metadata columns are filtered natively inside the KNN query
+  (``conversation_id = ?``, ``role IN (...)``, ``ts <= ?``), so results are never short.
+* ``memory_ids``: maps the integer vec0 rowid to the string memory id (vec0 rowids must be integers
+  and ``+aux`` columns cannot be looked up efficiently).
+* ``meta``: the dimension and metric the table was created with (checked on reopen).
+
+Duplicate ids: ``add`` replaces (delete + insert, the last row wins), like an upsert.
+The stdlib ``sqlite3`` of this Python cannot load extensions, so ``sqlean`` is used instead.
+Only integers computed here are formatted into SQL; every user value is a bound parameter.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import os
+import re
+import threading
+from pathlib import Path
+
+import numpy as np
+
+from bench.backends.base import FILTER_KINDS, Capabilities, check_metric
+from bench.types import Hit, MemoryBatch, Where
+
+log = logging.getLogger(__name__)
+
+MAX_K = 4096  # vec0 refuses larger k
+_SAFE = re.compile(r"[^A-Za-z0-9_.-]")
+
+
+def _similarity(distance: float) -> float:
+    """vec0 ``distance_metric=cosine`` returns 1 - cos."""
+    return 1.0 - float(distance)
+
+
+def safe_name(collection: str) -> str:
+    """A file-system-safe name for a collection; names that had to change get a hash suffix (no collisions)."""
+    if not isinstance(collection, str) or not collection:
+        raise ValueError(f"sqlite_vec: collection must be a non-empty string (got {collection!r})")
+    cleaned = _SAFE.sub("_", collection)[:100].lstrip(".")
+    if cleaned == collection:
+        return cleaned
+    return f"{cleaned or 'c'}-{hashlib.sha1(collection.encode()).hexdigest()[:10]}"
+
+
+class SqliteVecBackend:
+    name = "sqlite_vec"
+    capabilities = Capabilities(exact=True, filters=FILTER_KINDS, persistent=True, server=False, max_k=MAX_K)
+
+    def __init__(self, path: str, collection: str = "recallbench") -> None:
+        self.path = Path(path)
+        self.collection = collection
+        self.file = self.path / f"{safe_name(collection)}.db"
+        self._conn = None
+        self._dim = 0
+        self._lock = threading.Lock()
+
+    def __repr__(self) -> str:
+        return f"SqliteVecBackend(file={str(self.file)!r})"
+
+    def open(self, *, dim: int, metric: str = "cosine") -> None:
+        check_metric(metric)
+        if not isinstance(dim, int) or dim <= 0:
+            raise ValueError(f"sqlite_vec: dim must be a positive int (got {dim!r})")
+        import sqlean
+        import sqlite_vec
+
+        self.close()
+        self.path.mkdir(parents=True, exist_ok=True)
+        conn = sqlean.connect(str(self.file), check_same_thread=False)
+        try:
+            conn.enable_load_extension(True)
+            sqlite_vec.load(conn)
+            conn.enable_load_extension(False)
+            with conn:
+                conn.execute("CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL)")
+                stored = dict(conn.execute("SELECT key, value FROM meta").fetchall())
+                if stored and (stored.get("dim") != str(dim) or stored.get("metric") != metric):
+                    raise ValueError(
+                        f"sqlite_vec: {self.file} holds dim={stored.get('dim')} metric={stored.get('metric')}, "
+                        f"asked for dim={dim} metric={metric}; use another collection or drop it"
+                    )
+                conn.execute(
+                    "CREATE TABLE IF NOT EXISTS memory_ids (rowid INTEGER PRIMARY KEY, memory_id TEXT NOT NULL UNIQUE)"
+                )
+                conn.execute(
+                    "CREATE VIRTUAL TABLE IF NOT EXISTS memories USING vec0("
+                    "conversation_id TEXT partition key, "
+                    f"embedding float[{int(dim)}] distance_metric=cosine, "
+                    "role TEXT, ts FLOAT)"
+                )
+                conn.executemany(
+                    "INSERT OR IGNORE INTO meta (key, value) VALUES (?, ?)", [("dim", str(dim)), ("metric", metric)]
+                )
+        except BaseException:
+            conn.close()
+            raise
+        self._conn = conn
+        self._dim = dim
+        log.debug("sqlite_vec: opened %s (dim %d)", self.file, dim)
+
+    def _require_open(self):
+        if self._conn is None:
+            raise RuntimeError(f"sqlite_vec: {self.file} is not open; call open(dim=...) first")
+        return self._conn
+
+    def add(self, batch: MemoryBatch) -> None:
+        conn = self._require_open()
+        vectors = np.asarray(batch.vectors, dtype=np.float32)
+        if vectors.shape[1] != self._dim:
+            raise ValueError(f"sqlite_vec: vector dim {vectors.shape[1]} != collection dim {self._dim}")
+        last = {mid: i for i, mid in enumerate(batch.ids)}  # duplicates inside a batch: the last one wins
+        order = sorted(last.values())
+        for i in order:
+            if not isinstance(batch.ids[i], str) or not batch.ids[i]:
+                raise ValueError(f"sqlite_vec: batch row {i}: field id must be a non-empty string (got {batch.ids[i]!r})")
+            if not isinstance(batch.roles[i], str):
+                raise ValueError(f"sqlite_vec: batch row {i} ({batch.ids[i]}): field role must be a string")
+        with self._lock, conn:
+            conn.executemany("INSERT OR IGNORE INTO memory_ids (memory_id) VALUES (?)", [(batch.ids[i],) for i in order])
+            rowids = [
+                conn.execute("SELECT rowid FROM memory_ids WHERE memory_id = ?", (batch.ids[i],)).fetchone()[0]
+                for i in order
+            ]
+            conn.executemany("DELETE FROM memories WHERE rowid = ?", [(r,) for r in rowids])  # replace duplicates
+            conn.executemany(
+                "INSERT INTO memories (rowid, conversation_id, embedding, role, ts) VALUES (?, ?, ?, ?, ?)",
+                [
+                    (r, str(batch.conversation_ids[i]), vectors[i].tobytes(), batch.roles[i], float(batch.timestamps[i]))
+                    for r, i in zip(rowids, order)
+                ],
+            )
+
+    def wait_ready(self, timeout_s: float = 300.0) -> None:
+        """Writes are committed and searchable when add() returns."""
+        self._require_open()
+
+    def search(self, vector: np.ndarray, *, k: int, where: Where) -> list[Hit]:
+        conn = self._require_open()
+        if not 0 < k <= MAX_K:
+            raise ValueError(f"sqlite_vec: k must be in 1..{MAX_K} (got {k})")
+        q = np.asarray(vector, dtype=np.float32).reshape(-1)
+        if q.shape[0] != self._dim:
+            raise ValueError(f"sqlite_vec: query dim {q.shape[0]} != collection dim {self._dim}")
+        if where.roles is not None and len(where.roles) == 0:
+            return []
+        clauses, params = ["embedding MATCH ?", "k = ?"], [q.tobytes(), int(k)]
+        if where.conversation_id is not None:
+            clauses.append("conversation_id = ?")
+            params.append(where.conversation_id)
+        if where.roles is not None:
+            clauses.append(f"role IN ({', '.join('?' * len(where.roles))})")
+            params.extend(where.roles)
+        if where.before is not None:
+            clauses.append("ts <= ?")
+            params.append(float(where.before))
+        sql = (
+            f"WITH knn AS (SELECT rowid, distance FROM memories WHERE {' AND '.join(clauses)}) "
+            "SELECT memory_ids.memory_id, knn.distance FROM knn JOIN memory_ids ON memory_ids.rowid = knn.rowid "
+            "ORDER BY knn.distance, memory_ids.memory_id"
+        )
+        with self._lock:
+            rows = conn.execute(sql, params).fetchall()
+        return [Hit(mid, _similarity(d)) for mid, d in rows]
+
+    def count(self) -> int:
+        conn = self._require_open()
+        with self._lock:
+            return int(conn.execute("SELECT count(*) FROM memory_ids").fetchone()[0])
+
+    def close(self) -> None:
+        conn, self._conn = self._conn, None
+        if conn is not None:
+            conn.close()
+
+    def drop(self) -> None:
+        self.close()
+        for suffix in ("", "-journal", "-wal", "-shm"):
+            try:
+                os.remove(f"{self.file}{suffix}")
+            except FileNotFoundError:
+                pass
+        log.debug("sqlite_vec: dropped %s", self.file)

@@ -1,0 +1,114 @@
+"""Command line: the only module that knows Hydra. ``python -m bench [overrides]`` / ``-m`` multirun.
+
+One job = one (dataset, embedder, backend) trace, swept over every selected strategy and threshold.
+A job writes raw results into its own directory; a single run then writes its report there, and a
+multirun's report is written by ``CollectRuns`` over every job. Either way the finished run is
+copied to ``reports/latest``.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import sys
+from pathlib import Path
+
+import pandas as pd
+from hydra.core.hydra_config import HydraConfig
+from hydra.experimental.callback import Callback
+from hydra.types import RunMode
+from omegaconf import DictConfig, OmegaConf
+
+from bench.config import build, fingerprint, redacted_yaml, to_plain
+from bench.results import publish_latest, write_atomic
+
+log = logging.getLogger("bench")
+
+
+def run_job(cfg: DictConfig, out_dir: Path) -> pd.DataFrame:
+    """Run one job into ``out_dir``; returns its summary table."""
+    from bench import tokens
+    from bench.data.card import dataset_card
+    from bench.embedders.cache import CachedEmbedder
+    from bench.runner import Trace, build_trace
+    from bench.sweep import StrategySpec, summarise, sweep, threshold_grid
+
+    corpus = build(cfg.dataset)
+    inner = build(cfg.embedder)
+    embedder = CachedEmbedder(inner, Path(cfg.paths.cache) / "embeddings")
+    strategies = [
+        StrategySpec(name=s.name, fn=build(s.fn), thresholded=bool(s.thresholded), uses_store=bool(s.get("uses_store", True)))
+        for s in cfg.strategy.values()
+    ]
+    grid = threshold_grid(cfg.thresholds.start, cfg.thresholds.stop, cfg.thresholds.step)
+    backend_cfg = {k: v for k, v in to_plain(cfg.backend).items() if k not in ("path", "collection")}
+    corpus_id = fingerprint(corpus.source, len(corpus.turns()), [q.question_id for q in corpus.questions])
+    key = fingerprint(corpus.name, corpus_id, embedder.model_id, backend_cfg, int(cfg.depth))
+    cached = Path(cfg.paths.cache) / "traces" / key
+    if cfg.trace_cache and (cached / "trace.parquet").exists():
+        trace = Trace.load(cached)
+        embedder.embed([t.text for t in corpus.turns()])  # token counts need nothing else; keep cache warm
+        log.info("reusing trace %s measured at %s (no store query)", key, trace.meta.get("measured_at"))
+        trace.meta["reused_from"] = str(cached)
+    else:
+        backend = build(cfg.backend, collection=f"rb_{key}")
+        try:
+            trace = build_trace(corpus, embedder, backend, depth=int(cfg.depth), warmup=int(cfg.warmup), progress=bool(cfg.progress))
+        finally:
+            backend.drop()
+            backend.close()
+        trace.meta.update(trace_key=key, dataset_source=corpus.source)
+        trace.save(cached)
+    counts = tokens.count_tokens_many([tokens.format_memory(t.role, t.text) for t in corpus.turns()], cfg.tokens.encoding)
+    token_counts = {t.key: n for t, n in zip(corpus.turns(), counts)}
+    rows = sweep(trace, corpus, strategies, grid, token_counts, embedder=embedder.model_id)
+    summary = summarise(rows)
+    summary["for_results"] = bool(getattr(inner, "for_results", True))
+
+    out_dir.mkdir(parents=True, exist_ok=True)
+    trace.save(out_dir)
+    write_atomic(out_dir / "questions.parquet", lambda p: rows.to_parquet(p, index=False))
+    write_atomic(out_dir / "summary.csv", lambda p: summary.to_csv(p, index=False))
+    write_atomic(out_dir / "dataset_card.md", lambda p: p.write_text(dataset_card(corpus)))
+    write_atomic(out_dir / "config_resolved.yaml", lambda p: p.write_text(redacted_yaml(cfg)))
+    meta = {**trace.meta, "tokens_encoding": cfg.tokens.encoding, "thresholds": list(grid),
+            "strategies": [s.name for s in strategies], "embed_cache": {"hits": embedder.hits, "misses": embedder.misses}}
+    write_atomic(out_dir / "meta.json", lambda p: p.write_text(json.dumps(meta, indent=2, default=str)))
+    return summary
+
+
+def finish_run(run_dir: Path, latest: Path) -> None:
+    from bench.report import write_report
+
+    write_report(run_dir)
+    publish_latest(run_dir, latest)
+    log.info("report: %s (copied to %s)", run_dir / "report.md", latest)
+
+
+class CollectRuns(Callback):
+    """After a multirun: merge every job's results into the sweep directory and write one report."""
+
+    def on_multirun_end(self, config: DictConfig, **kwargs) -> None:
+        from bench.report import collect_jobs
+
+        sweep_dir = Path(config.hydra.sweep.dir)
+        if collect_jobs(sweep_dir):
+            finish_run(sweep_dir, Path(config.paths.reports) / "latest")
+
+
+def main() -> None:
+    import hydra
+
+    @hydra.main(version_base="1.3", config_path=str(Path(__file__).resolve().parent.parent / "configs"), config_name="config")
+    def _app(cfg: DictConfig) -> None:
+        hc = HydraConfig.get()
+        out_dir = Path(hc.runtime.output_dir)
+        run_job(cfg, out_dir)
+        if hc.mode != RunMode.MULTIRUN:
+            finish_run(out_dir, Path(cfg.paths.reports) / "latest")
+
+    _app()
+
+
+if __name__ == "__main__":
+    sys.exit(main())

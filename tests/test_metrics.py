@@ -1,0 +1,76 @@
+"""Metrics against hand-worked values and an independent implementation (ir_measures SetP/SetR)."""
+
+import math
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from bench import metrics as M
+
+# gold = {g1, g2, g3}; selected = {g1, x, g2, y}: 2 correct
+SEL, GOLD = ["g1", "x", "g2", "y"], ["g1", "g2", "g3"]
+
+
+def test_hand_worked_values():
+    assert M.precision(selected=SEL, gold=GOLD) == pytest.approx(2 / 4)
+    assert M.recall(selected=SEL, gold=GOLD) == pytest.approx(2 / 3)
+    assert M.f1(selected=SEL, gold=GOLD) == pytest.approx(2 * 0.5 * (2 / 3) / (0.5 + 2 / 3))  # 0.5714
+    assert M.hit(selected=SEL, gold=GOLD) == 1.0
+
+
+def test_edge_cases_are_explicit():
+    # gold but nothing recalled: recall 0, precision undefined, F1 0 (recalling nothing never wins)
+    assert M.recall(selected=[], gold=GOLD) == 0.0
+    assert math.isnan(M.precision(selected=[], gold=GOLD))
+    assert M.f1(selected=[], gold=GOLD) == 0.0
+    assert M.hit(selected=[], gold=GOLD) == 0.0
+    # no gold: recall/F1/hit undefined
+    assert math.isnan(M.recall(selected=["a"], gold=[]))
+    assert math.isnan(M.f1(selected=["a"], gold=[]))
+    # recalled only wrong memories: precision 0, F1 0
+    assert M.precision(selected=["x"], gold=GOLD) == 0.0 and M.f1(selected=["x"], gold=GOLD) == 0.0
+    assert M.abstained(selected=[]) == 1.0 and M.abstained(selected=["x"]) == 0.0
+
+
+def test_against_ir_measures_setp_setr():
+    ir_measures = pytest.importorskip("ir_measures")
+    qrels = [ir_measures.Qrel("q1", d, 1) for d in GOLD] + [ir_measures.Qrel("q2", "a", 1), ir_measures.Qrel("q2", "b", 1)]
+    run = [ir_measures.ScoredDoc("q1", d, 10 - i) for i, d in enumerate(SEL)] + [ir_measures.ScoredDoc("q2", "b", 1.0), ir_measures.ScoredDoc("q2", "z", 0.5)]
+    got = {(m.query_id, str(m.measure)): m.value for m in ir_measures.iter_calc([ir_measures.SetP, ir_measures.SetR], qrels, run)}
+    assert M.precision(selected=SEL, gold=GOLD) == pytest.approx(got[("q1", "SetP")])
+    assert M.recall(selected=SEL, gold=GOLD) == pytest.approx(got[("q1", "SetR")])
+    assert M.precision(selected=["b", "z"], gold=["a", "b"]) == pytest.approx(got[("q2", "SetP")])
+    assert M.recall(selected=["b", "z"], gold=["a", "b"]) == pytest.approx(got[("q2", "SetR")])
+
+
+def _row(qid, sel, gold, adversarial=False, tokens=(10, 100), lat=1_000_000):
+    return {
+        "g": "x", "question_id": qid, "adversarial": adversarial, "n_gold": len(gold), "n_selected": len(sel),
+        "n_correct": len(set(sel) & set(gold)),
+        "precision": M.precision(selected=sel, gold=gold), "recall": M.recall(selected=sel, gold=gold),
+        "f1": M.f1(selected=sel, gold=gold), "hit": M.hit(selected=sel, gold=gold), "empty": float(not sel),
+        "tokens_injected": tokens[0], "tokens_full": tokens[1], "latency_ns": lat,
+    }
+
+
+def test_aggregate_macro_micro_and_adversarial():
+    rows = pd.DataFrame([
+        _row("q1", ["a", "x"], ["a"], tokens=(20, 100), lat=1_000_000),  # P 0.5 R 1 F1 0.667
+        _row("q2", [], ["b", "c"], tokens=(0, 100), lat=3_000_000),  # P nan R 0 F1 0
+        _row("q3", ["x"], [], adversarial=True, tokens=(5, 50), lat=2_000_000),  # adversarial, recalled something
+    ])
+    s = M.aggregate(rows, ["g"]).iloc[0]
+    assert s["n_questions"] == 2 and s["n_adversarial"] == 1
+    assert s["precision"] == pytest.approx(0.5) and s["precision_n"] == 1  # only q1 defines precision
+    assert s["recall"] == pytest.approx(0.5)
+    assert s["f1"] == pytest.approx((2 / 3 + 0) / 2)
+    assert s["micro_precision"] == pytest.approx(1 / 2)  # 1 correct of 2 selected
+    assert s["micro_recall"] == pytest.approx(1 / 3)  # 1 correct of 3 gold
+    assert s["micro_f1"] == pytest.approx(2 * 0.5 * (1 / 3) / (0.5 + 1 / 3))
+    assert s["empty_rate"] == pytest.approx(0.5) and s["hit_rate"] == pytest.approx(0.5)
+    assert s["tokens_injected_mean"] == pytest.approx(10) and s["token_savings"] == pytest.approx(0.9)
+    assert s["adversarial_abstain_rate"] == pytest.approx(0.0)
+    # latency percentiles over every query of the trace (3 queries: 1, 2, 3 ms)
+    assert s["latency_p50_ms"] == pytest.approx(2.0)
+    assert s["latency_p99_ms"] == pytest.approx(np.percentile([1, 2, 3], 99))
