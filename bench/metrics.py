@@ -123,8 +123,8 @@ def aggregate(rows: pd.DataFrame, keys: list[str]) -> pd.DataFrame:
             "token_savings": 1 - inj / full if full else NAN,
             "n_adversarial": len(adv),
             "adversarial_abstain_rate": adv["empty"].mean() if len(adv) else NAN,
-            "latency_p50_ms": percentile_ms(main["latency_ns"].to_numpy(), 50),
-            "latency_p95_ms": percentile_ms(main["latency_ns"].to_numpy(), 95),
-            "latency_p99_ms": percentile_ms(main["latency_ns"].to_numpy(), 99),
+            "latency_p50_ms": percentile_ms(g["latency_ns"].to_numpy(), 50),
+            "latency_p95_ms": percentile_ms(g["latency_ns"].to_numpy(), 95),
+            "latency_p99_ms": percentile_ms(g["latency_ns"].to_numpy(), 99),
         })
     return pd.DataFrame(out)

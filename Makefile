@@ -1,0 +1,36 @@
+# recallbench. `make help` lists the targets. Every target creates .venv and installs on first use.
+SHELL := /bin/bash
+PY ?= $(shell command -v python3.11 || command -v python3)
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed-stamp
+ARGS ?=
+
+.DEFAULT_GOAL := help
+.PHONY: help sweep test report data install clean-cache
+
+help: ## List the targets
+	@grep -E '^[a-zA-Z_-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-12s %s\n", $$1, $$2}'
+
+$(STAMP): pyproject.toml
+	@test -x $(BIN)/python || $(PY) -m venv $(VENV)
+	$(BIN)/python -m pip install -q --upgrade pip
+	$(BIN)/python -m pip install -q -e '.[test]'
+	@touch $(STAMP)
+
+install: $(STAMP) ## Create .venv and install recallbench with its dependencies (no-op when done)
+
+sweep: $(STAMP) ## Run the main sweep (LoCoMo if the data path has it, else the demo corpus) -> reports/latest/
+	$(BIN)/python -m bench $(ARGS)
+
+test: $(STAMP) ## Run the test suite
+	$(BIN)/python -m pytest -q $(ARGS)
+
+report: $(STAMP) ## Rebuild report.md and plots of reports/latest (or RUN=reports/runs/<dir>)
+	$(BIN)/python -m bench.report $(or $(RUN),reports/latest)
+
+data: $(STAMP) ## Verify the corpora under the data path; download missing ones when online
+	$(BIN)/python -m bench.data.fetch $(ARGS)
+
+clean-cache: ## Delete cached embeddings, traces and store files (derived data only)
+	rm -rf reports/cache
