@@ -42,7 +42,8 @@ def read_text(path: Path) -> str:
         return data.decode("utf-8")
     except UnicodeDecodeError as e:
         line = data[: e.start].count(b"\n") + 1
-        raise ValueError(f"{path}:{line}: not valid UTF-8 (byte offset {e.start}: {data[e.start:e.start + 1]!r})") from None
+        bad = data[e.start:e.start + 1]
+        raise ValueError(f"{path}:{line}: not valid UTF-8 (byte offset {e.start}: {bad!r})") from None
 
 
 def read_json(path: Path) -> Any:
@@ -60,7 +61,8 @@ def detect_kind(path: str | os.PathLike) -> str:
         if (p / "turns.jsonl").exists() or (p / "turns.csv").exists():
             return "own"
         files = sorted(p.glob("*.json"))
-        if files and _looks_like_longmemeval(read_json(files[0])):
+        first = read_json(files[0]) if files else None
+        if isinstance(first, dict) and _looks_like_longmemeval(first):  # one instance per file
             return "longmemeval"
         raise ValueError(f"{p}: cannot detect the corpus kind (no turns.jsonl/turns.csv, no per-question "
                          f"LongMemEval JSON files); pass the kind explicitly")
@@ -71,7 +73,8 @@ def detect_kind(path: str | os.PathLike) -> str:
         if _looks_like_longmemeval(data):
             return "longmemeval"
     raise ValueError(f"{p}: cannot detect the corpus kind (expected a LoCoMo .json list with 'sample_id', "
-                     f"LongMemEval JSON with 'haystack_sessions', or an own-format directory); pass the kind explicitly")
+                     f"LongMemEval JSON with 'haystack_sessions', or an own-format directory); "
+                     f"pass the kind explicitly")
 
 
 def _looks_like_longmemeval(data: Any) -> bool:

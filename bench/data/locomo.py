@@ -195,7 +195,7 @@ def _question(item: object, sid: str, qi: int, known: set[str], file: str, defec
     for ei, raw in enumerate(raw_evidence):
         fld = f"evidence[{ei}]"
 
-        def bad(kind: str, value: object, action: str) -> None:
+        def bad(kind: str, value: object, action: str, fld: str = fld) -> None:
             defects.append(Defect(file, record, fld, kind, short(value), action))
 
         if not isinstance(raw, str):

@@ -29,7 +29,6 @@ import logging
 import os
 import re
 from datetime import datetime, timezone
-from pathlib import Path
 
 from bench.data import read_json, require_path, short
 from bench.types import ROLES, Conversation, Corpus, Defect, Question, Turn
@@ -114,19 +113,22 @@ def _instance(item: dict, qid: str, file: str, defects: list[Defect]) -> tuple[C
     by_session: dict[int, list[str]] = {}
     for si, (session, date) in enumerate(zip(sessions, dates)):
         if not isinstance(session, list):
-            raise ValueError(f"{file}: record {qid}: field 'haystack_sessions[{si}]' must be a list, got {short(session)}")
+            raise ValueError(f"{file}: record {qid}: field 'haystack_sessions[{si}]' must be a list, "
+                             f"got {short(session)}")
         try:
             ts = parse_lme_date(date)
         except ValueError:
             ts = None
-            defects.append(Defect(file, qid, f"haystack_dates[{si}]", "date_unparseable", short(date), "timestamp None"))
+            defects.append(Defect(file, qid, f"haystack_dates[{si}]", "date_unparseable", short(date),
+                                  "timestamp None"))
         for ti, t in enumerate(session):
             fld = f"haystack_sessions[{si}][{ti}]"
             if not isinstance(t, dict):
                 raise ValueError(f"{file}: record {qid}: field {fld!r} must be an object, got {short(t)}")
             role, text = t.get("role"), t.get("content")
             if role not in ROLES:
-                raise ValueError(f"{file}: record {qid}: field '{fld}.role' must be \"user\" or \"assistant\", got {short(role)}")
+                raise ValueError(f"{file}: record {qid}: field '{fld}.role' must be \"user\" or \"assistant\", "
+                                 f"got {short(role)}")
             if not isinstance(text, str):
                 raise ValueError(f"{file}: record {qid}: field '{fld}.content' must be a string, got {short(text)}")
             if not text.strip():

@@ -1,0 +1,57 @@
+"""CLI for corpora: ``python -m bench.data check <path>`` prints a dataset card with the defect
+report; ``python -m bench.data convert <src> <out_dir>`` writes any supported corpus in the own
+format. ``--kind`` is one of locomo, locomo_2025, longmemeval, longmemeval_oracle, own (default:
+detected from the path). Errors print one line on stderr and exit with code 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+
+KIND_CHOICES = ("auto", "locomo", "locomo_2025", "longmemeval", "longmemeval_oracle", "own")
+
+
+def _parser() -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser(prog="python -m bench.data", description=__doc__.split("\n\n")[0])
+    ap.add_argument("-v", "--verbose", action="store_true", help="log progress (INFO)")
+    sub = ap.add_subparsers(dest="command", required=True)
+    check = sub.add_parser("check", help="print the dataset card and defect report")
+    check.add_argument("path")
+    check.add_argument("--kind", choices=KIND_CHOICES, default="auto")
+    conv = sub.add_parser("convert", help="write a corpus in the own format")
+    conv.add_argument("src")
+    conv.add_argument("out_dir")
+    conv.add_argument("--kind", choices=KIND_CHOICES, default="auto")
+    return ap
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING,
+                        format="%(levelname)s %(name)s: %(message)s")
+    from bench.data import load_corpus
+    from bench.data.card import dataset_card, defect_summary
+
+    try:
+        if args.command == "check":
+            print(dataset_card(load_corpus(args.kind, args.path)), end="")
+        else:
+            from bench.data.own import write_own
+
+            corpus = load_corpus(args.kind, args.src)
+            out = write_own(corpus, args.out_dir)
+            print(f"wrote {corpus.name}: {len(corpus.conversations)} conversations, {len(corpus.turns())} turns, "
+                  f"{len(corpus.questions)} questions -> {out}")
+            for kind, n, _ in defect_summary(corpus):
+                print(f"  source defect {kind}: {n} (handled while loading; run `check` on the source for details)")
+    except (OSError, ValueError) as e:
+        msg = str(e).splitlines()[0] if str(e) else type(e).__name__
+        print(f"error: {msg}", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

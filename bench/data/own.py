@@ -1,0 +1,339 @@
+"""The own corpus format: reader ``load_own`` and atomic writer ``write_own``.
+
+A dataset directory holds ``turns.jsonl`` (or ``turns.csv``, not both) and ``questions.jsonl``,
+all UTF-8. A ``.jsonl`` file has one JSON object per line; blank lines are skipped; line numbers
+in errors count from 1. Fields not listed below are ignored and reported once per file as defect
+``unknown_field``.
+
+``turns.jsonl`` -- one object per turn:
+
+==================  ========================================================================
+conversation_id     string, required, non-empty
+turn_id             string, required, non-empty, unique within its conversation
+role                "user" or "assistant", required
+speaker             string, optional; absent, null or "" -> the role
+text                string, required, non-empty (not only whitespace)
+timestamp           ISO-8601 string (no offset = UTC), or number = POSIX seconds, or null/absent
+session             integer >= 0, optional, default 0 (0-based session ordinal)
+==================  ========================================================================
+
+Turn order = file order within a conversation (lines of different conversations may interleave);
+conversation order = order of first appearance. ``position`` is that 0-based order.
+
+``turns.csv`` -- the same columns with a header row (``conversation_id``, ``turn_id``, ``role``
+and ``text`` must be present; others optional). Cells are strings: an empty cell means absent;
+``timestamp`` is read as a number when it parses as one, else as ISO-8601; ``session`` as an integer.
+Line numbers in errors are the CSV record's first physical line (the header is line 1).
+
+``questions.jsonl`` -- one object per question:
+
+==================  ========================================================================
+question_id         string, required, non-empty, unique in the file
+conversation_id     string, required, must be a conversation in the turns file
+text                string, required, non-empty
+asked_at            ISO-8601 string / number (POSIX seconds) / null or absent; null = asked
+                    after the whole conversation
+evidence            list of turn_id strings of that conversation, required; empty only when
+                    ``adversarial`` is true
+category            string, optional, default ""
+adversarial         boolean, optional, default false; true = the correct recall is nothing
+answer              string, optional, default ""
+==================  ========================================================================
+
+Errors (ValueError, one line naming file, line, record and field), e.g.
+``datasets/x/turns.jsonl:12 (turn_id 'D1:3'): field 'role' must be "user" or "assistant", got 'bot'``:
+malformed JSON line, a line that is not an object, wrong type, missing required field, unknown
+role, empty text, bad timestamp, duplicate turn_id (within a conversation) or question_id, a
+question naming an unknown conversation, non-UTF-8 bytes (names the byte offset). A missing
+directory or file raises FileNotFoundError.
+
+Reported as defects, not errors (the question is kept): evidence naming an unknown turn
+(``evidence_not_found``, dropped from gold), a repeated evidence id (``evidence_duplicate``), and
+a non-adversarial question whose gold is empty (``question_without_gold``: its recall is undefined).
+
+``write_own(corpus, out_dir)`` writes ``turns.jsonl`` and ``questions.jsonl`` with every field
+present (timestamps as ISO-8601 UTC ``...Z`` when whole seconds, else as numbers), into a temp
+directory renamed into place (or, when ``out_dir`` exists, temp files replaced into it), and returns
+``out_dir``; ``load_own(path=write_own(c, d))`` gives back the same conversations and questions.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import logging
+import math
+import os
+import shutil
+import tempfile
+from collections.abc import Iterator
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+from bench.data import read_text, require_path, short
+from bench.types import ROLES, Conversation, Corpus, Defect, Question, Turn
+
+log = logging.getLogger(__name__)
+
+TURN_FIELDS = ("conversation_id", "turn_id", "role", "speaker", "text", "timestamp", "session")
+QUESTION_FIELDS = ("question_id", "conversation_id", "text", "asked_at", "evidence", "category", "adversarial",
+                   "answer")
+_TURN_REQUIRED = ("conversation_id", "turn_id", "role", "text")
+
+
+class _Row:
+    """One input record with the context every error message needs."""
+
+    def __init__(self, file: str, line: int, data: dict, id_field: str):
+        self.file, self.line, self.data = file, line, data
+        ident = data.get(id_field)
+        self.where = f"{file}:{line}" + (f" ({id_field} {ident!r})" if isinstance(ident, str) and ident else "")
+
+    def error(self, field: str, msg: str) -> ValueError:
+        return ValueError(f"{self.where}: field {field!r} {msg}")
+
+    def get(self, field: str, typ: type | tuple, *, required: bool = False, nonempty: bool = False,
+            default: Any = None) -> Any:
+        value = self.data.get(field)
+        if value is None:
+            if required:
+                raise self.error(field, "is required")
+            return default
+        if not isinstance(value, typ) or (isinstance(value, bool) and typ is not bool):
+            names = typ.__name__ if isinstance(typ, type) else " or ".join(t.__name__ for t in typ)
+            raise self.error(field, f"must be {_type_word(names)}, got {short(value)}")
+        if nonempty and isinstance(value, str) and not value.strip():
+            raise self.error(field, "must be a non-empty string")
+        return value
+
+    def time(self, field: str) -> float | None:
+        value = self.data.get(field)
+        if value is None:
+            return None
+        if isinstance(value, bool) or not isinstance(value, (int, float, str)):
+            raise self.error(field, f"must be an ISO-8601 string, a number (POSIX seconds) or null, got {short(value)}")
+        if isinstance(value, str):
+            try:
+                dt = datetime.fromisoformat(value.strip())
+            except ValueError:
+                raise self.error(field, f"must be an ISO-8601 date-time or a number, got {short(value)}") from None
+            if dt.tzinfo is None:
+                dt = dt.replace(tzinfo=timezone.utc)
+            return dt.timestamp()
+        if not math.isfinite(value):
+            raise self.error(field, f"must be a finite number, got {short(value)}")
+        return float(value)
+
+
+def _type_word(name: str) -> str:
+    return {"str": "a string", "int": "an integer", "bool": "a boolean (true/false)", "list": "a list"}.get(name, name)
+
+
+def _jsonl(path: Path, id_field: str) -> Iterator[_Row]:
+    file = str(path)
+    # split on "\n" only: str.splitlines() would also split inside JSON strings holding U+2028 etc.
+    for n, line in enumerate(read_text(path).split("\n"), start=1):
+        if not line.strip():
+            continue
+        try:
+            data = json.loads(line)
+        except json.JSONDecodeError as e:
+            raise ValueError(f"{file}:{n}: malformed JSON (column {e.colno}): {e.msg}") from None
+        if not isinstance(data, dict):
+            raise ValueError(f"{file}:{n}: expected a JSON object, got {type(data).__name__}")
+        yield _Row(file, n, data, id_field)
+
+
+def _csv(path: Path) -> Iterator[_Row]:
+    file = str(path)
+    reader = csv.reader(io.StringIO(read_text(path), newline=""))
+    try:
+        header = next(reader)
+    except StopIteration:
+        raise ValueError(f"{file}:1: empty CSV file (expected a header row)") from None
+    except csv.Error as e:
+        raise ValueError(f"{file}:1: malformed CSV: {e}") from None
+    header = [h.strip() for h in header]
+    missing = [f for f in _TURN_REQUIRED if f not in header]
+    if missing:
+        raise ValueError(f"{file}:1: header lacks required column(s) {', '.join(missing)}")
+    last = reader.line_num
+    while True:
+        start = last + 1
+        try:
+            cells = next(reader)
+        except StopIteration:
+            return
+        except csv.Error as e:
+            raise ValueError(f"{file}:{start}: malformed CSV: {e}") from None
+        last = reader.line_num
+        if not any(c.strip() for c in cells):
+            continue
+        if len(cells) != len(header):
+            raise ValueError(f"{file}:{start}: has {len(cells)} cells, header has {len(header)}")
+        data: dict[str, Any] = {h: (c if c != "" else None) for h, c in zip(header, cells)}
+        row = _Row(file, start, data, "turn_id")
+        ts = data.get("timestamp")
+        if ts is not None:
+            try:
+                data["timestamp"] = float(ts)
+            except ValueError:
+                pass  # an ISO string, checked later
+        sess = data.get("session")
+        if sess is not None:
+            try:
+                data["session"] = int(sess)
+            except ValueError:
+                raise row.error("session", f"must be an integer, got {short(sess)}") from None
+        yield row
+
+
+def _unknown(row: _Row, known: tuple[str, ...], reported: set[str], defects: list[Defect]) -> None:
+    for key in row.data:
+        if key not in known and key not in reported:
+            reported.add(key)
+            defects.append(Defect(row.file, f"line {row.line}", key, "unknown_field", short(row.data[key]),
+                                  "ignored (reported once per file)"))
+
+
+def load_own(*, path: str | os.PathLike, name: str | None = None) -> Corpus:
+    """Read an own-format dataset directory into a Corpus (name defaults to the directory name)."""
+    d = require_path(path)
+    if not d.is_dir():
+        raise ValueError(f"{d}: an own-format dataset is a directory holding turns.jsonl (or turns.csv) "
+                         f"and questions.jsonl")
+    jsonl, csv_path, qpath = d / "turns.jsonl", d / "turns.csv", d / "questions.jsonl"
+    if jsonl.exists() and csv_path.exists():
+        raise ValueError(f"{d}: holds both turns.jsonl and turns.csv; keep one")
+    if not jsonl.exists() and not csv_path.exists():
+        raise FileNotFoundError(f"{jsonl}: not found (nor turns.csv); an own-format dataset needs one of them")
+    require_path(qpath)
+    defects: list[Defect] = []
+    turns_by_conv: dict[str, list[Turn]] = {}
+    seen_turns: dict[tuple[str, str], int] = {}
+    reported: set[str] = set()
+    rows = _jsonl(jsonl, "turn_id") if jsonl.exists() else _csv(csv_path)
+    for row in rows:
+        _unknown(row, TURN_FIELDS, reported, defects)
+        cid = row.get("conversation_id", str, required=True, nonempty=True)
+        tid = row.get("turn_id", str, required=True, nonempty=True)
+        role = row.data.get("role")
+        if role is None:
+            raise row.error("role", "is required")
+        if role not in ROLES:
+            raise row.error("role", f'must be "user" or "assistant", got {short(role)}')
+        speaker = row.get("speaker", str) or role
+        text = row.get("text", str, required=True, nonempty=True)
+        ts = row.time("timestamp")
+        session = row.get("session", int, default=0)
+        if session < 0:
+            raise row.error("session", f"must be >= 0, got {session}")
+        if (cid, tid) in seen_turns:
+            raise row.error("turn_id", f"duplicate in conversation {cid!r} (first at line {seen_turns[cid, tid]})")
+        seen_turns[cid, tid] = row.line
+        conv = turns_by_conv.setdefault(cid, [])
+        conv.append(Turn(cid, tid, role, speaker, text, ts, len(conv), session))
+
+    questions: list[Question] = []
+    seen_q: dict[str, int] = {}
+    reported = set()
+    for row in _jsonl(qpath, "question_id"):
+        _unknown(row, QUESTION_FIELDS, reported, defects)
+        qid = row.get("question_id", str, required=True, nonempty=True)
+        if qid in seen_q:
+            raise row.error("question_id", f"duplicate (first at line {seen_q[qid]})")
+        seen_q[qid] = row.line
+        cid = row.get("conversation_id", str, required=True, nonempty=True)
+        if cid not in turns_by_conv:
+            raise row.error("conversation_id", f"names unknown conversation {cid!r} (not in the turns file)")
+        text = row.get("text", str, required=True, nonempty=True)
+        asked_at = row.time("asked_at")
+        evidence = row.get("evidence", list, required=True)
+        category = row.get("category", str, default="")
+        adversarial = row.get("adversarial", bool, default=False)
+        answer = row.get("answer", str, default="")
+        known = {t.turn_id for t in turns_by_conv[cid]}
+        gold: list[str] = []
+        for i, tid in enumerate(evidence):
+            if not isinstance(tid, str):
+                raise row.error(f"evidence[{i}]", f"must be a string (a turn_id), got {short(tid)}")
+            record = f"line {row.line} ({qid})"
+            if tid not in known:
+                defects.append(Defect(row.file, record, f"evidence[{i}]", "evidence_not_found", short(tid),
+                                      "dropped from gold (no such turn in the conversation)"))
+            elif tid in gold:
+                defects.append(Defect(row.file, record, f"evidence[{i}]", "evidence_duplicate", short(tid),
+                                      "duplicate dropped"))
+            else:
+                gold.append(tid)
+        if not gold and not adversarial:
+            defects.append(Defect(row.file, f"line {row.line} ({qid})", "evidence", "question_without_gold",
+                                  short(evidence), "kept; its recall is undefined"))
+        questions.append(Question(qid, cid, text, asked_at, tuple(gold), category, adversarial, answer))
+
+    conversations = tuple(Conversation(cid, tuple(ts)) for cid, ts in turns_by_conv.items())
+    corpus = Corpus(name or d.resolve().name, conversations, tuple(questions), tuple(defects), str(d))
+    log.info("loaded %s from %s: %d conversations, %d turns, %d questions, %d defects",
+             corpus.name, d, len(conversations), len(corpus.turns()), len(questions), len(defects))
+    return corpus
+
+
+def _time_out(ts: float | None) -> str | float | None:
+    if ts is None:
+        return None
+    if float(ts).is_integer():
+        return datetime.fromtimestamp(ts, timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+    return float(ts)
+
+
+def _dump(rows: list[dict]) -> str:
+    return "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows)
+
+
+def write_own(corpus: Corpus, out_dir: str | os.PathLike) -> Path:
+    """Write ``corpus`` in the own format into ``out_dir`` (atomically) and return ``out_dir``."""
+    out = Path(out_dir)
+    turns, questions = [], []
+    for t in corpus.turns():
+        if t.role not in ROLES or not t.text.strip() or not t.conversation_id or not t.turn_id:
+            raise ValueError(f"write_own: turn {t.conversation_id!r}/{t.turn_id!r} cannot be written "
+                             f"(role {t.role!r}, empty id or text)")
+        turns.append({"conversation_id": t.conversation_id, "turn_id": t.turn_id, "role": t.role,
+                      "speaker": t.speaker, "text": t.text, "timestamp": _time_out(t.timestamp),
+                      "session": t.session})
+    for q in corpus.questions:
+        questions.append({"question_id": q.question_id, "conversation_id": q.conversation_id, "text": q.text,
+                          "asked_at": _time_out(q.asked_at), "evidence": list(q.evidence), "category": q.category,
+                          "adversarial": q.adversarial, "answer": q.answer})
+    files = {"turns.jsonl": _dump(turns), "questions.jsonl": _dump(questions)}
+    if out.exists():
+        if not out.is_dir():
+            raise ValueError(f"write_own: {out} exists and is not a directory")
+        if (out / "turns.csv").exists():
+            raise ValueError(f"write_own: {out} holds a turns.csv; load_own refuses a directory with both "
+                             f"turns.csv and turns.jsonl, remove it first")
+        for fname, text in files.items():
+            fd, tmp = tempfile.mkstemp(prefix=f".{fname}.", suffix=".tmp", dir=out)
+            try:
+                with os.fdopen(fd, "w", encoding="utf-8", newline="\n") as f:
+                    f.write(text)
+                os.chmod(tmp, 0o644)  # mkstemp makes 0600
+                os.replace(tmp, out / fname)
+            except BaseException:
+                Path(tmp).unlink(missing_ok=True)
+                raise
+    else:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        tmp_dir = Path(tempfile.mkdtemp(prefix=f".{out.name}.", suffix=".tmp", dir=out.parent))
+        try:
+            for fname, text in files.items():
+                (tmp_dir / fname).write_text(text, encoding="utf-8", newline="\n")
+            os.chmod(tmp_dir, 0o755)  # mkdtemp makes 0700
+            os.replace(tmp_dir, out)
+        except BaseException:
+            shutil.rmtree(tmp_dir, ignore_errors=True)
+            raise
+    log.info("wrote %s: %d turns, %d questions to %s", corpus.name, len(turns), len(questions), out)
+    return out

@@ -1,0 +1,134 @@
+"""LongMemEval loader: two tiny per-question files (one with has_answer gold, one _abs needing the
+session fallback), list format, leak check, errors, the Hydra config, and all 500 real questions."""
+
+import json
+from collections import Counter
+from dataclasses import fields
+from pathlib import Path
+
+import pytest
+from omegaconf import OmegaConf
+
+from bench.data.longmemeval import load_longmemeval, parse_lme_date
+from bench.types import Defect, Turn
+
+FIX = Path(__file__).parent / "fixtures" / "data" / "lme"
+REPO = Path(__file__).resolve().parent.parent
+
+MAY20_0302 = 1684551720.0  # "2023/05/20 (Sat) 03:02" UTC
+MAY21_0930 = 1684661400.0  # "2023/05/21 (Sun) 09:30"
+MAY22_1342 = 1684762920.0  # "2023/05/22 (Mon) 13:42"
+JUN01_1200 = 1685620800.0  # "2023/06/01 (Thu) 12:00"
+
+
+@pytest.fixture(scope="module")
+def corpus():
+    return load_longmemeval(path=FIX)
+
+
+def test_dates():
+    assert parse_lme_date("2023/05/20 (Sat) 03:02") == MAY20_0302
+    with pytest.raises(ValueError, match="unparseable"):
+        parse_lme_date("May 20")
+
+
+def test_turns_one_conversation_per_question(corpus):
+    # sorted by question_id (q1 < q2_abs), although the file of q2_abs sorts first by name
+    assert [c.conversation_id for c in corpus.conversations] == ["q1", "q2_abs"]
+    assert corpus.conversations[0].turns == (
+        Turn("q1", "s0:t0", "user", "user", "Recommend a sci-fi book.", MAY20_0302, 0, 0),
+        Turn("q1", "s0:t1", "assistant", "assistant", "Try Dune.", MAY20_0302, 1, 0),
+        Turn("q1", "s1:t0", "user", "user", "My two cats keep scratching the sofa.", MAY21_0930, 2, 1),
+        Turn("q1", "s1:t1", "assistant", "assistant", "Get them a scratching post.", MAY21_0930, 3, 1),
+        Turn("q1", "s1:t2", "user", "user", "Both cats ignore it.", MAY21_0930, 4, 1),
+    )
+    assert [t.turn_id for t in corpus.conversations[1].turns] == ["s0:t0", "s0:t1", "s1:t0"]
+
+
+def test_no_session_id_leaks_into_turns(corpus):
+    # the fixture's session ids are "answer_q1_1", "answer_q2_abs_0": the label must not reach a retriever
+    for t in corpus.turns():
+        for f in fields(Turn):
+            assert "answer_" not in str(getattr(t, f.name)), (t, f.name)
+
+
+def test_questions_gold_and_fallback(corpus):
+    q1, q2 = corpus.questions
+    assert (q1.question_id, q1.conversation_id, q1.text) == ("q1", "q1", "How many cats do I have?")
+    assert q1.evidence == ("s1:t0", "s1:t2")       # has_answer: true
+    assert (q1.asked_at, q1.category, q1.adversarial, q1.answer) == (MAY22_1342, "single-session-user", False, "2")
+    assert q2.evidence == ("s0:t0", "s0:t1")       # no has_answer: all turns of session answer_q2_abs_0
+    assert (q2.asked_at, q2.adversarial) == (JUN01_1200, True)
+    assert q2.answer == "You did not mention this information."
+    assert list(corpus.defects) == [
+        Defect(str(FIX / "2_q1.json"), "q1", "answer", "answer_not_string", "2", "converted to str"),
+        Defect(str(FIX / "1_q2_abs.json"), "q2_abs", "has_answer", "gold_fallback_to_session",
+               "no turn has has_answer: true", "gold = all 2 turns of 1 answer session(s)"),
+    ]
+
+
+def test_list_and_single_object_files(tmp_path, corpus):
+    items = [json.loads((FIX / n).read_text()) for n in ("1_q2_abs.json", "2_q1.json")]
+    (tmp_path / "list.json").write_text(json.dumps(items))
+    c = load_longmemeval(path=tmp_path / "list.json")
+    assert [q.question_id for q in c.questions] == ["q2_abs", "q1"]  # file order kept
+    assert set(c.conversations) == set(corpus.conversations) and set(c.questions) == set(corpus.questions)
+    (tmp_path / "one.json").write_text(json.dumps(items[1]))
+    assert load_longmemeval(path=tmp_path / "one.json").questions == corpus.questions[:1]
+
+
+@pytest.mark.parametrize("mutate, message", [
+    (lambda d: d["haystack_sessions"][1][0].update(role="bot"),
+     "record q1: field 'haystack_sessions[1][0].role' must be \"user\" or \"assistant\", got 'bot'"),
+    (lambda d: d["haystack_dates"].pop(), "record q1: fields 'haystack_sessions', 'haystack_dates', "
+                                          "'haystack_session_ids' differ in length (2, 1, 2)"),
+    (lambda d: d.pop("question"), "record q1: missing field 'question'"),
+    (lambda d: d.update(question_id=7), "record [0]: field 'question_id' must be a non-empty string, got 7"),
+])
+def test_errors_name_file_record_field(tmp_path, mutate, message):
+    d = json.loads((FIX / "2_q1.json").read_text())
+    mutate(d)
+    (tmp_path / "x.json").write_text(json.dumps(d))
+    with pytest.raises(ValueError) as e:
+        load_longmemeval(path=tmp_path)
+    assert str(e.value) == f"{tmp_path / 'x.json'}: {message}"
+
+
+def test_missing_path_and_empty_dir(tmp_path):
+    with pytest.raises(FileNotFoundError, match="BENCH_DATA_DIR"):
+        load_longmemeval(path=tmp_path / "absent")
+    with pytest.raises(ValueError, match="no \\*.json files"):
+        load_longmemeval(path=tmp_path)
+
+
+def test_hydra_config(tmp_path):
+    from hydra.utils import instantiate
+
+    target = tmp_path / "longmemeval_oracle" / "lme_jsons_oracle"
+    target.mkdir(parents=True)
+    for f in FIX.glob("*.json"):
+        (target / f.name).write_bytes(f.read_bytes())
+    cfg = OmegaConf.create({"paths": {"datasets": str(tmp_path)},
+                            "dataset": OmegaConf.load(REPO / "configs" / "dataset" / "longmemeval_oracle.yaml")})
+    c = instantiate(cfg.dataset)
+    assert c.name == "longmemeval_oracle" and [q.question_id for q in c.questions] == ["q1", "q2_abs"]
+
+
+def test_real_oracle_all_500(bench_data_dir):
+    path = bench_data_dir / "longmemeval_oracle" / "lme_jsons_oracle"
+    if not path.is_dir():
+        pytest.skip(f"{path} absent (set BENCH_DATA_DIR to the directory holding longmemeval_oracle/)")
+    c = load_longmemeval(path=path)
+    assert len(c.questions) == len(c.conversations) == 500
+    assert sum(q.adversarial for q in c.questions) == 30
+    assert Counter(q.category for q in c.questions) == {
+        "single-session-user": 70, "single-session-assistant": 56, "single-session-preference": 30,
+        "multi-session": 133, "temporal-reasoning": 133, "knowledge-update": 78}
+    assert len(c.turns()) == 10960
+    kinds = Counter(d.kind for d in c.defects)
+    assert kinds == {"answer_not_string": 32, "gold_fallback_to_session": 21}  # SOURCE.md: 21 questions, all _abs
+    assert all(d.record.endswith("_abs") for d in c.defects if d.kind == "gold_fallback_to_session")
+    assert all(q.evidence for q in c.questions)
+    assert [q.question_id for q in c.questions] == sorted(q.question_id for q in c.questions)
+    assert not any("answer_" in t.turn_id or "answer_" in t.speaker for t in c.turns())
+    assert all(q.asked_at is not None for q in c.questions) and all(t.timestamp is not None for t in c.turns())
