@@ -49,7 +49,7 @@ def sweep(
     thresholds: Sequence[float],
     token_counts: Mapping[str, int],
     *,
-    separator_tokens: int = 1,
+    separator_tokens: int = 0,
     embedder: str | None = None,
 ) -> pd.DataFrame:
     """One row per (strategy, threshold, question).
@@ -68,13 +68,13 @@ def sweep(
     for rec in trace.table.itertuples(index=False):
         q = questions[rec.question_id]
         where = question_filter(q, roles=roles)
-        eligible = [t.key for t in by_conv[q.conversation_id] if visible(t, where)]
+        eligible = tuple(t for t in by_conv[q.conversation_id] if visible(t, where))
         gold = {memory_key(q.conversation_id, e) for e in q.evidence}
         hits = [Hit(i, float(s)) for i, s in zip(rec.hit_ids, rec.hit_scores)]
-        full = tokens(eligible)
+        full = tokens([t.key for t in eligible])
         for spec in strategies:
             for t in thresholds if spec.thresholded else (None,):
-                chosen = spec.fn(hits, eligible=eligible, threshold=t)
+                chosen = spec.fn(hits, question=q, eligible=eligible, threshold=t)
                 ids = [h.id for h in chosen]
                 sel = set(ids)
                 rows.append({

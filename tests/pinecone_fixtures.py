@@ -19,7 +19,7 @@ PINECONE_TEST_KEY_ENV = "RECALLBENCH_TEST_PINECONE_KEY"
 PINECONE_TEST_KEY = "test-double-key-not-a-secret"
 PINECONE_VISIBILITY_DELAY_S = 0.15
 
-__all__ = ["server_pinecone", "PINECONE_TEST_KEY_ENV", "PINECONE_TEST_KEY"]
+__all__ = ["server_pinecone"]
 
 
 @pytest.fixture(scope="session")

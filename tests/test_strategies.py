@@ -5,7 +5,7 @@ import math
 import pytest
 
 from bench import strategies as S
-from bench.types import Hit
+from bench.types import Hit, Turn
 
 # Candidates for one question, best first (similarity, higher is better).
 HITS = (Hit("a", 0.91), Hit("b", 0.80), Hit("c", 0.75), Hit("d", 0.50), Hit("e", 0.30), Hit("f", 0.10))
@@ -36,8 +36,9 @@ def test_hybrid_thresholds_then_caps():
 
 
 def test_full_context_returns_every_eligible_memory_in_order():
-    out = S.full_context(HITS[:2], eligible=["x", "y", "z"])
-    assert ids(out) == ["x", "y", "z"]
+    eligible = tuple(Turn("c", t, "user", "u", "text", None, i) for i, t in enumerate("xyz"))
+    out = S.full_context(HITS[:2], eligible=eligible)
+    assert ids(out) == ["c|x", "c|y", "c|z"]
     assert all(math.isnan(h.score) for h in out)
 
 

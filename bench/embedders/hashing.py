@@ -11,6 +11,7 @@ from __future__ import annotations
 import re
 import zlib
 from collections.abc import Sequence
+from itertools import pairwise
 
 import numpy as np
 
@@ -20,7 +21,7 @@ _WORD = re.compile(r"\w+", re.UNICODE)
 def _features(text: str) -> list[str]:
     words = _WORD.findall(text.lower())
     feats = [f"w:{w}" for w in words]
-    feats += [f"b:{a} {b}" for a, b in zip(words, words[1:])]
+    feats += [f"b:{a} {b}" for a, b in pairwise(words)]
     for w in words:
         padded = f"<{w}>"
         feats += [f"c:{padded[i:i + 3]}" for i in range(len(padded) - 2)]

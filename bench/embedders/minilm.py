@@ -17,7 +17,7 @@ import os
 import sys
 import time
 from collections.abc import Sequence
-from functools import lru_cache
+from functools import cache
 from importlib import resources
 from typing import TYPE_CHECKING
 
@@ -39,6 +39,12 @@ MODEL_ID = "all-MiniLM-L6-v2-int8-onnx/max256-meanpool-l2"
 _TOKENIZE_CHUNK = 8192  # texts tokenised at once (bounds the padded id matrix in memory)
 
 
+def _usable_cores() -> int:
+    if hasattr(os, "sched_getaffinity"):  # Linux: honours CPU pinning / cgroups cpusets
+        return len(os.sched_getaffinity(0))
+    return os.cpu_count() or 1
+
+
 def _sha256_file(path: str) -> str:
     h = hashlib.sha256()
     with open(path, "rb") as f:
@@ -47,7 +53,7 @@ def _sha256_file(path: str) -> str:
     return h.hexdigest()
 
 
-@lru_cache(maxsize=None)
+@cache
 def verified_model_path() -> str:
     """Path of the installed model.onnx after checking its sha256 (checked once per process)."""
     try:
@@ -113,7 +119,7 @@ class MiniLMEmbedder:
         import onnxruntime as ort
 
         opts = ort.SessionOptions()
-        opts.intra_op_num_threads = self.threads or (os.cpu_count() or 1)
+        opts.intra_op_num_threads = self.threads or _usable_cores()
         opts.inter_op_num_threads = 1
         self._tokenizer = load_tokenizer()
         self._session = ort.InferenceSession(verified_model_path(), sess_options=opts, providers=["CPUExecutionProvider"])

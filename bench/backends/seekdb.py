@@ -1,0 +1,436 @@
+"""seekdb store (pyseekdb 1.4): one adapter, two modes — embedded (``path``) and server (``host``/``port``).
+
+Owns: the collection (HNSW, cosine distance, ``embedding_function=None``), metadata keys
+``conversation_id``, ``role``, ``ts`` filtered as seekdb pre-filters (``$eq``, ``$in``, ``$lte``),
+the per-connection session variables, the async-index wait, the restart warm-up, and the
+one-embedded-instance-per-process guard.
+
+Facts it is built on (FACTS.md, re-checked with pyseekdb 1.4.0.post1):
+- cosine distance = 1 - cos, ascending; converted in ``_similarity`` only. ``inner_product`` is
+  never used (sorted the wrong way in this version).
+- ``HNSWConfiguration(ef_search=...)`` is ignored at query time: the session variable
+  ``ob_hnsw_ef_search`` decides. Each search runs with ef = max(``ef_search``, k); the variable is
+  set on the connection only when that value changes.
+- The vector index is updated asynchronously: rows are invisible to vector queries for 0.1-0.3 s
+  after small writes, up to ~24 s after a 20k bulk load. ``wait_ready`` polls real searches for
+  one probe row per written chunk and calls ``refresh_index()`` when they lag.
+- After a restart the first vector query reloads the index (24-27 s on 20k rows), more than the
+  default 10 s ``ob_query_timeout``: the timeout is raised (``query_timeout_s``) and ``open`` runs a
+  warm-up query on a non-empty collection.
+- Embedded: the server binary runs as a child process, one instance per Python process; a second
+  ``Client(path=B)`` silently attaches to instance A. This module records the path in use: opening
+  another path while a backend on the first is open raises ``EmbeddedInstanceInUse``; once every
+  backend on it is closed, the instance is shut down and the new path opened (~2 s). A closed
+  backend leaves the instance running, so close()+open() on the same path is instant.
+- ``add`` has upsert semantics: a chunk with an id already stored is re-written (delete + insert).
+"""
+
+from __future__ import annotations
+
+import glob
+import hashlib
+import logging
+import math
+import os
+import re
+import threading
+import time
+import weakref
+
+import numpy as np
+
+from bench.backends.base import FILTER_KINDS, BackendUnavailable, Capabilities, check_metric
+from bench.types import Hit, MemoryBatch, Where
+
+log = logging.getLogger(__name__)
+
+MAX_K = 16_384  # pyseekdb's n_results bound (OceanBase vector-search k limit)
+_PROBE_K = 20  # neighbours fetched when checking that a probe row is searchable
+
+
+class EmbeddedInstanceInUse(RuntimeError):
+    """A second embedded seekdb path was opened while the first is still in use in this process."""
+
+
+# One embedded seekdb instance per process: the path it serves and how many open backends use it.
+_EMBEDDED_LOCK = threading.Lock()
+_EMBEDDED: dict[str, object] = {"path": None, "users": 0}
+
+
+def _similarity(distance: float) -> float:
+    """seekdb cosine distance (1 - cos, in [0, 2]) -> cosine similarity (higher is better)."""
+    return 1.0 - float(distance)
+
+
+def safe_collection_name(name: str) -> str:
+    """seekdb collection names allow only [a-zA-Z0-9_]; anything else is replaced, plus a hash suffix."""
+    if not isinstance(name, str) or not name:
+        raise ValueError(f"seekdb: collection must be a non-empty string (got {name!r})")
+    clean = re.sub(r"[^A-Za-z0-9_]", "_", name)
+    if clean != name:
+        clean = f"{clean}_{hashlib.sha1(name.encode()).hexdigest()[:8]}"
+    if len(clean) > 200:
+        clean = f"{clean[:191]}_{hashlib.sha1(name.encode()).hexdigest()[:8]}"
+    return clean
+
+
+def _embedded_children() -> list[int]:
+    """Process ids of this process's embedded seekdb children (Linux /proc)."""
+    pids = []
+    for f in glob.glob(f"/proc/{os.getpid()}/task/*/children"):
+        try:
+            pids += [int(p) for p in open(f).read().split()]
+        except OSError:
+            continue
+    out = []
+    for pid in set(pids):
+        try:
+            cmd = open(f"/proc/{pid}/cmdline", "rb").read().split(b"\0")
+        except OSError:
+            continue
+        if cmd and cmd[0].endswith(b"/seekdb") and b"--embedded" in cmd:
+            out.append(pid)
+    return out
+
+
+def _acquire_embedded(path: str) -> None:
+    with _EMBEDDED_LOCK:
+        current = _EMBEDDED["path"]
+        if current is not None and current != path:
+            if int(_EMBEDDED["users"]) > 0:
+                raise EmbeddedInstanceInUse(
+                    f"seekdb: this process already serves embedded path {current!r} "
+                    f"({_EMBEDDED['users']} open backend(s)); one embedded instance per process, so "
+                    f"{path!r} cannot be opened until they are closed (run it in another process, "
+                    "or use the seekdb server mode)"
+                )
+            _shutdown_embedded(str(current))
+        _EMBEDDED["path"] = path
+        _EMBEDDED["users"] = int(_EMBEDDED["users"]) + 1
+
+
+def _release_embedded(path: str) -> None:
+    with _EMBEDDED_LOCK:
+        if _EMBEDDED["path"] == path and int(_EMBEDDED["users"]) > 0:
+            _EMBEDDED["users"] = int(_EMBEDDED["users"]) - 1
+
+
+def _shutdown_embedded(path: str) -> None:
+    """Close the process's embedded instance (serving ``path``) and reap its child process."""
+    import pylibseekdb
+
+    children = _embedded_children()
+    log.info("seekdb: closing the embedded instance on %s to open another path", path)
+    pylibseekdb.close()
+    deadline = time.monotonic() + 30.0
+    for pid in children:
+        while True:
+            try:
+                done, _ = os.waitpid(pid, os.WNOHANG)
+            except ChildProcessError:
+                break
+            if done or time.monotonic() > deadline:
+                if not done:
+                    log.warning("seekdb: embedded child %d still running 30 s after close", pid)
+                break
+            time.sleep(0.05)
+
+
+class SeekdbBackend:
+    """seekdb via pyseekdb. Embedded when ``host`` is None (``path`` required), else a seekdb server."""
+
+    name = "seekdb"
+    capabilities = Capabilities(exact=False, filters=FILTER_KINDS, persistent=True, server=False, max_k=MAX_K)
+
+    def __init__(
+        self,
+        collection: str = "recallbench",
+        path: str | None = None,
+        host: str | None = None,
+        port: int = 2881,
+        tenant: str = "sys",
+        database: str = "test",
+        user: str = "root",
+        password_env: str | None = None,
+        ef_search: int = 200,
+        ef_construction: int = 200,
+        m: int = 16,
+        query_timeout_s: float = 120.0,
+        batch_size: int = 500,
+        refresh_after_s: float = 1.0,
+    ) -> None:
+        if host is None and not path:
+            raise ValueError("seekdb: give `path` (embedded mode) or `host` (server mode)")
+        for field, value in (("ef_search", ef_search), ("ef_construction", ef_construction), ("m", m),
+                             ("batch_size", batch_size), ("port", port)):
+            if not isinstance(value, int) or value <= 0:
+                raise ValueError(f"seekdb: {field} must be a positive integer (got {value!r})")
+        if not query_timeout_s or query_timeout_s <= 0:
+            raise ValueError(f"seekdb: query_timeout_s must be positive (got {query_timeout_s!r})")
+        if host is not None:
+            self.name = "seekdb_server"
+            self.capabilities = Capabilities(exact=False, filters=FILTER_KINDS, persistent=True, server=True,
+                                             max_k=MAX_K)
+        self.collection = collection
+        self._table = safe_collection_name(collection)
+        self.path = os.path.abspath(path) if (path and host is None) else None
+        self.host, self.port, self.tenant, self.database, self.user = host, port, tenant, database, user
+        self.password_env = password_env
+        self.ef_search = ef_search
+        self.ef_construction = ef_construction
+        self.m = m
+        self.query_timeout_s = float(query_timeout_s)
+        self.batch_size = batch_size
+        self.refresh_after_s = refresh_after_s
+        self._client = None
+        self._col = None
+        self._dim = 0
+        self._conn = None  # raw connection the session variables were applied to
+        self._ef_now = 0
+        self._hold = None  # weakref.finalize releasing the embedded instance (also if never closed)
+        self._probes: list[tuple[str, list[float]]] = []
+
+    # ---------------------------------------------------------------- connection
+
+    def _where(self) -> str:
+        return f"embedded {self.path}" if self.host is None else f"server {self.host}:{self.port}"
+
+    def _connect(self) -> None:
+        if self._client is not None:
+            return
+        import pyseekdb
+
+        if self.host is None:
+            _acquire_embedded(self.path)
+            self._hold = weakref.finalize(self, _release_embedded, self.path)
+            try:
+                self._client = pyseekdb.Client(path=self.path, database=self.database)
+                self._session()
+            except Exception:
+                self._client = None
+                self._hold()
+                raise
+            return
+        password = ""
+        if self.password_env:
+            password = os.environ.get(self.password_env, "")
+            if not password:
+                log.debug("seekdb: environment variable %s is empty or unset; no password", self.password_env)
+        client = pyseekdb.Client(host=self.host, port=self.port, tenant=self.tenant, database=self.database,
+                                 user=self.user, password=password, connect_timeout=10,
+                                 read_timeout=self.query_timeout_s + 60, write_timeout=self.query_timeout_s + 60)
+        try:
+            client._server.get_raw_connection()
+        except Exception as exc:  # pymysql OperationalError: refused, unknown host, access denied
+            raise BackendUnavailable(
+                f"seekdb server {self.host}:{self.port} (user {self.user}@{self.tenant}, database "
+                f"{self.database}) is unavailable: {type(exc).__name__}: {exc}"
+            ) from exc
+        self._client = client
+        self._session()
+
+    def _session(self):
+        """The server connection with this backend's session variables applied (again after a reconnect)."""
+        server = self._client._server
+        conn = server.get_raw_connection()
+        if conn is not self._conn:
+            server._execute(f"SET ob_query_timeout = {int(self.query_timeout_s * 1_000_000)}")
+            server._execute(f"SET ob_hnsw_ef_search = {self.ef_search}")
+            self._conn, self._ef_now = conn, self.ef_search
+        return server
+
+    def _set_ef(self, ef: int) -> None:
+        server = self._session()
+        if ef != self._ef_now:
+            server._execute(f"SET ob_hnsw_ef_search = {int(ef)}")
+            self._ef_now = ef
+
+    def _disconnect(self) -> None:
+        if self._client is not None:
+            try:
+                self._client._server._cleanup()
+            except Exception as exc:  # closing a dead connection
+                log.debug("seekdb: closing the connection failed: %s", exc)
+        self._client = self._col = self._conn = None
+        if self._hold is not None:
+            self._hold()  # runs _release_embedded once
+            self._hold = None
+
+    # ---------------------------------------------------------------- contract
+
+    def open(self, *, dim: int, metric: str = "cosine") -> None:
+        check_metric(metric)
+        if not isinstance(dim, int) or dim <= 0:
+            raise ValueError(f"seekdb: dim must be a positive integer (got {dim!r})")
+        was_connected = self._client is not None
+        self._connect()
+        try:
+            self._open_collection(dim)
+        except Exception:
+            if not was_connected:  # leave no connection (nor a hold on the embedded instance) behind
+                self._disconnect()
+            raise
+
+    def _open_collection(self, dim: int) -> None:
+        import pyseekdb
+
+        client = self._client
+        if client.has_collection(self._table):
+            col = client.get_collection(self._table, embedding_function=None)
+            if col.dimension != dim or str(col.distance).lower() != "cosine":
+                raise ValueError(
+                    f"seekdb ({self._where()}): collection {self.collection!r} exists with dimension "
+                    f"{col.dimension} and distance {col.distance!r}; this run needs dimension {dim}, cosine "
+                    "(use another collection name or drop it)"
+                )
+            self._col, self._dim = col, dim
+            self._warm_up()
+        else:
+            config = pyseekdb.HNSWConfiguration(dimension=dim, distance="cosine", M=self.m,
+                                                ef_construction=self.ef_construction)
+            self._col = client.create_collection(self._table, configuration=config, embedding_function=None)
+            self._dim = dim
+            log.info("seekdb (%s): created collection %s (dim %d)", self._where(), self._table, dim)
+
+    def _warm_up(self) -> None:
+        """First vector query after a (re)start reloads the index: run it now, not in a timed search."""
+        if self._col.count() == 0:
+            return
+        t0 = time.monotonic()
+        self._session()
+        self._col.query(query_embeddings=[0.0] * (self._dim - 1) + [1.0], n_results=1, include=[])
+        log.info("seekdb (%s): warm-up query on %s took %.2f s", self._where(), self._table, time.monotonic() - t0)
+
+    def _require_open(self) -> None:
+        if self._col is None:
+            raise RuntimeError(f"seekdb: collection {self.collection!r} is not open (call open(dim=...) first)")
+
+    def add(self, batch: MemoryBatch) -> None:
+        self._require_open()
+        vectors = np.asarray(batch.vectors, dtype=np.float32)
+        if vectors.shape[1] != self._dim:
+            raise ValueError(f"seekdb: vector dim {vectors.shape[1]} != collection dim {self._dim}")
+        if len(batch.ids) == 0:
+            return
+        if not np.isfinite(vectors).all():
+            bad = int(np.flatnonzero(~np.isfinite(vectors).all(axis=1))[0])
+            raise ValueError(f"seekdb: vector of id {batch.ids[bad]!r} has NaN/inf values")
+        for i, (mid, conv, role, ts) in enumerate(zip(batch.ids, batch.conversation_ids, batch.roles,
+                                                      batch.timestamps, strict=True)):
+            if not isinstance(mid, str) or not mid or len(mid.encode()) > 512:
+                raise ValueError(f"seekdb: batch row {i}: id must be a non-empty string of <= 512 bytes (got {mid!r})")
+            if not isinstance(ts, (int, float)) or not math.isfinite(ts):
+                raise ValueError(f"seekdb: batch row {i} (id {mid!r}): timestamp must be a finite number (got {ts!r})")
+        self._session()
+        for start in range(0, len(batch.ids), self.batch_size):
+            end = min(start + self.batch_size, len(batch.ids))
+            ids = list(batch.ids[start:end])
+            embeddings = vectors[start:end].tolist()
+            metadatas = [
+                {"conversation_id": str(c), "role": str(r), "ts": float(t)}
+                for c, r, t in zip(batch.conversation_ids[start:end], batch.roles[start:end],
+                                   batch.timestamps[start:end], strict=True)
+            ]
+            try:
+                self._col.add(ids=ids, embeddings=embeddings, metadatas=metadatas)
+            except Exception as exc:
+                if "Duplicate entry" not in str(exc) and "1062" not in str(exc):
+                    raise
+                log.debug("seekdb: chunk has stored ids; re-writing it (upsert)")
+                self._col.delete(ids=ids)
+                self._col.add(ids=ids, embeddings=embeddings, metadatas=metadatas)
+            self._probes.append((ids[-1], embeddings[-1]))
+
+    def wait_ready(self, timeout_s: float = 300.0) -> None:
+        """Poll real searches until one probe row per written chunk is found; refresh the index if it lags."""
+        self._require_open()
+        if not self._probes:
+            return
+        t0 = time.monotonic()
+        deadline = t0 + timeout_s
+        refreshed = False
+        pause = 0.05
+        while True:
+            self._set_ef(max(self.ef_search, _PROBE_K))
+            self._probes = [p for p in self._probes if not self._probe_found(*p)]
+            if not self._probes:
+                log.debug("seekdb: written rows searchable after %.2f s", time.monotonic() - t0)
+                return
+            now = time.monotonic()
+            if now >= deadline:
+                raise TimeoutError(
+                    f"seekdb ({self._where()}): {len(self._probes)} written chunk(s) of collection "
+                    f"{self.collection!r} still not returned by search after {timeout_s:.0f} s "
+                    f"(e.g. id {self._probes[0][0]!r}); the async vector index has not caught up"
+                )
+            if not refreshed and now - t0 >= self.refresh_after_s:
+                log.debug("seekdb: index lags after %.1f s; calling refresh_index()", now - t0)
+                self._col.refresh_index()
+                refreshed = True
+                continue
+            time.sleep(min(pause, max(0.0, deadline - now)))
+            pause = min(pause * 2, 0.5)
+
+    def _probe_found(self, mid: str, vector: list[float]) -> bool:
+        res = self._col.query(query_embeddings=vector, n_results=_PROBE_K, include=[])
+        ids, dists = res["ids"][0], res["distances"][0]
+        if mid in ids:
+            return True
+        # Crowded out by >= _PROBE_K exact duplicates of its vector: those rows are searchable.
+        return len(ids) == _PROBE_K and float(dists[-1]) <= 1e-6
+
+    def search(self, vector: np.ndarray, *, k: int, where: Where) -> list[Hit]:
+        self._require_open()
+        if not isinstance(k, (int, np.integer)) or k <= 0:
+            raise ValueError(f"seekdb: k must be a positive integer (got {k!r})")
+        if k > MAX_K:
+            raise ValueError(f"seekdb: k={k} exceeds the store's limit of {MAX_K} neighbours per query")
+        q = np.asarray(vector, dtype=np.float32).reshape(-1)
+        if q.shape[0] != self._dim:
+            raise ValueError(f"seekdb: query dim {q.shape[0]} != collection dim {self._dim}")
+        if where.roles is not None and len(where.roles) == 0:
+            return []
+        self._set_ef(max(self.ef_search, int(k)))
+        res = self._col.query(query_embeddings=q.tolist(), n_results=int(k), where=_native_filter(where), include=[])
+        best: dict[str, float] = {}
+        for mid, dist in zip(res["ids"][0], res["distances"][0], strict=True):
+            mid = mid.decode() if isinstance(mid, bytes) else str(mid)
+            s = _similarity(dist)
+            if mid not in best or s > best[mid]:
+                best[mid] = s
+        return [Hit(i, s) for i, s in sorted(best.items(), key=lambda kv: (-kv[1], kv[0]))]
+
+    def close(self) -> None:
+        self._probes = []
+        self._disconnect()
+
+    def drop(self) -> None:
+        was_open = self._col is not None
+        try:
+            self._connect()
+            if self._client.has_collection(self._table):
+                self._client.delete_collection(self._table)
+                log.info("seekdb (%s): dropped collection %s", self._where(), self._table)
+        finally:
+            self._col = None
+            self._probes = []
+            if not was_open:
+                self._disconnect()
+
+
+def _native_filter(where: Where) -> dict | None:
+    """Where -> pyseekdb metadata filter (a SQL pre-filter on the JSON metadata column)."""
+    conds: list[dict] = []
+    if where.conversation_id is not None:
+        conds.append({"conversation_id": {"$eq": str(where.conversation_id)}})
+    if where.roles is not None:
+        conds.append({"role": {"$in": [str(r) for r in where.roles]}})
+    if where.before is not None:
+        before = float(where.before)
+        if math.isnan(before):
+            raise ValueError("seekdb: Where.before is NaN")
+        if before != math.inf:
+            conds.append({"ts": {"$lte": max(before, -1e300)}})
+    if not conds:
+        return None
+    return conds[0] if len(conds) == 1 else {"$and": conds}

@@ -1,0 +1,240 @@
+"""OpenAI-compatible HTTP embedder (OpenRouter, OpenAI, vLLM, ...), stdlib urllib only.
+
+Owns the request/retry loop and response validation for ``POST {base_url}/embeddings`` with
+``{"model", "input", ["dimensions"]}``. The API key is read from the environment variable NAMED
+by ``api_key_env`` at request time; it is never stored on the object, logged, or put in an error
+message (error text from the server is scrubbed of it too). Retries with exponential backoff on
+408, 429, 5xx and connection errors, honouring ``Retry-After``; any other 4xx fails at once with one
+clear line. Vectors are checked (count, finite, dimension) and L2-normalised.
+"""
+
+from __future__ import annotations
+
+import email.utils
+import http.client
+import json
+import logging
+import math
+import os
+import sys
+import time
+import urllib.error
+import urllib.parse
+import urllib.request
+from collections.abc import Sequence
+
+import numpy as np
+
+log = logging.getLogger(__name__)
+
+MAX_RETRY_AFTER_S = 600.0
+RETRY_STATUS = frozenset({408, 429})  # plus every 5xx
+
+
+class EmbeddingHTTPError(RuntimeError):
+    """The embedding endpoint refused the request or kept failing."""
+
+
+def _public_url(url: str) -> str:
+    """scheme://host[:port]/path: no query, no fragment, no user:password."""
+    p = urllib.parse.urlsplit(url)
+    host = p.hostname or ""
+    if p.port:
+        host = f"{host}:{p.port}"
+    return urllib.parse.urlunsplit((p.scheme, host, p.path, "", ""))
+
+
+def _retry_after_seconds(value: str | None) -> float | None:
+    if not value:
+        return None
+    try:
+        return max(0.0, float(value))
+    except ValueError:
+        pass
+    try:
+        when = email.utils.parsedate_to_datetime(value)
+    except (TypeError, ValueError):
+        return None
+    return max(0.0, when.timestamp() - time.time())
+
+
+def _error_message(body: bytes) -> str:
+    """The server's error message from an OpenAI-style JSON error body, else the raw text (short)."""
+    text = body.decode("utf-8", "replace").strip()
+    try:
+        data = json.loads(text)
+    except ValueError:
+        return " ".join(text.split())[:300]
+    err = data.get("error", data) if isinstance(data, dict) else data
+    if isinstance(err, dict):
+        err = err.get("message") or err.get("detail") or err
+    return " ".join(str(err).split())[:300]
+
+
+class HTTPEmbedder:
+    """Embeddings from an OpenAI-compatible ``/embeddings`` endpoint."""
+
+    for_results = True
+
+    def __init__(
+        self,
+        model: str,
+        base_url: str,
+        api_key_env: str | None = "OPENROUTER_API_KEY",
+        dimensions: int | None = None,
+        dim: int | None = None,
+        batch_size: int = 64,
+        max_retries: int = 5,
+        backoff_base_s: float = 1.0,
+        backoff_max_s: float = 60.0,
+        timeout_s: float = 120.0,
+        progress: bool = True,
+    ) -> None:
+        """dimensions: sent to the API (models with adjustable output size); dim: expected size when
+        not sending ``dimensions`` (else learnt from the first response). api_key_env: None for
+        endpoints without auth (a local server)."""
+        if not model:
+            raise ValueError("http embedder: 'model' is required")
+        if not base_url.startswith(("http://", "https://")):
+            raise ValueError(f"http embedder: base_url must start with http:// or https:// (got {_public_url(base_url)!r})")
+        if batch_size < 1 or max_retries < 0:
+            raise ValueError(f"http embedder: need batch_size >= 1 and max_retries >= 0 (got {batch_size}, {max_retries})")
+        if dimensions is not None and dim is not None and dim != dimensions:
+            raise ValueError(f"http embedder: dim {dim} contradicts dimensions {dimensions}")
+        if api_key_env is not None and api_key_env.startswith(("sk-", "Bearer ")):
+            raise ValueError("http embedder: api_key_env must NAME an environment variable, not hold the key")
+        self.model = model
+        self.base_url = base_url.rstrip("/")
+        self.url = self.base_url + "/embeddings"
+        self.api_key_env = api_key_env
+        self.dimensions = dimensions
+        self._dim = dimensions or dim
+        self.batch_size = batch_size
+        self.max_retries = max_retries
+        self.backoff_base_s = backoff_base_s
+        self.backoff_max_s = backoff_max_s
+        self.timeout_s = timeout_s
+        self.progress = progress
+        self.model_id = f"http:{model}" + (f"@{dimensions}d" if dimensions else "")
+        self.requests = 0  # HTTP requests sent, retries included
+        self.retries = 0
+        self._sleep = time.sleep  # tests replace it
+
+    def __repr__(self) -> str:
+        return f"HTTPEmbedder(model={self.model!r}, url={_public_url(self.url)!r}, api_key_env={self.api_key_env!r})"
+
+    __str__ = __repr__
+
+    @property
+    def dim(self) -> int:
+        if self._dim is None:
+            raise RuntimeError(
+                f"http embedder {self.model}: dimension unknown before the first embed(); set 'dim' or 'dimensions'"
+            )
+        return self._dim
+
+    def _key(self) -> str | None:
+        if self.api_key_env is None:
+            return None
+        key = os.environ.get(self.api_key_env, "").strip()
+        if not key:
+            raise EmbeddingHTTPError(f"http embedder: environment variable {self.api_key_env} is not set (it must hold the API key)")
+        return key
+
+    def embed(self, texts: Sequence[str]) -> np.ndarray:
+        for i, t in enumerate(texts):
+            if not isinstance(t, str):
+                raise ValueError(f"http embedder: texts[{i}] is {type(t).__name__}, expected str")
+        if not texts:
+            return np.empty((0, self._dim or 0), dtype=np.float32)
+        key = self._key()
+        from tqdm import tqdm
+
+        parts = []
+        show = self.progress and sys.stderr.isatty()
+        with tqdm(total=len(texts), desc=f"embed {self.model}", unit="text", disable=not show) as bar:
+            for lo in range(0, len(texts), self.batch_size):
+                batch = list(texts[lo : lo + self.batch_size])
+                parts.append(self._embed_batch(batch, lo, key))
+                bar.update(len(batch))
+        out = np.concatenate(parts)
+        norms = np.linalg.norm(out, axis=1, keepdims=True)
+        zero = np.flatnonzero(norms[:, 0] == 0)
+        if zero.size:
+            raise ValueError(f"http embedder {self.model}: item {int(zero[0])} is a zero vector")
+        return (out / norms).astype(np.float32)
+
+    def _embed_batch(self, batch: list[str], offset: int, key: str | None) -> np.ndarray:
+        payload = {"model": self.model, "input": batch}
+        if self.dimensions:
+            payload["dimensions"] = self.dimensions
+        data = self._post(json.dumps(payload).encode("utf-8"), key)
+        return self._parse(data, len(batch), offset, key)
+
+    def _scrub(self, text: str, key: str | None) -> str:
+        return text.replace(key, "[redacted]") if key else text
+
+    def _post(self, body: bytes, key: str | None) -> bytes:
+        headers = {"Content-Type": "application/json", "Accept": "application/json"}
+        if key:
+            headers["Authorization"] = f"Bearer {key}"
+        where = f"POST {_public_url(self.url)}"
+        attempt = 0
+        while True:
+            self.requests += 1
+            wait: float | None = None
+            try:
+                req = urllib.request.Request(self.url, data=body, headers=headers, method="POST")
+                with urllib.request.urlopen(req, timeout=self.timeout_s) as resp:
+                    return resp.read()
+            except urllib.error.HTTPError as e:
+                status = e.code
+                msg = _error_message(e.read() or b"")
+                if status not in RETRY_STATUS and status < 500:
+                    raise EmbeddingHTTPError(self._scrub(f"http embedder: {status} {e.reason} from {where}: {msg}", key)) from None
+                problem = self._scrub(f"{status} {e.reason}: {msg}", key)
+                wait = _retry_after_seconds(e.headers.get("Retry-After") if e.headers else None)
+            except (OSError, http.client.HTTPException) as e:  # URLError, refused/reset, timeout, truncated
+                reason = getattr(e, "reason", e)
+                problem = self._scrub(f"connection error: {type(reason).__name__}: {reason}", key)
+            if attempt >= self.max_retries:
+                raise EmbeddingHTTPError(
+                    f"http embedder: {where} failed after {attempt + 1} attempts; last: {problem}"
+                ) from None
+            backoff = min(self.backoff_max_s, self.backoff_base_s * 2**attempt)
+            delay = min(MAX_RETRY_AFTER_S, wait) if wait is not None else backoff
+            attempt += 1
+            self.retries += 1
+            log.warning("http embedder: %s: %s; retry %d/%d in %.1f s", where, problem, attempt, self.max_retries, delay)
+            self._sleep(delay)
+
+    def _parse(self, raw: bytes, n: int, offset: int, key: str | None) -> np.ndarray:
+        who = f"http embedder {self.model}"
+        try:
+            data = json.loads(raw)
+        except ValueError:
+            raise ValueError(f"{who}: response is not JSON: {self._scrub(_error_message(raw), key)}") from None
+        if not isinstance(data, dict) or not isinstance(data.get("data"), list):
+            detail = self._scrub(_error_message(raw), key)
+            raise ValueError(f"{who}: response has no 'data' list: {detail}")
+        items = data["data"]
+        if len(items) != n:
+            raise ValueError(f"{who}: sent {n} texts (items {offset}..{offset + n - 1}), got {len(items)} embeddings")
+        if all(isinstance(it, dict) and isinstance(it.get("index"), int) for it in items):
+            items = sorted(items, key=lambda it: it["index"])
+        out = np.empty((n, 0), dtype=np.float64)
+        for j, it in enumerate(items):
+            i = offset + j
+            vec = it.get("embedding") if isinstance(it, dict) else None
+            if not isinstance(vec, list) or not all(isinstance(x, (int, float)) and not isinstance(x, bool) for x in vec):
+                raise ValueError(f"{who}: item {i}: 'embedding' is not a list of numbers")
+            if self._dim is None:
+                self._dim = len(vec)
+            if len(vec) != self._dim:
+                raise ValueError(f"{who}: item {i}: wrong dimension {len(vec)}, expected {self._dim}")
+            if not all(math.isfinite(x) for x in vec):
+                raise ValueError(f"{who}: item {i}: vector contains NaN or inf")
+            if j == 0:
+                out = np.empty((n, self._dim), dtype=np.float64)
+            out[j] = vec
+        return out

@@ -1,0 +1,222 @@
+"""Start and stop real store servers on this machine: seekdb (MySQL protocol) and chroma (HTTP).
+
+Owns process management only: find the binary shipped inside the installed package, pick free
+ports, start the server in its own process group, wait (bounded) until a real client request
+succeeds, and terminate the whole process tree on exit (SIGTERM, then SIGKILL after a grace
+period). Used by the test fixtures (tests/server_fixtures.py), `make compare`, load and fault tests.
+
+Both servers are for tests on this machine only: the seekdb binary listens on every interface with
+user root and an empty password; clients here always connect to 127.0.0.1.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import logging
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+log = logging.getLogger(__name__)
+
+LOOPBACK = "127.0.0.1"
+
+
+class ServerStartError(RuntimeError):
+    """A server process did not become ready. The message carries the command and the log tail."""
+
+
+@dataclass(frozen=True, slots=True)
+class ServerInfo:
+    """A running server: where to connect, its process id, its log file, how long it took to start."""
+
+    kind: str  # "seekdb" | "chroma"
+    host: str
+    port: int
+    pid: int
+    log_path: str
+    data_dir: str
+    start_s: float  # seconds from spawn until a real client request succeeded
+
+    def overrides(self) -> dict[str, object]:
+        """Backend constructor overrides for this server (what the test fixtures yield)."""
+        return {"host": self.host, "port": self.port}
+
+
+def free_port(host: str = LOOPBACK) -> int:
+    """A TCP port that was free a moment ago (bind to port 0 and release it)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind((host, 0))
+        return int(s.getsockname()[1])
+
+
+def seekdb_binary() -> Path:
+    """The `seekdb` server binary inside the installed pylibseekdb package (not imported here)."""
+    spec = importlib.util.find_spec("pylibseekdb")
+    if spec is None or not spec.submodule_search_locations:
+        raise FileNotFoundError("pylibseekdb is not installed: no seekdb server binary (pip install pylibseekdb)")
+    for folder in spec.submodule_search_locations:
+        candidate = Path(folder) / "seekdb"
+        if candidate.is_file() and os.access(candidate, os.X_OK):
+            return candidate
+    raise FileNotFoundError(f"no executable 'seekdb' file in the pylibseekdb package folder {list(spec.submodule_search_locations)}")
+
+
+def chroma_cli() -> Path:
+    """The `chroma` command installed beside this interpreter (the venv's bin directory)."""
+    candidate = Path(sys.executable).parent / "chroma"
+    if candidate.is_file() and os.access(candidate, os.X_OK):
+        return candidate
+    raise FileNotFoundError(f"no 'chroma' command beside {sys.executable} (pip install chromadb)")
+
+
+def _tail(path: Path, n: int = 40) -> str:
+    try:
+        with open(path, "rb") as f:
+            f.seek(0, os.SEEK_END)
+            size = f.tell()
+            f.seek(max(0, size - 16_384))
+            lines = f.read().decode("utf-8", errors="replace").splitlines()
+    except OSError as exc:
+        return f"(no log at {path}: {exc})"
+    return "\n".join(lines[-n:]) or "(empty log)"
+
+
+def _stop(proc: subprocess.Popen, grace_s: float, what: str) -> None:
+    """Terminate the process group of ``proc``: SIGTERM, wait ``grace_s``, then SIGKILL."""
+    if proc.poll() is not None:
+        return
+    try:
+        os.killpg(proc.pid, signal.SIGTERM)
+    except ProcessLookupError:
+        return
+    try:
+        proc.wait(timeout=grace_s)
+        log.info("%s (pid %d) stopped", what, proc.pid)
+        return
+    except subprocess.TimeoutExpired:
+        log.warning("%s (pid %d) ignored SIGTERM for %.0f s: killing its process group", what, proc.pid, grace_s)
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+    proc.wait(timeout=30)
+
+
+@contextmanager
+def _run(kind: str, cmd: list[str], *, cwd: Path, log_path: Path, extra_logs: list[Path], env: dict[str, str],
+         ready, timeout_s: float, grace_s: float, host: str, port: int, data_dir: Path) -> Iterator[ServerInfo]:
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    t0 = time.monotonic()
+    with open(log_path, "ab") as out:
+        proc = subprocess.Popen(cmd, cwd=str(cwd), stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
+                                env=env, start_new_session=True)
+    log.info("started %s (pid %d): %s", kind, proc.pid, " ".join(cmd))
+    try:
+        last_error = "no attempt yet"
+        while True:
+            code = proc.poll()
+            if code is not None:
+                raise ServerStartError(_failure(kind, cmd, f"exited with code {code} before it was ready",
+                                                [log_path, *extra_logs]))
+            try:
+                ready()
+                break
+            except Exception as exc:  # not ready yet: connection refused, handshake failed, ...
+                last_error = f"{type(exc).__name__}: {exc}"
+            if time.monotonic() - t0 > timeout_s:
+                raise ServerStartError(_failure(kind, cmd, f"not ready after {timeout_s:.0f} s (last error: {last_error})",
+                                                [log_path, *extra_logs]))
+            time.sleep(0.25)
+        info = ServerInfo(kind=kind, host=host, port=port, pid=proc.pid, log_path=str(log_path),
+                          data_dir=str(data_dir), start_s=time.monotonic() - t0)
+        log.info("%s ready on %s:%d after %.1f s", kind, host, port, info.start_s)
+        yield info
+    finally:
+        _stop(proc, grace_s, kind)
+
+
+def _failure(kind: str, cmd: list[str], why: str, logs: list[Path]) -> str:
+    parts = [f"{kind} server {why}. Command: {' '.join(cmd)}"]
+    for p in logs:
+        parts.append(f"--- last lines of {p} ---\n{_tail(p)}")
+    return "\n".join(parts)
+
+
+@contextmanager
+def run_seekdb_server(base_dir: str | os.PathLike, port: int | None = None, *, memory_budget: str = "2G",
+                      log_disk_size: str = "2G", datafile_size: str = "1G", timeout_s: float = 180.0,
+                      grace_s: float = 30.0) -> Iterator[ServerInfo]:
+    """Run the real seekdb server on ``port`` (a free one when None) with data in ``base_dir``.
+
+    Yields once a client connects as root@sys to database ``test`` and runs ``SELECT 1``
+    (~15 s on a new directory; ~1.2 GB of disk). The server has a single TCP port (MySQL protocol)
+    plus a unix socket in base_dir/run; its unused ``rpc_port`` is set to another free port so two
+    servers never claim the default. Stops the process group at exit. Raises ServerStartError with
+    the log tail when it does not become ready within ``timeout_s``.
+    """
+    binary = seekdb_binary()
+    base = Path(base_dir).resolve()
+    base.mkdir(parents=True, exist_ok=True)
+    port = port or free_port()
+    rpc_port = free_port()
+    while rpc_port == port:
+        rpc_port = free_port()
+    cmd = [str(binary), "--nodaemon", "--base-dir", str(base), "--port", str(port),
+           "--parameter", f"memory_budget={memory_budget}", "--parameter", f"log_disk_size={log_disk_size}",
+           "--parameter", f"datafile_size={datafile_size}", "--parameter", f"rpc_port={rpc_port}"]
+    env = {k: v for k, v in os.environ.items() if k in ("PATH", "HOME", "LANG", "LC_ALL", "TZ", "TMPDIR")}
+
+    def ready() -> None:
+        import pymysql  # installed with pyseekdb
+
+        conn = pymysql.connect(host=LOOPBACK, port=port, user="root@sys", password="", database="test",
+                               connect_timeout=3, read_timeout=10)
+        try:
+            with conn.cursor() as cur:
+                cur.execute("SELECT 1")
+                cur.fetchall()
+        finally:
+            conn.close()
+
+    with _run("seekdb", cmd, cwd=base, log_path=base / "stdout.log", extra_logs=[base / "log" / "seekdb.log"],
+              env=env, ready=ready, timeout_s=timeout_s, grace_s=grace_s, host=LOOPBACK, port=port,
+              data_dir=base) as info:
+        yield info
+
+
+@contextmanager
+def run_chroma_server(path: str | os.PathLike, port: int | None = None, *, timeout_s: float = 60.0,
+                      grace_s: float = 15.0) -> Iterator[ServerInfo]:
+    """Run ``chroma run --path PATH --host 127.0.0.1 --port PORT`` (a free port when None).
+
+    Yields once ``GET /api/v2/heartbeat`` answers 200 (~2 s). Telemetry is off
+    (ANONYMIZED_TELEMETRY=False). Stops the process group at exit. Raises ServerStartError with the
+    log tail when it does not become ready within ``timeout_s``.
+    """
+    cli = chroma_cli()
+    data = Path(path).resolve()
+    data.mkdir(parents=True, exist_ok=True)
+    port = port or free_port()
+    cmd = [str(cli), "run", "--path", str(data), "--host", LOOPBACK, "--port", str(port)]
+    env = dict(os.environ, ANONYMIZED_TELEMETRY="False", NO_COLOR="1")
+    url = f"http://{LOOPBACK}:{port}/api/v2/heartbeat"
+
+    def ready() -> None:
+        import urllib.request
+
+        opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))  # loopback: never a proxy
+        with opener.open(url, timeout=2) as resp:
+            if resp.status != 200:
+                raise ConnectionError(f"{url} answered HTTP {resp.status}")
+
+    with _run("chroma", cmd, cwd=data, log_path=data / "chroma-server.log", extra_logs=[], env=env,
+              ready=ready, timeout_s=timeout_s, grace_s=grace_s, host=LOOPBACK, port=port, data_dir=data) as info:
+        yield info

@@ -1,0 +1,324 @@
+"""The backend contract, checked for EVERY configs/backend/*.yaml (found by glob: a new store is picked up).
+
+For config ``<name>.yaml`` a fixture ``server_<name>`` is requested when one exists (it starts the
+real server on 127.0.0.1 and yields constructor overrides, or skips). The YAML is instantiated
+under a root holding ``paths.stores = <tmp>``, with ``path`` (when the YAML has one), a unique
+``collection`` and the server overrides. ``open()`` raising BackendUnavailable skips with its reason.
+
+Data: 3 conversations x 60 rows, 384-d, 6 shared clusters, seeded; roles alternate; timestamps
+hourly with a few unknown (0.0). Every store is held against bench.backends.exact.ExactBackend.
+Approximate stores (capabilities.exact False) must reach mean recall@10 >= RECALL_FLOOR unfiltered.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import uuid
+from pathlib import Path
+
+import hydra.utils
+import numpy as np
+import pytest
+from omegaconf import OmegaConf
+
+from bench.backends.base import FILTER_KINDS, BackendUnavailable, Capabilities
+from bench.backends.exact import ExactBackend
+from bench.types import MemoryBatch, Where, memory_key
+
+REPO = Path(__file__).resolve().parent.parent
+CONFIG_DIR = REPO / "configs" / "backend"
+CONFIGS = sorted(p.stem for p in CONFIG_DIR.glob("*.yaml"))
+
+DIM = 384
+N_CONV, PER_CONV, N_CLUSTERS = 3, 60, 6
+K = 10
+N_QUERIES = 30
+RECALL_FLOOR = 0.90  # approximate stores: mean unfiltered recall@10 vs exact on this easy 180-row set
+SIM_TOL = 1e-4
+TIE_TOL = 1e-5  # exact stores may order near-equal neighbours differently at the k-th place (float32)
+T0 = 1_700_000_000.0
+CLIENT_MODULES = {"pinecone", "chromadb", "pyseekdb", "pylibseekdb", "sqlite_vec", "sqlean"}
+
+
+# ---------------------------------------------------------------- data
+def make_data(seed: int = 7):
+    rng = np.random.default_rng(seed)
+    centers = rng.normal(size=(N_CLUSTERS, DIM))
+    ids, vecs, convs, roles, ts = [], [], [], [], []
+    for c in range(N_CONV):
+        for p in range(PER_CONV):
+            v = centers[rng.integers(N_CLUSTERS)] + 0.8 * rng.normal(size=DIM)
+            vecs.append(v / np.linalg.norm(v))
+            ids.append(memory_key(f"conv-{c}", f"D{p // 20 + 1}:{p % 20 + 1}"))
+            convs.append(f"conv-{c}")
+            roles.append("user" if p % 2 == 0 else "assistant")
+            ts.append(0.0 if p % 15 == 7 else T0 + 3600.0 * p)  # a few unknown times
+    vectors = np.asarray(vecs, dtype=np.float32)
+    q = vectors[rng.choice(len(ids), N_QUERIES, replace=False)] + 0.05 * rng.normal(size=(N_QUERIES, DIM))
+    queries = (q / np.linalg.norm(q, axis=1, keepdims=True)).astype(np.float32)
+    return ids, vectors, convs, roles, ts, queries
+
+
+IDS, VECTORS, CONVS, ROLES, TS, QUERIES = make_data()
+ROW = {i: n for n, i in enumerate(IDS)}
+
+
+def batch(rows) -> MemoryBatch:
+    rows = list(rows)
+    return MemoryBatch(
+        ids=tuple(IDS[r] for r in rows),
+        vectors=VECTORS[rows],
+        conversation_ids=tuple(CONVS[r] for r in rows),
+        roles=tuple(ROLES[r] for r in rows),
+        timestamps=tuple(TS[r] for r in rows),
+    )
+
+
+def matching(where: Where) -> list[int]:
+    return [
+        r
+        for r in range(len(IDS))
+        if (where.conversation_id is None or CONVS[r] == where.conversation_id)
+        and (where.roles is None or ROLES[r] in where.roles)
+        and (where.before is None or TS[r] <= where.before)
+    ]
+
+
+FILTERS = {  # name -> (Where, filter kinds it needs)
+    "conversation": (Where(conversation_id="conv-1"), {"conversation"}),
+    "role": (Where(roles=("user",)), {"role"}),
+    "before": (Where(before=T0 + 3600.0 * 25), {"before"}),
+    "combined": (Where(conversation_id="conv-2", roles=("assistant",), before=T0 + 3600.0 * 30), FILTER_KINDS),
+    "no-match": (Where(conversation_id="conv-missing"), {"conversation"}),
+}
+
+
+# ---------------------------------------------------------------- instantiate / fixtures
+def server_overrides(request, name: str) -> dict:
+    try:
+        return dict(request.getfixturevalue(f"server_{name}"))
+    except pytest.FixtureLookupError:
+        return {}  # no server needed
+
+
+def instantiate(name: str, stores_dir: Path, overrides: dict, collection: str):
+    raw = OmegaConf.load(CONFIG_DIR / f"{name}.yaml")
+    root = OmegaConf.create({"paths": {"stores": str(stores_dir)}, "backend": raw})
+    kwargs = dict(overrides)
+    if "path" in raw:
+        kwargs.setdefault("path", str(stores_dir / name))
+    kwargs["collection"] = collection
+    return hydra.utils.instantiate(root.backend, **kwargs)
+
+
+def unique_collection() -> str:
+    return f"rbct_{uuid.uuid4().hex[:12]}"
+
+
+def open_or_skip(backend) -> None:
+    try:
+        backend.open(dim=DIM, metric="cosine")
+    except BackendUnavailable as e:
+        pytest.skip(f"{type(backend).__name__} unavailable here: {e}")
+
+
+class Maker:
+    """Creates backends for one config; drops and closes every one at teardown."""
+
+    def __init__(self, name: str, overrides: dict, stores_dir: Path) -> None:
+        self.name, self.overrides, self.stores_dir = name, overrides, stores_dir
+        self.made: list = []
+
+    def new(self, collection: str | None = None):
+        b = instantiate(self.name, self.stores_dir, self.overrides, collection or unique_collection())
+        self.made.append(b)
+        return b
+
+    def cleanup(self) -> None:
+        for b in reversed(self.made):
+            try:
+                b.drop()
+            finally:
+                b.close()
+
+
+@pytest.fixture(scope="module")
+def exact():
+    ref = ExactBackend()
+    ref.open(dim=DIM)
+    ref.add(batch(range(len(IDS))))
+    ref.wait_ready()
+    return ref
+
+
+@pytest.fixture(scope="module", params=CONFIGS)
+def maker(request, tmp_path_factory):
+    name = request.param
+    m = Maker(name, server_overrides(request, name), tmp_path_factory.mktemp(f"stores_{name}"))
+    yield m
+    m.cleanup()
+
+
+@pytest.fixture(scope="module")
+def loaded(maker):
+    """One store per config holding the whole data set (added in two batches), shared by read-only checks."""
+    b = maker.new()
+    open_or_skip(b)
+    b.add(batch(range(0, 100)))
+    b.add(batch(range(100, len(IDS))))
+    b.wait_ready(timeout_s=120)
+    return b
+
+
+# ---------------------------------------------------------------- helpers
+def assert_well_formed(hits, query: np.ndarray, label: str) -> None:
+    """Check 5: sorted descending, no duplicate ids, similarities match exact cosine."""
+    ids = [h.id for h in hits]
+    assert len(ids) == len(set(ids)), f"{label}: duplicate ids {ids}"
+    scores = [h.score for h in hits]
+    assert scores == sorted(scores, reverse=True), f"{label}: not sorted best first: {scores}"
+    for h in hits:
+        assert h.id in ROW, f"{label}: unknown id {h.id!r}"
+        true = float(VECTORS[ROW[h.id]] @ query)
+        assert abs(h.score - true) <= SIM_TOL, f"{label}: {h.id} score {h.score} vs exact cosine {true}"
+
+
+def same_up_to_ties(got: list[str], want_hits, query: np.ndarray) -> bool:
+    """Same id set as the exact top-k, allowing swaps among rows tied (within TIE_TOL) at the k-th score."""
+    want = [h.id for h in want_hits]
+    if len(got) != len(want):
+        return False
+    kth = want_hits[-1].score
+    for i in set(want) ^ set(got):
+        if abs(float(VECTORS[ROW[i]] @ query) - kth) > TIE_TOL:
+            return False
+    return True
+
+
+def recall(got: list[str], want: list[str]) -> float:
+    return len(set(got) & set(want)) / len(want) if want else 1.0
+
+
+# ---------------------------------------------------------------- checks
+def test_declares_contract(maker):
+    b = maker.new()
+    assert isinstance(b.name, str) and b.name
+    caps = b.capabilities
+    assert isinstance(caps, Capabilities)
+    assert caps.filters <= FILTER_KINDS
+    assert caps.max_k >= 100
+    for method in ("open", "add", "wait_ready", "search", "close", "drop"):
+        assert callable(getattr(b, method)), method
+
+
+def test_importing_backend_modules_imports_no_client():
+    targets = sorted({str(OmegaConf.load(CONFIG_DIR / f"{n}.yaml")._target_).rsplit(".", 1)[0] for n in CONFIGS})
+    code = (
+        "import sys, json, importlib\n"
+        f"for m in {targets!r}: importlib.import_module(m)\n"
+        "print(json.dumps(sorted({m.split('.')[0] for m in sys.modules})))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, check=True)
+    loaded_tops = set(json.loads(out.stdout))
+    assert not (loaded_tops & CLIENT_MODULES), f"importing {targets} imported {loaded_tops & CLIENT_MODULES}"
+
+
+def test_topk_matches_exact(loaded, exact):
+    """Check 1: exact stores return the exact top-k; approximate ones reach the recall floor."""
+    recalls = []
+    for n, q in enumerate(QUERIES):
+        want = exact.search(q, k=K, where=Where())
+        got = loaded.search(q, k=K, where=Where())
+        assert_well_formed(got, q, f"query {n}")
+        got_ids = [h.id for h in got]
+        if loaded.capabilities.exact:
+            assert same_up_to_ties(got_ids, want, q), f"query {n}: {got_ids} != exact {[h.id for h in want]}"
+        recalls.append(recall(got_ids, [h.id for h in want]))
+    mean = float(np.mean(recalls))
+    if not loaded.capabilities.exact:
+        print(f"{loaded.name}: recall@{K} {mean:.3f} (shortfall {1 - mean:.3f}; floor {RECALL_FLOOR})")
+        assert mean >= RECALL_FLOOR
+    else:
+        assert mean == pytest.approx(1.0, abs=0.01)
+
+
+@pytest.mark.parametrize("filter_name", list(FILTERS))
+def test_filters_honoured(loaded, exact, filter_name):
+    """Check 2: every hit satisfies the filter; exact stores return exactly min(k, matching)."""
+    where, kinds = FILTERS[filter_name]
+    if not kinds <= loaded.capabilities.filters:
+        pytest.skip(f"{loaded.name} does not filter on {sorted(kinds - loaded.capabilities.filters)} natively")
+    allowed = {IDS[r] for r in matching(where)}
+    for k in (K, 100):
+        for n, q in enumerate(QUERIES[:10]):
+            got = loaded.search(q, k=k, where=where)
+            label = f"{filter_name} k={k} query {n}"
+            assert {h.id for h in got} <= allowed, f"{label}: non-matching ids {[h.id for h in got if h.id not in allowed]}"
+            assert_well_formed(got, q, label)
+            assert len(got) <= k
+            if loaded.capabilities.exact:
+                assert len(got) == min(k, len(allowed)), f"{label}: {len(got)} hits, expected {min(k, len(allowed))}"
+                want = exact.search(q, k=k, where=where)
+                assert same_up_to_ties([h.id for h in got], want, q) if want else got == [], label
+
+
+def test_filter_fixture_sizes():
+    """The filters above select what they were designed to (hand-worked from make_data's layout)."""
+    assert len(matching(FILTERS["conversation"][0])) == 60
+    assert len(matching(FILTERS["role"][0])) == 90
+    # per conversation: positions 0..25 (26 rows, incl. the unknown-time 7 and 22) + unknown-time 37 and 52
+    assert len(matching(FILTERS["before"][0])) == 3 * (26 + 2)
+    # conv-2 assistants = odd positions: 1..29 (15 rows) + the unknown-time odd position 37
+    assert len(matching(FILTERS["combined"][0])) == 16
+    assert matching(FILTERS["no-match"][0]) == []
+
+
+def test_read_your_writes(maker):
+    """Check 3: rows added after a first batch are found once wait_ready returns."""
+    b = maker.new()
+    open_or_skip(b)
+    b.add(batch(range(0, 40)))
+    b.wait_ready(timeout_s=120)
+    new_rows = list(range(60, 66))  # conv-1 rows
+    b.add(batch(new_rows))
+    b.wait_ready(timeout_s=120)
+    for r in new_rows:
+        got = [h.id for h in b.search(VECTORS[r], k=3, where=Where(conversation_id="conv-1"))]
+        assert IDS[r] in got, f"{IDS[r]} not found after wait_ready: {got}"
+
+
+def test_persistence_across_reopen(maker):
+    """Check 4: persistent stores find their data from a new instance on the same path/collection."""
+    first = maker.new()
+    if not first.capabilities.persistent:
+        pytest.skip(f"{first.name} is not persistent")
+    open_or_skip(first)
+    rows = list(range(0, 60))
+    first.add(batch(rows))
+    first.wait_ready(timeout_s=120)
+    before = [h.id for h in first.search(QUERIES[0], k=5, where=Where())]
+    first.close()
+    second = maker.new(collection=first.collection)
+    open_or_skip(second)
+    second.wait_ready(timeout_s=120)
+    after = [h.id for h in second.search(QUERIES[0], k=5, where=Where())]
+    assert len(before) == 5
+    assert after == before
+    for r in (0, 30, 59):
+        assert IDS[r] in [h.id for h in second.search(VECTORS[r], k=3, where=Where())]
+
+
+def test_drop_then_open_is_empty(maker):
+    """Check 6: drop() removes the data; open() afterwards gives an empty collection; drop is idempotent."""
+    b = maker.new()
+    open_or_skip(b)
+    b.add(batch(range(0, 30)))
+    b.wait_ready(timeout_s=120)
+    assert b.search(QUERIES[0], k=5, where=Where())
+    b.drop()
+    b.drop()
+    b.open(dim=DIM, metric="cosine")
+    assert b.search(QUERIES[0], k=5, where=Where()) == []
+    assert b.search(VECTORS[3], k=5, where=Where(conversation_id="conv-0")) == []

@@ -1,0 +1,194 @@
+"""Embedding cache: hits/misses, reload from disk, model isolation, dedup, crash leftovers."""
+
+import logging
+
+import numpy as np
+import pytest
+
+from bench.embedders.base import Embedder
+from bench.embedders.cache import CachedEmbedder, model_dir_name, text_key
+
+
+class CountingEmbedder:
+    """Fake inner embedder: vector = one-hot-ish from the text length, records every call."""
+
+    for_results = True
+
+    def __init__(self, model_id: str = "fake/v1", dim: int = 4) -> None:
+        self.model_id = model_id
+        self.dim = dim
+        self.calls: list[list[str]] = []
+
+    def embed(self, texts):
+        self.calls.append(list(texts))
+        out = np.zeros((len(texts), self.dim), dtype=np.float32)
+        for i, t in enumerate(texts):
+            out[i, len(t) % self.dim] = 1.0
+        return out
+
+
+def test_second_call_embeds_nothing(tmp_path):
+    inner = CountingEmbedder()
+    c = CachedEmbedder(inner, tmp_path)
+    assert isinstance(c, Embedder)
+    assert (c.model_id, c.dim, c.for_results) == ("fake/v1", 4, True)
+    v1 = c.embed(["a", "bb", "ccc"])
+    # len 1 -> e1, len 2 -> e2, len 3 -> e3
+    np.testing.assert_array_equal(v1, np.eye(4, dtype=np.float32)[[1, 2, 3]])
+    assert inner.calls == [["a", "bb", "ccc"]]
+    assert (c.hits, c.misses, c.embedded) == (0, 3, 3)
+    assert c.last_embed_seconds > 0.0
+    v2 = c.embed(["ccc", "a"])
+    np.testing.assert_array_equal(v2, v1[[2, 0]])
+    assert len(inner.calls) == 1  # nothing re-embedded
+    assert (c.hits, c.misses, c.embedded) == (2, 3, 3)
+    assert c.last_embed_seconds == 0.0
+    assert c.stats()["entries"] == 3
+
+
+def test_only_misses_are_embedded_and_order_kept(tmp_path):
+    inner = CountingEmbedder()
+    c = CachedEmbedder(inner, tmp_path)
+    c.embed(["a", "bb"])
+    v = c.embed(["bb", "dddd", "a", "eeeee"])
+    assert inner.calls[-1] == ["dddd", "eeeee"]
+    np.testing.assert_array_equal(v, np.eye(4, dtype=np.float32)[[2, 0, 1, 1]])
+
+
+def test_survives_a_new_instance(tmp_path):
+    CachedEmbedder(CountingEmbedder(), tmp_path).embed(["x", "yy"])
+    inner = CountingEmbedder()
+    c = CachedEmbedder(inner, tmp_path)
+    assert len(c) == 2
+    v = c.embed(["yy", "x"])
+    assert inner.calls == []
+    np.testing.assert_array_equal(v, np.eye(4, dtype=np.float32)[[2, 1]])
+    shards = list((tmp_path / model_dir_name("fake/v1")).glob("shard-*.npz"))
+    assert len(shards) == 1
+    assert (tmp_path / model_dir_name("fake/v1") / "MODEL_ID.txt").read_text() == "fake/v1\n"
+
+
+def test_different_model_ids_do_not_collide(tmp_path):
+    CachedEmbedder(CountingEmbedder("fake/v1"), tmp_path).embed(["x"])
+    # ids that sanitise to the same string still get different directories
+    assert model_dir_name("a/b") != model_dir_name("a_b")
+    other = CountingEmbedder("fake:v1")
+    c = CachedEmbedder(other, tmp_path)
+    assert len(c) == 0
+    c.embed(["x"])
+    assert other.calls == [["x"]]
+
+
+def test_duplicates_embedded_once(tmp_path):
+    inner = CountingEmbedder()
+    c = CachedEmbedder(inner, tmp_path)
+    v = c.embed(["same", "other1", "same", "same"])
+    assert inner.calls == [["same", "other1"]]
+    assert (c.hits, c.misses, c.embedded) == (0, 4, 2)
+    np.testing.assert_array_equal(v[0], v[2])
+    np.testing.assert_array_equal(v[0], v[3])
+
+
+def test_partial_temp_file_and_corrupt_shard_are_ignored(tmp_path, caplog):
+    CachedEmbedder(CountingEmbedder(), tmp_path).embed(["x"])
+    d = tmp_path / model_dir_name("fake/v1")
+    good = next(d.glob("shard-*.npz")).read_bytes()
+    (d / ".tmp-crashed.npz").write_bytes(good[: len(good) // 2])  # crash before os.replace
+    (d / "shard-99999999999999999999-1-deadbeef.npz").write_bytes(good[: len(good) // 2])  # damaged copy
+    with caplog.at_level(logging.WARNING, logger="bench.embedders.cache"):
+        c = CachedEmbedder(CountingEmbedder(), tmp_path)
+    assert len(c) == 1  # the good shard only
+    assert "skipping shard" in caplog.text and "deadbeef" in caplog.text
+    assert ".tmp-crashed" not in caplog.text  # temp files are not even looked at
+
+
+def test_shard_of_wrong_dim_is_skipped(tmp_path):
+    CachedEmbedder(CountingEmbedder(dim=4), tmp_path).embed(["x"])
+    c = CachedEmbedder(CountingEmbedder(dim=8), tmp_path)  # same id, different dim: skip, re-embed
+    assert len(c) == 0
+    assert c.embed(["x"]).shape == (1, 8)
+
+
+def test_empty_input(tmp_path):
+    inner = CountingEmbedder()
+    c = CachedEmbedder(inner, tmp_path)
+    assert c.embed([]).shape == (0, 4)
+    assert inner.calls == []
+    assert not (tmp_path / model_dir_name("fake/v1")).exists()
+
+
+def test_garbage_from_inner_is_not_cached(tmp_path):
+    class Bad(CountingEmbedder):
+        def embed(self, texts):
+            out = super().embed(texts)
+            out[1, 0] = np.nan
+            return out
+
+    c = CachedEmbedder(Bad(), tmp_path)
+    with pytest.raises(ValueError, match="non-finite vector for item 1"):
+        c.embed(["a", "b"])
+    assert len(c) == 0
+    assert not list(tmp_path.rglob("shard-*.npz"))
+
+    class Unnormalised(CountingEmbedder):
+        def embed(self, texts):
+            return 2 * super().embed(texts)
+
+    with pytest.raises(ValueError, match="norm 2.0000 for item 0"):
+        CachedEmbedder(Unnormalised("u"), tmp_path).embed(["a"])
+
+
+def test_compact_merges_shards(tmp_path):
+    c = CachedEmbedder(CountingEmbedder(), tmp_path)
+    for t in ["a", "bb", "ccc"]:
+        c.embed([t])
+    d = tmp_path / model_dir_name("fake/v1")
+    assert len(list(d.glob("shard-*.npz"))) == 3
+    c.compact()
+    assert len(list(d.glob("shard-*.npz"))) == 1
+    inner = CountingEmbedder()
+    v = CachedEmbedder(inner, tmp_path).embed(["ccc", "a", "bb"])
+    assert inner.calls == []
+    np.testing.assert_array_equal(v, np.eye(4, dtype=np.float32)[[3, 1, 2]])
+
+
+def test_text_key_is_sha256_of_utf8():
+    # sha256("abc") is the FIPS 180-2 test vector
+    assert text_key("abc") == "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad"
+
+
+class LearnsDim(CountingEmbedder):
+    """Like the HTTP embedder without a configured dim: dim unknown until the first reply."""
+
+    def __init__(self):
+        super().__init__("learns/v1", dim=4)
+        self.known = False
+
+    @property
+    def dim(self):
+        if not self.known:
+            raise RuntimeError("dimension unknown before the first embed()")
+        return 4
+
+    @dim.setter
+    def dim(self, value):
+        pass
+
+    def embed(self, texts):
+        self.known = True
+        self.calls.append(list(texts))
+        return np.eye(4, dtype=np.float32)[[len(t) % 4 for t in texts]]
+
+
+def test_inner_that_learns_its_dim(tmp_path):
+    c = CachedEmbedder(LearnsDim(), tmp_path)  # constructing must not need the dim
+    assert c.embed([]).shape == (0, 0)
+    with pytest.raises(RuntimeError, match="dimension unknown"):
+        _ = c.dim
+    c.embed(["a"])
+    assert c.dim == 4
+    inner = LearnsDim()
+    again = CachedEmbedder(inner, tmp_path)
+    assert again.dim == 4  # from the cached vectors, before the inner embedder knows
+    np.testing.assert_array_equal(again.embed(["a"]), [[0, 1, 0, 0]])
+    assert inner.calls == []

@@ -1,0 +1,223 @@
+"""OpenAI-compatible HTTP embedder against a scripted loopback server (127.0.0.1 only)."""
+
+import json
+import logging
+import socket
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import numpy as np
+import pytest
+
+from bench.embedders.http import (
+    EmbeddingHTTPError,
+    HTTPEmbedder,
+    _public_url,
+    _retry_after_seconds,
+)
+
+SECRET = "sk-test-SECRET123"
+KEY_ENV = "RECALLBENCH_TEST_EMBED_KEY"
+
+
+def vec_for(text: str, dim: int = 3) -> list[float]:
+    """Deterministic server-side vector: [len, 1, 0] (unnormalised)."""
+    return [float(len(text)), 1.0] + [0.0] * (dim - 2)
+
+
+class Scripted:
+    """Server state: a queue of scripted replies; when empty, a correct embedding reply."""
+
+    def __init__(self) -> None:
+        self.replies: list = []  # items: (status, headers, body_bytes) or callable(payload) -> that
+        self.requests: list[dict] = []
+        self.lock = threading.Lock()
+
+    def reply(self, payload):
+        with self.lock:
+            item = self.replies.pop(0) if self.replies else None
+        if callable(item):
+            return item(payload)
+        if item is not None:
+            return item
+        data = [{"object": "embedding", "index": i, "embedding": vec_for(t)} for i, t in enumerate(payload["input"])]
+        data.reverse()  # servers may return items out of order: the client sorts by index
+        return 200, {}, json.dumps({"object": "list", "data": data, "model": payload["model"]}).encode()
+
+
+@pytest.fixture
+def server():
+    state = Scripted()
+
+    class Handler(BaseHTTPRequestHandler):
+        def setup(self):
+            super().setup()
+            self.connection.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+
+        def do_POST(self):
+            body = self.rfile.read(int(self.headers["Content-Length"]))
+            payload = json.loads(body)
+            state.requests.append({"path": self.path, "auth": self.headers.get("Authorization"), "json": payload})
+            status, headers, out = state.reply(payload)
+            self.send_response(status)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(out)))
+            for k, v in headers.items():
+                self.send_header(k, v)
+            self.end_headers()
+            self.wfile.write(out)
+
+        def log_message(self, *args):
+            pass
+
+    httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    thread = threading.Thread(target=httpd.serve_forever, kwargs={"poll_interval": 0.02}, daemon=True)
+    thread.start()
+    state.base_url = f"http://127.0.0.1:{httpd.server_address[1]}/v1"
+    try:
+        yield state
+    finally:
+        httpd.shutdown()
+        httpd.server_close()
+        thread.join(5)
+
+
+@pytest.fixture
+def key(monkeypatch):
+    monkeypatch.setenv(KEY_ENV, SECRET)
+    return SECRET
+
+
+def make(server, **kw) -> HTTPEmbedder:
+    e = HTTPEmbedder(model="test/embed-3", base_url=server.base_url, api_key_env=KEY_ENV,
+                     backoff_base_s=0.5, progress=False, **kw)
+    e.sleeps = []
+    e._sleep = e.sleeps.append  # record instead of sleeping
+    return e
+
+
+def test_happy_path_batching_order_and_normalisation(server, key):
+    e = make(server, batch_size=2)
+    texts = ["a", "bbb", "cc", "dddd", ""]
+    v = e.embed(texts)
+    assert len(server.requests) == 3  # 5 texts in batches of 2
+    assert [r["json"]["input"] for r in server.requests] == [["a", "bbb"], ["cc", "dddd"], [""]]
+    assert all(r["path"] == "/v1/embeddings" for r in server.requests)
+    assert all(r["auth"] == f"Bearer {SECRET}" for r in server.requests)
+    assert all(r["json"]["model"] == "test/embed-3" and "dimensions" not in r["json"] for r in server.requests)
+    # server vector [len, 1, 0] normalised: "bbb" -> [3, 1, 0] / sqrt(10); "" -> [0, 1, 0]
+    np.testing.assert_allclose(v[1], np.array([3, 1, 0]) / np.sqrt(10), rtol=1e-6)
+    np.testing.assert_allclose(v[4], [0, 1, 0])
+    assert v.dtype == np.float32 and v.shape == (5, 3)
+    assert e.dim == 3  # learnt from the first response
+    assert e.model_id == "http:test/embed-3"
+    assert (e.requests, e.retries) == (3, 0)
+
+
+def test_dimensions_sent_and_in_model_id(server, key):
+    e = make(server, dimensions=3)
+    assert e.dim == 3
+    assert e.model_id == "http:test/embed-3@3d"
+    e.embed(["x"])
+    assert server.requests[0]["json"]["dimensions"] == 3
+
+
+def test_429_then_success_is_retried_honouring_retry_after(server, key):
+    server.replies = [(429, {"Retry-After": "7"}, b'{"error": {"message": "rate limited"}}')]
+    e = make(server)
+    v = e.embed(["hello"])
+    assert v.shape == (1, 3)
+    assert (e.requests, e.retries) == (2, 1)
+    assert e.sleeps == [7.0]  # Retry-After wins over the 0.5 s backoff
+
+
+def test_500_every_time_fails_after_max_retries(server, key):
+    server.replies = [(500, {}, b'{"error": {"message": "upstream exploded"}}')] * 4
+    e = make(server, max_retries=3)
+    with pytest.raises(EmbeddingHTTPError) as ei:
+        e.embed(["hello"])
+    msg = str(ei.value)
+    assert "after 4 attempts" in msg and "500" in msg and "upstream exploded" in msg
+    assert len(server.requests) == 4
+    assert e.sleeps == [0.5, 1.0, 2.0]  # exponential backoff
+
+
+def test_401_fails_at_once_without_leaking_the_key(server, key, caplog):
+    # a hostile server echoes the key back in its error message
+    server.replies = [(401, {}, json.dumps({"error": {"message": f"bad key Bearer {SECRET}", "code": 401}}).encode())]
+    e = make(server)
+    with caplog.at_level(logging.DEBUG), pytest.raises(EmbeddingHTTPError) as ei:
+        e.embed(["hello"])
+    msg = str(ei.value)
+    assert "401" in msg and "Unauthorized" in msg and "bad key" in msg
+    assert "POST http://127.0.0.1:" in msg and "/v1/embeddings" in msg
+    assert SECRET not in msg and "SECRET123" not in msg
+    assert "SECRET123" not in caplog.text
+    assert "SECRET123" not in repr(e) and "SECRET123" not in str(e) and "SECRET123" not in str(vars(e))
+    assert len(server.requests) == 1  # no retry on 4xx
+    assert e.sleeps == []
+
+
+def test_nan_vector_names_the_item(server, key):
+    def nan_second(payload):
+        body = '{"data": [{"index": 0, "embedding": [1, 0, 0]}, {"index": 1, "embedding": [NaN, 1, 0]}]}'
+        return 200, {}, body.encode()
+
+    server.replies = [lambda p: (200, {}, b'{"data": [{"index": 0, "embedding": [1, 0, 0]}, {"index": 1, "embedding": [0, 1, 0]}]}'),
+                      nan_second]
+    e = make(server, batch_size=2)
+    with pytest.raises(ValueError, match=r"item 3: vector contains NaN or inf"):  # 2nd batch, 2nd item
+        e.embed(["a", "b", "c", "d"])
+
+
+def test_wrong_dimension_is_an_error(server, key):
+    server.replies = [lambda p: (200, {}, b'{"data": [{"index": 0, "embedding": [1, 0, 0]}, {"index": 1, "embedding": [0, 1]}]}')]
+    with pytest.raises(ValueError, match=r"item 1: wrong dimension 2, expected 3"):
+        make(server).embed(["a", "b"])
+    # configured dim is enforced from the first item on
+    server.replies = [lambda p: (200, {}, b'{"data": [{"index": 0, "embedding": [1, 0, 0]}]}')]
+    with pytest.raises(ValueError, match=r"item 0: wrong dimension 3, expected 4"):
+        make(server, dim=4).embed(["a"])
+
+
+def test_count_mismatch_is_an_error(server, key):
+    server.replies = [lambda p: (200, {}, b'{"data": [{"index": 0, "embedding": [1, 0, 0]}]}')]
+    with pytest.raises(ValueError, match=r"sent 2 texts \(items 0..1\), got 1 embeddings"):
+        make(server).embed(["a", "b"])
+
+
+def test_connection_refused_is_retried_then_fails(key):
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+    s.close()  # nothing listens there now
+    e = HTTPEmbedder(model="m", base_url=f"http://127.0.0.1:{port}/v1", api_key_env=KEY_ENV,
+                     max_retries=2, backoff_base_s=0.25, progress=False)
+    e._sleep = (sleeps := []).append
+    with pytest.raises(EmbeddingHTTPError, match="failed after 3 attempts; last: connection error"):
+        e.embed(["a"])
+    assert sleeps == [0.25, 0.5]
+
+
+def test_missing_key_env_is_clear(monkeypatch):
+    monkeypatch.delenv(KEY_ENV, raising=False)
+    e = HTTPEmbedder(model="m", base_url="http://127.0.0.1:9/v1", api_key_env=KEY_ENV, progress=False)
+    with pytest.raises(EmbeddingHTTPError, match=f"environment variable {KEY_ENV} is not set"):
+        e.embed(["a"])
+    with pytest.raises(RuntimeError, match="dimension unknown"):
+        _ = e.dim
+
+
+def test_config_validation():
+    with pytest.raises(ValueError, match="must NAME an environment variable"):
+        HTTPEmbedder(model="m", base_url="https://x/v1", api_key_env="sk-live-abc")
+    with pytest.raises(ValueError, match="base_url"):
+        HTTPEmbedder(model="m", base_url="x/v1")
+
+
+def test_helpers():
+    assert _public_url("https://user:pw@api.example.com:8443/v1/embeddings?key=abc#f") == "https://api.example.com:8443/v1/embeddings"
+    assert _retry_after_seconds("3") == 3.0
+    assert _retry_after_seconds(None) is None
+    assert _retry_after_seconds("Wed, 21 Oct 2015 07:28:00 GMT") == 0.0  # a date in the past
+    assert _retry_after_seconds("soon") is None
