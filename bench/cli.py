@@ -25,53 +25,68 @@ from bench.results import publish_latest, write_atomic
 log = logging.getLogger("bench")
 
 
+def get_trace(cfg: DictConfig, corpus, embedder, roles: tuple[str, ...] | None):
+    """The trace for (dataset, embedder, store, depth, roles): from the cache, else measured once."""
+    from bench.runner import Trace, build_trace
+
+    backend_cfg = {k: v for k, v in to_plain(cfg.backend).items() if k not in ("path", "collection")}
+    corpus_id = fingerprint(corpus.source, len(corpus.turns()), [q.question_id for q in corpus.questions])
+    key = fingerprint(corpus.name, corpus_id, embedder.model_id, backend_cfg, int(cfg.depth), roles)
+    cached = Path(cfg.paths.cache) / "traces" / key
+    if cfg.trace_cache and (cached / "trace.parquet").exists():
+        trace = Trace.load(cached)
+        log.info("reusing trace %s measured at %s (no store query)", key, trace.meta.get("measured_at"))
+        trace.meta["reused_from"] = str(cached)
+        return trace
+    backend = build(cfg.backend, collection=f"rb_{key}")
+    try:
+        trace = build_trace(corpus, embedder, backend, depth=int(cfg.depth), roles=roles,
+                            warmup=int(cfg.warmup), progress=bool(cfg.progress))
+    finally:
+        try:
+            backend.drop()
+        finally:
+            backend.close()
+    trace.meta.update(trace_key=key, dataset_source=corpus.source)
+    trace.save(cached)
+    return trace
+
+
 def run_job(cfg: DictConfig, out_dir: Path) -> pd.DataFrame:
     """Run one job into ``out_dir``; returns its summary table."""
     from bench import tokens
     from bench.data.card import dataset_card
     from bench.embedders.cache import CachedEmbedder
-    from bench.runner import Trace, build_trace
     from bench.sweep import StrategySpec, summarise, sweep, threshold_grid
 
     corpus = build(cfg.dataset)
     inner = build(cfg.embedder)
     embedder = CachedEmbedder(inner, Path(cfg.paths.cache) / "embeddings")
     strategies = [
-        StrategySpec(name=s.name, fn=build(s.fn), thresholded=bool(s.thresholded), uses_store=bool(s.get("uses_store", True)))
+        StrategySpec(name=s.name, fn=build(s.fn), thresholded=bool(s.thresholded), uses_store=bool(s.get("uses_store", True)),
+                     roles=tuple(s.roles) if s.get("roles") else None)
         for s in cfg.strategy.values()
     ]
     grid = threshold_grid(cfg.thresholds.start, cfg.thresholds.stop, cfg.thresholds.step)
-    backend_cfg = {k: v for k, v in to_plain(cfg.backend).items() if k not in ("path", "collection")}
-    corpus_id = fingerprint(corpus.source, len(corpus.turns()), [q.question_id for q in corpus.questions])
-    key = fingerprint(corpus.name, corpus_id, embedder.model_id, backend_cfg, int(cfg.depth))
-    cached = Path(cfg.paths.cache) / "traces" / key
-    if cfg.trace_cache and (cached / "trace.parquet").exists():
-        trace = Trace.load(cached)
-        embedder.embed([t.text for t in corpus.turns()])  # token counts need nothing else; keep cache warm
-        log.info("reusing trace %s measured at %s (no store query)", key, trace.meta.get("measured_at"))
-        trace.meta["reused_from"] = str(cached)
-    else:
-        backend = build(cfg.backend, collection=f"rb_{key}")
-        try:
-            trace = build_trace(corpus, embedder, backend, depth=int(cfg.depth), warmup=int(cfg.warmup), progress=bool(cfg.progress))
-        finally:
-            backend.drop()
-            backend.close()
-        trace.meta.update(trace_key=key, dataset_source=corpus.source)
-        trace.save(cached)
     counts = tokens.count_tokens_many([tokens.format_memory(t.role, t.text) for t in corpus.turns()], cfg.tokens.encoding)
     token_counts = {t.key: n for t, n in zip(corpus.turns(), counts)}
-    rows = sweep(trace, corpus, strategies, grid, token_counts, embedder=embedder.model_id)
+
+    out_dir.mkdir(parents=True, exist_ok=True)
+    parts, metas = [], []
+    for roles in dict.fromkeys(s.roles for s in strategies):
+        trace = get_trace(cfg, corpus, embedder, roles)
+        trace.save(out_dir / ("trace" if roles is None else f"trace_{'_'.join(roles)}"))
+        parts.append(sweep(trace, corpus, [s for s in strategies if s.roles == roles], grid, token_counts, embedder=embedder.model_id))
+        metas.append(trace.meta)
+    rows = pd.concat(parts, ignore_index=True)
     summary = summarise(rows)
     summary["for_results"] = bool(getattr(inner, "for_results", True))
 
-    out_dir.mkdir(parents=True, exist_ok=True)
-    trace.save(out_dir)
     write_atomic(out_dir / "questions.parquet", lambda p: rows.to_parquet(p, index=False))
     write_atomic(out_dir / "summary.csv", lambda p: summary.to_csv(p, index=False))
     write_atomic(out_dir / "dataset_card.md", lambda p: p.write_text(dataset_card(corpus)))
     write_atomic(out_dir / "config_resolved.yaml", lambda p: p.write_text(redacted_yaml(cfg)))
-    meta = {**trace.meta, "tokens_encoding": cfg.tokens.encoding, "thresholds": list(grid),
+    meta = {**metas[0], "traces": metas, "tokens_encoding": cfg.tokens.encoding, "thresholds": list(grid),
             "strategies": [s.name for s in strategies], "embed_cache": {"hits": embedder.hits, "misses": embedder.misses}}
     write_atomic(out_dir / "meta.json", lambda p: p.write_text(json.dumps(meta, indent=2, default=str)))
     return summary

@@ -112,6 +112,18 @@ def write_report(run_dir: Path) -> Path:
     if len(lat):
         lines += ["## Store latency (per query, store call only, warm-up discarded)", "",
                   _table(lat, ["dataset", "backend", "latency_p50_ms", "latency_p95_ms", "latency_p99_ms"]), ""]
+    traces = [t for j in jobs for t in j.get("traces", [j])]
+    if traces:
+        lines += ["## Store metrics (same vectors, same filters; exact = numpy cosine scan of the cached vectors)", "",
+                  "| store | roles | memories | ingest rows/s | read-after-write lag s | fidelity@10 vs exact | short-result rate | max abs score diff vs exact cosine | scores off by > 1e-4 | store dir MB |",
+                  "|---|---|---|---|---|---|---|---|---|---|"]
+        for t in traces:
+            mb = t.get("index_bytes")
+            lines.append(f"| {t['backend']} | {','.join(t['roles']) if t.get('roles') else 'all'} | {t['n_memories']} | "
+                         f"{_fmt(t.get('ingest_per_second'), 0)} | {_fmt(t.get('ready_seconds'), 2)} | {_fmt(t.get('fidelity_at_10'))} | "
+                         f"{_fmt(t.get('short_result_rate'))} | {_fmt(t.get('score_max_abs_diff'), 6)} | "
+                         f"{t.get('score_mismatches_1e4', 'n/a')} of {t.get('score_pairs', 'n/a')} | {_fmt(mb / 1e6, 1) if mb else 'n/a'} |")
+        lines.append("")
     if "adversarial_abstain_rate" in summary and summary["n_adversarial"].max() > 0:
         adv = summary[summary["n_adversarial"] > 0]
         lines += ["## Adversarial questions (correct recall = nothing)", "",

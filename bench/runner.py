@@ -97,6 +97,7 @@ def build_trace(
     warmup: int = 5,
     batch_size: int = 500,
     progress: bool = True,
+    fidelity_k: int = 10,
 ) -> Trace:
     """Ingest the corpus into ``backend`` and search each question once with ``k=depth``."""
     if depth <= 0:
@@ -129,6 +130,7 @@ def build_trace(
         exact = [float(tv[r] @ qv[qi]) if r >= 0 else float("nan") for r in rows]
         records.append((q.question_id, q.conversation_id, elapsed, ids, [h.score for h in hits], exact))
     table = pd.DataFrame.from_records(records, columns=TRACE_COLUMNS)
+    store = store_metrics(table, corpus, tv, qv, roles=roles, k=fidelity_k, depth=depth)
     meta = {
         "dataset": corpus.name,
         "backend": backend.name,
@@ -141,11 +143,68 @@ def build_trace(
         "ingest_per_second": len(turns) / (t_added - t0) if t_added > t0 else None,
         "ready_seconds": t_ready - t_added,
         "warmup_queries": min(warmup, len(questions)),
+        "index_bytes": disk_bytes(getattr(backend, "path", None)),
+        **store,
         "measured_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
         **emb_stats,
     }
     log.info("trace: %d questions on %s (ingest %.1fs, ready %.2fs)", len(records), backend.name, meta["ingest_seconds"], meta["ready_seconds"])
     return Trace(table, meta)
+
+
+def exact_top(corpus: Corpus, tv: np.ndarray, qv: np.ndarray, *, roles: tuple[str, ...] | None, k: int) -> list[list[str]]:
+    """The exact top-k keys per question (same filters as the store), from the cached vectors."""
+    turns = corpus.turns()
+    keys = np.array([t.key for t in turns], dtype=object)
+    conv = np.array([t.conversation_id for t in turns], dtype=object)
+    role = np.array([t.role for t in turns], dtype=object)
+    ts = np.array([float(t.timestamp or 0.0) for t in turns])
+    out = []
+    for qi, q in enumerate(corpus.questions):
+        mask = conv == q.conversation_id
+        if roles is not None:
+            mask &= np.isin(role, list(roles))
+        if q.asked_at is not None:
+            mask &= ts <= q.asked_at
+        rows = np.flatnonzero(mask)
+        sims = tv[rows] @ qv[qi]
+        order = np.lexsort((keys[rows].astype(str), -sims))[:k]
+        out.append([str(keys[rows[i]]) for i in order])
+    return out
+
+
+def store_metrics(table: pd.DataFrame, corpus: Corpus, tv: np.ndarray, qv: np.ndarray, *, roles, k: int, depth: int) -> dict:
+    """How faithful the store is to the exact cosine scan on the same vectors and filters.
+
+    fidelity = recall@k of the store's top-k against the exact top-k; short results = queries that
+    returned fewer than min(depth, matching) rows; score disagreement = |store sim - exact cos|.
+    """
+    truth = exact_top(corpus, tv, qv, roles=roles, k=10**9)
+    fid, short = [], 0
+    diffs = np.concatenate([np.abs(np.asarray(s, float) - np.asarray(e, float)) for s, e in zip(table["hit_scores"], table["exact_scores"])] or [np.empty(0)])
+    for ids, exact in zip(table["hit_ids"], truth):
+        want = exact[:k]
+        if want:
+            fid.append(len(set(ids[:k]) & set(want)) / len(want))
+        if len(ids) < min(depth, len(exact)):
+            short += 1
+    return {
+        f"fidelity_at_{k}": float(np.mean(fid)) if fid else float("nan"),
+        "short_result_rate": short / len(table) if len(table) else float("nan"),
+        "score_max_abs_diff": float(np.nanmax(diffs)) if diffs.size else float("nan"),
+        "score_mismatches_1e4": int(np.sum(diffs > 1e-4)),
+        "score_pairs": int(diffs.size),
+    }
+
+
+def disk_bytes(path) -> int | None:
+    """Bytes under a store's directory (None for stores without one)."""
+    if not path:
+        return None
+    p = Path(path)
+    if p.is_file():
+        return p.stat().st_size
+    return sum(f.stat().st_size for f in p.rglob("*") if f.is_file()) if p.exists() else None
 
 
 def vars_of(obj) -> dict:

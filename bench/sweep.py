@@ -26,6 +26,7 @@ class StrategySpec:
     fn: Callable[..., tuple[Hit, ...]]
     thresholded: bool
     uses_store: bool = True  # False: a baseline that ignores the trace (full context)
+    roles: tuple[str, ...] | None = None  # role filter pushed down to the store (its own trace)
 
 
 def threshold_grid(start: float | str, stop: float | str, step: float | str) -> tuple[float, ...]:
@@ -55,7 +56,10 @@ def sweep(
     """One row per (strategy, threshold, question).
 
     ``token_counts`` maps memory key -> tokens of its injected line ("role: message"); the
-    injected tokens of a selection are the sum of its lines plus one separator per newline.
+    injected tokens of a selection are the sum of its lines plus ``separator_tokens`` per newline.
+    Default 0: BPE merges the newline with the end of the line (".\n" is one cl100k token); on
+    LoCoMo this sum equals the exact count of the joined text for 99 % of 5-memory selections
+    and is otherwise 1 token short.
     """
     questions = {q.question_id: q for q in corpus.questions}
     by_conv = {c.conversation_id: c.turns for c in corpus.conversations}
