@@ -7,7 +7,7 @@ STAMP := $(VENV)/.installed-stamp
 ARGS ?=
 
 .DEFAULT_GOAL := help
-.PHONY: help sweep test report data install clean-cache
+.PHONY: help sweep test report data install clean-cache compare
 
 help: ## List the targets
 	@grep -E '^[a-zA-Z_-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-12s %s\n", $$1, $$2}'
@@ -34,3 +34,6 @@ data: $(STAMP) ## Verify the corpora under the data path; download missing ones 
 
 clean-cache: ## Delete cached embeddings, traces and store files (derived data only)
 	rm -rf reports/cache
+
+compare: $(STAMP) ## Compare every local store (LoCoMo + synthetic 14,726/100k x 384/1536) -> reports/compare/
+	$(BIN)/python -m bench.storebench $(ARGS)

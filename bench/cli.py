@@ -92,12 +92,13 @@ def run_job(cfg: DictConfig, out_dir: Path) -> pd.DataFrame:
     return summary
 
 
-def finish_run(run_dir: Path, latest: Path) -> None:
+def finish_run(run_dir: Path, latest: Path | None) -> None:
     from bench.report import write_report
 
     write_report(run_dir)
-    publish_latest(run_dir, latest)
-    log.info("report: %s (copied to %s)", run_dir / "report.md", latest)
+    if latest is not None:
+        publish_latest(run_dir, latest)
+    log.info("report: %s%s", run_dir / "report.md", f" (copied to {latest})" if latest else "")
 
 
 class CollectRuns(Callback):
@@ -108,7 +109,7 @@ class CollectRuns(Callback):
 
         sweep_dir = Path(config.hydra.sweep.dir)
         if collect_jobs(sweep_dir):
-            finish_run(sweep_dir, Path(config.paths.reports) / "latest")
+            finish_run(sweep_dir, Path(config.paths.reports) / "latest" if config.publish_latest else None)
 
 
 def main() -> None:
@@ -120,7 +121,7 @@ def main() -> None:
         out_dir = Path(hc.runtime.output_dir)
         run_job(cfg, out_dir)
         if hc.mode != RunMode.MULTIRUN:
-            finish_run(out_dir, Path(cfg.paths.reports) / "latest")
+            finish_run(out_dir, Path(cfg.paths.reports) / "latest" if cfg.publish_latest else None)
 
     _app()
 

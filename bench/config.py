@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
 
@@ -33,3 +34,19 @@ def fingerprint(*parts) -> str:
 def redacted_yaml(cfg: DictConfig) -> str:
     """The resolved config with secret-looking values replaced, as YAML."""
     return OmegaConf.to_yaml(OmegaConf.create(redact(OmegaConf.to_container(cfg, resolve=True))))
+
+
+CONFIGS = Path(__file__).resolve().parent.parent / "configs"
+
+
+def backend_names() -> list[str]:
+    return sorted(p.stem for p in (CONFIGS / "backend").glob("*.yaml"))
+
+
+def load_backend(name: str, *, stores_dir, **overrides):
+    """Instantiate ``configs/backend/<name>.yaml`` outside Hydra (``${paths.stores}`` = stores_dir)."""
+    path = CONFIGS / "backend" / f"{name}.yaml"
+    if not path.is_file():
+        raise ValueError(f"unknown store {name!r}: no {path} (known: {', '.join(backend_names())})")
+    root = OmegaConf.create({"paths": {"stores": str(stores_dir)}, "backend": OmegaConf.load(path)})
+    return build(root.backend, **overrides)

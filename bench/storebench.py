@@ -1,0 +1,293 @@
+"""``make compare``: every local store side by side, on LoCoMo and on synthetic data at the seed's scale.
+
+Two parts, both written to ``reports/compare/``:
+1. LoCoMo (quality and latency): the main pipeline (``python -m bench``) once per store, servers
+   started here on loopback; one table of best F1, limit-5 recall, latency and store metrics.
+2. Scale: clustered synthetic vectors (14,726 and 100,000 memories; 384-d and 1536-d) with role,
+   conversation and time metadata. Per store: ingest time, read-after-write lag (``wait_ready``),
+   per-query latency p50/p99 (top-10, unfiltered and conversation-filtered; warm-up discarded),
+   recall@10 against the exact numpy scan, and the latency ratio to that scan.
+The seed article's figures are printed beside ours, labelled as quoted, not measured.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import logging
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+from tqdm.auto import tqdm
+
+from bench.config import load_backend
+from bench.results import write_atomic
+from bench.runner import disk_bytes
+from bench.types import MemoryBatch, Where
+
+log = logging.getLogger("bench.storebench")
+
+LOCAL_STORES = ("exact", "sqlite_vec", "seekdb", "seekdb_server", "chroma", "chroma_server")
+# Quoted from the seed article (14,726 memories x 1536-d), NOT measured here.
+QUOTED = [
+    {"store": "sqlite-vec (quoted)", "n": 14726, "dim": 1536, "p50_ms": 94.0, "p99_ms": 118.0},
+    {"store": "Pinecone (quoted)", "n": 14726, "dim": 1536, "p50_ms": 127.0, "p99_ms": 342.0},
+]
+
+
+def synthetic(n: int, dim: int, *, n_queries: int, seed: int = 0, clusters: int = 100, conversations: int = 50):
+    """Clustered unit vectors with metadata, and queries drawn near the same cluster centres."""
+    rng = np.random.default_rng(seed)
+    centres = rng.standard_normal((clusters, dim)).astype(np.float32)
+    assign = rng.integers(0, clusters, n)
+    vecs = centres[assign] + 0.6 * rng.standard_normal((n, dim)).astype(np.float32)
+    vecs /= np.linalg.norm(vecs, axis=1, keepdims=True)
+    qa = rng.integers(0, clusters, n_queries)
+    qv = centres[qa] + 0.6 * rng.standard_normal((n_queries, dim)).astype(np.float32)
+    qv /= np.linalg.norm(qv, axis=1, keepdims=True)
+    conv = np.array([f"c{i % conversations}" for i in range(n)], dtype=object)
+    roles = np.where(np.arange(n) % 2 == 0, "user", "assistant").astype(object)
+    ts = 1.6e9 + np.arange(n, dtype=np.float64) * 60.0
+    qconv = [f"c{i % conversations}" for i in range(n_queries)]
+    return vecs, conv, roles, ts, qv, qconv
+
+
+def _batches(vecs, conv, roles, ts, size: int):
+    for i in range(0, len(vecs), size):
+        sl = slice(i, i + size)
+        yield MemoryBatch(ids=tuple(f"m{j}" for j in range(i, min(i + size, len(vecs)))), vectors=vecs[sl],
+                          conversation_ids=tuple(conv[sl]), roles=tuple(roles[sl]), timestamps=tuple(float(x) for x in ts[sl]))
+
+
+def _timed(backend, qv, wheres, k: int, warmup: int) -> tuple[np.ndarray, list[list[str]]]:
+    for i in range(min(warmup, len(qv))):
+        backend.search(qv[i], k=k, where=wheres[i])
+    lat, ids = [], []
+    for q, w in zip(qv, wheres):
+        t0 = time.perf_counter_ns()
+        hits = backend.search(q, k=k, where=w)
+        lat.append(time.perf_counter_ns() - t0)
+        ids.append([h.id for h in hits])
+    return np.array(lat, dtype=np.float64), ids
+
+
+def bench_store(name: str, data, *, stores_dir: Path, k: int, warmup: int, overrides: dict, progress: bool) -> dict:
+    vecs, conv, roles, ts, qv, qconv = data
+    n, dim = vecs.shape
+    backend = load_backend(name, stores_dir=stores_dir, collection=f"cmp_{n}_{dim}", **overrides)
+    row = {"store": name, "n": n, "dim": dim}
+    try:
+        backend.drop()
+        backend.open(dim=dim)
+        t0 = time.perf_counter()
+        for b in tqdm(list(_batches(vecs, conv, roles, ts, 1000)), desc=f"{name} ingest {n}x{dim}", disable=not progress, leave=False):
+            backend.add(b)
+        t1 = time.perf_counter()
+        backend.wait_ready(timeout_s=1800)
+        t2 = time.perf_counter()
+        row.update(ingest_s=t1 - t0, ingest_rows_per_s=n / (t1 - t0), read_after_write_lag_s=t2 - t1)
+        none = [Where()] * len(qv)
+        lat, ids = _timed(backend, qv, none, k, warmup)
+        flat, fids = _timed(backend, qv, [Where(conversation_id=c) for c in qconv], k, warmup)
+        row.update(p50_ms=np.percentile(lat, 50) / 1e6, p99_ms=np.percentile(lat, 99) / 1e6,
+                   filtered_p50_ms=np.percentile(flat, 50) / 1e6, filtered_p99_ms=np.percentile(flat, 99) / 1e6,
+                   index_mb=(disk_bytes(getattr(backend, "path", None)) or float("nan")) / 1e6)
+        row["_ids"], row["_fids"] = ids, fids
+    except Exception as exc:  # a store that fails is reported, the others still run
+        log.error("%s at %dx%d failed: %s", name, n, dim, exc)
+        row["error"] = f"{type(exc).__name__}: {exc}"[:300]
+    finally:
+        with contextlib.suppress(Exception):
+            backend.drop()
+        with contextlib.suppress(Exception):
+            backend.close()
+    return row
+
+
+def exact_truth(data, k: int) -> tuple[list[list[str]], list[list[str]]]:
+    vecs, conv, _, _, qv, qconv = data
+    sims = qv @ vecs.T
+    top = np.argsort(-sims, axis=1, kind="stable")[:, :k]
+    truth = [[f"m{j}" for j in row] for row in top]
+    ftruth = []
+    for i, c in enumerate(qconv):
+        rows = np.flatnonzero(conv == c)
+        order = rows[np.argsort(-sims[i, rows], kind="stable")[:k]]
+        ftruth.append([f"m{j}" for j in order])
+    return truth, ftruth
+
+
+def _recall(got: list[list[str]], truth: list[list[str]]) -> float:
+    return float(np.mean([len(set(g) & set(t)) / len(t) for g, t in zip(got, truth) if t]))
+
+
+@contextlib.contextmanager
+def servers(stores: list[str], workdir: Path):
+    """Start the real seekdb/chroma servers the selected stores need; yield {store: overrides}."""
+    from bench.servers import run_chroma_server, run_seekdb_server
+
+    with contextlib.ExitStack() as stack:
+        out: dict[str, dict] = {}
+        if "seekdb_server" in stores:
+            info = stack.enter_context(run_seekdb_server(workdir / "seekdb-server"))
+            log.info("seekdb server ready on port %d in %.1f s", info.port, info.start_s)
+            out["seekdb_server"] = info.overrides()
+        if "chroma_server" in stores:
+            info = stack.enter_context(run_chroma_server(workdir / "chroma-server"))
+            log.info("chroma server ready on port %d in %.1f s", info.port, info.start_s)
+            out["chroma_server"] = info.overrides()
+        yield out
+
+
+def scale_part(stores, sizes, dims, *, n_queries, k, warmup, workdir, overrides, progress) -> pd.DataFrame:
+    rows = []
+    for n in sizes:
+        for dim in dims:
+            data = synthetic(n, dim, n_queries=n_queries, seed=n + dim)
+            truth, ftruth = exact_truth(data, k)
+            for name in stores:
+                log.info("scale: %s at %d x %d", name, n, dim)
+                r = bench_store(name, data, stores_dir=workdir / "stores", k=k, warmup=warmup,
+                                overrides=overrides.get(name, {}), progress=progress)
+                if "_ids" in r:
+                    r["recall_at_k_vs_exact"] = _recall(r.pop("_ids"), truth)
+                    r["filtered_recall_at_k_vs_exact"] = _recall(r.pop("_fids"), ftruth)
+                rows.append(r)
+    df = pd.DataFrame(rows)
+    if "p50_ms" in df:
+        ref = df[df["store"] == "exact"].set_index(["n", "dim"])
+        for col in ("p50_ms", "p99_ms"):
+            df[f"{col}_ratio_to_exact"] = [r[col] / ref.loc[(r["n"], r["dim"]), col] if (r["n"], r["dim"]) in ref.index else np.nan
+                                           for _, r in df.iterrows()]
+    return df
+
+
+def locomo_part(stores, *, out: Path, overrides: dict, data_dir: str | None) -> pd.DataFrame:
+    rows = []
+    for name in stores:
+        run_dir = out / "locomo" / name
+        cmd = [sys.executable, "-m", "bench", f"backend={name}", "strategy=[limit,threshold,hybrid]", "progress=false",
+               "publish_latest=false", f"hydra.run.dir={run_dir}"]
+        cmd += [f"backend.{k}={v}" for k, v in overrides.get(name, {}).items()]
+        env = dict(os.environ, **({"BENCH_DATA_DIR": data_dir} if data_dir else {}))
+        log.info("locomo: %s", " ".join(cmd[2:]))
+        proc = subprocess.run(cmd, env=env, capture_output=True, text=True)
+        if proc.returncode != 0 or not (run_dir / "summary.csv").exists():
+            rows.append({"store": name, "error": (proc.stderr.strip().splitlines() or ["failed"])[-1][:300]})
+            continue
+        s = pd.read_csv(run_dir / "summary.csv")
+        meta = json.loads((run_dir / "meta.json").read_text())
+        best = s.dropna(subset=["threshold"]).sort_values("f1", ascending=False).iloc[0]
+        lim = s[s["strategy"].str.startswith("limit")].iloc[0]
+        rows.append({"store": name, "dataset": meta["dataset"], "memories": meta["n_memories"],
+                     "best_strategy": best["strategy"], "best_threshold": best["threshold"], "best_f1": best["f1"],
+                     "limit5_recall": lim["recall"], "limit5_token_savings": lim["token_savings"],
+                     "p50_ms": lim["latency_p50_ms"], "p99_ms": lim["latency_p99_ms"],
+                     "fidelity_at_10": meta.get("fidelity_at_10"), "short_result_rate": meta.get("short_result_rate"),
+                     "score_max_abs_diff": meta.get("score_max_abs_diff"), "ingest_rows_per_s": meta.get("ingest_per_second"),
+                     "read_after_write_lag_s": meta.get("ready_seconds")})
+    return pd.DataFrame(rows)
+
+
+def plot(scale: pd.DataFrame, out: Path) -> list[Path]:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    paths = []
+    ok = scale[scale.get("p50_ms", pd.Series(dtype=float)).notna()] if "p50_ms" in scale else scale.iloc[0:0]
+    for (n, dim), g in ok.groupby(["n", "dim"]):
+        fig, axes = plt.subplots(1, 3, figsize=(15, 4))
+        x = np.arange(len(g))
+        axes[0].bar(x - 0.2, g["p50_ms"], 0.4, label="p50")
+        axes[0].bar(x + 0.2, g["p99_ms"], 0.4, label="p99")
+        ex = g[g["store"] == "exact"]
+        if len(ex):
+            axes[0].axhline(float(ex["p50_ms"].iloc[0]), color="k", ls="--", lw=1, label="exact numpy scan p50")
+        for q in QUOTED:
+            if q["n"] == n and q["dim"] == dim:
+                axes[0].axhline(q["p50_ms"], ls=":", lw=1, color="gray")
+                axes[0].annotate(f"{q['store']} p50 {q['p50_ms']:.0f} ms", (0, q["p50_ms"]), fontsize=7, color="gray")
+        axes[0].set_yscale("log")
+        axes[0].set_ylabel("ms per query (top-10, log)")
+        axes[0].set_title("latency")
+        axes[1].bar(x - 0.2, g["ingest_s"], 0.4, label="ingest s")
+        axes[1].bar(x + 0.2, g["read_after_write_lag_s"], 0.4, label="read-after-write lag s")
+        axes[1].set_title("ingest and lag (s)")
+        axes[2].bar(x - 0.2, g["recall_at_k_vs_exact"], 0.4, label="unfiltered")
+        axes[2].bar(x + 0.2, g["filtered_recall_at_k_vs_exact"], 0.4, label="conversation filter")
+        axes[2].set_ylim(0, 1.05)
+        axes[2].set_title("recall@10 vs exact")
+        for ax in axes:
+            ax.set_xticks(x, g["store"], rotation=30, ha="right", fontsize=8)
+            ax.legend(fontsize=7)
+        fig.suptitle(f"{n:,} memories x {dim}-d (clustered synthetic)")
+        p = out / f"scale_{n}_{dim}.png"
+        write_atomic(p, lambda t: fig.savefig(t, format="png", dpi=100, bbox_inches="tight"))
+        plt.close(fig)
+        paths.append(p)
+    return paths
+
+
+def _md(df: pd.DataFrame, cols: list[str]) -> str:
+    cols = [c for c in cols if c in df]
+    lines = ["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
+    for _, r in df.iterrows():
+        cells = []
+        for c in cols:
+            v = r[c]
+            cells.append("" if v is None or (isinstance(v, float) and np.isnan(v)) else (f"{v:.3f}" if isinstance(v, float) else str(v)))
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m bench.storebench", description=__doc__.splitlines()[0])
+    ap.add_argument("--stores", default=",".join(LOCAL_STORES))
+    ap.add_argument("--sizes", default="14726,100000")
+    ap.add_argument("--dims", default="384,1536")
+    ap.add_argument("--queries", type=int, default=200)
+    ap.add_argument("--k", type=int, default=10)
+    ap.add_argument("--warmup", type=int, default=10)
+    ap.add_argument("--no-locomo", action="store_true", help="skip the LoCoMo part")
+    ap.add_argument("--no-scale", action="store_true", help="skip the synthetic scale part")
+    ap.add_argument("--out", default="reports/compare")
+    ap.add_argument("--progress", action=argparse.BooleanOptionalAction, default=sys.stderr.isatty())
+    args = ap.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    stores = [s for s in args.stores.split(",") if s]
+    out = Path(args.out).resolve()
+    out.mkdir(parents=True, exist_ok=True)
+    lines = ["# Store comparison", "", "Every store gets the same vectors, filters and queries. Latency is the store call only "
+             "(top-10, warm-up discarded); the exact store is a numpy cosine scan of the same vectors in RAM.", ""]
+    with tempfile.TemporaryDirectory(prefix="rb-compare-") as tmp, servers(stores, Path(tmp)) as overrides:
+        if not args.no_locomo:
+            loc = locomo_part(stores, out=out, overrides=overrides, data_dir=os.environ.get("BENCH_DATA_DIR"))
+            write_atomic(out / "locomo.csv", lambda p: loc.to_csv(p, index=False))
+            lines += ["## LoCoMo (MiniLM int8, depth 1000, strategies limit5 / threshold / hybrid5)", "", _md(loc, list(loc.columns)), ""]
+        if not args.no_scale:
+            scale = scale_part(stores, [int(x) for x in args.sizes.split(",")], [int(x) for x in args.dims.split(",")],
+                               n_queries=args.queries, k=args.k, warmup=args.warmup, workdir=Path(tmp),
+                               overrides=overrides, progress=args.progress)
+            write_atomic(out / "scale.csv", lambda p: scale.to_csv(p, index=False))
+            cols = ["store", "n", "dim", "ingest_s", "ingest_rows_per_s", "read_after_write_lag_s", "p50_ms", "p99_ms",
+                    "p50_ms_ratio_to_exact", "p99_ms_ratio_to_exact", "filtered_p50_ms", "filtered_p99_ms",
+                    "recall_at_k_vs_exact", "filtered_recall_at_k_vs_exact", "index_mb", "error"]
+            lines += ["## Scale (clustered synthetic vectors)", "", _md(scale, cols), "",
+                      "Quoted from the seed article, not measured here:", "", _md(pd.DataFrame(QUOTED), ["store", "n", "dim", "p50_ms", "p99_ms"]), ""]
+            lines += [f"![{p.stem}]({p.name})" for p in plot(scale, out)]
+    write_atomic(out / "README.md", lambda p: p.write_text("\n".join(lines) + "\n"))
+    print(out / "README.md")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
