@@ -122,7 +122,7 @@ def _shutdown_embedded(path: str) -> None:
     children = _embedded_children()
     log.info("seekdb: closing the embedded instance on %s to open another path", path)
     pylibseekdb.close()
-    deadline = time.monotonic() + 30.0
+    deadline = time.monotonic() + 10.0
     for pid in children:
         while True:
             try:
@@ -131,7 +131,7 @@ def _shutdown_embedded(path: str) -> None:
                 break
             if done or time.monotonic() > deadline:
                 if not done:
-                    log.warning("seekdb: embedded child %d still running 30 s after close", pid)
+                    log.warning("seekdb: embedded child %d still running 10 s after close", pid)
                 break
             time.sleep(0.05)
 
