@@ -112,6 +112,48 @@ class CollectRuns(Callback):
             finish_run(sweep_dir, Path(config.paths.reports) / "latest" if config.publish_latest else None)
 
 
+JOB_KEY_IGNORES = ("hydra", "paths", "progress", "publish_latest", "resume")
+
+
+def job_key(cfg: DictConfig) -> str:
+    """Hash of what decides a job's results (not where it writes or how it shows progress)."""
+    plain = {k: v for k, v in OmegaConf.to_container(cfg, resolve=False).items() if k not in JOB_KEY_IGNORES}
+    return fingerprint(plain)
+
+
+def run_or_resume(cfg: DictConfig, out_dir: Path) -> bool:
+    """Run a job, or copy its results when an identical job finished before. False when it failed.
+
+    A failure is recorded in ``out_dir/failed.json`` (type and message, no traceback) so that a
+    multirun's other jobs finish and the report lists it; finished jobs are kept under
+    ``reports/cache/jobs/<key>`` so a re-run skips them.
+    """
+    import shutil
+
+    key = job_key(cfg)
+    done = Path(cfg.paths.cache) / "jobs" / key
+    if cfg.get("resume", True) and (done / "summary.csv").exists():
+        shutil.copytree(done, out_dir, dirs_exist_ok=True)
+        log.info("job %s finished before: results copied from %s (resume=false to re-run)", key, done)
+        return True
+    try:
+        run_job(cfg, out_dir)
+    except Exception as exc:  # recorded, reported, never a traceback for the user
+        reason = f"{type(exc).__name__}: {exc}"
+        log.error("job failed: %s", reason)
+        log.debug("job failure details", exc_info=True)
+        out_dir.mkdir(parents=True, exist_ok=True)
+        write_atomic(out_dir / "failed.json", lambda p: p.write_text(json.dumps(
+            {"job_key": key, "reason": reason, "backend": cfg.backend.get("_target_"), "overrides": list(HydraConfig.get().overrides.task)}, indent=2)))
+        return False
+    tmp = done.with_name(f".{key}.tmp")
+    shutil.rmtree(tmp, ignore_errors=True)
+    shutil.copytree(out_dir, tmp, ignore=shutil.ignore_patterns("*.log", ".hydra"))
+    shutil.rmtree(done, ignore_errors=True)
+    tmp.rename(done)
+    return True
+
+
 def main() -> None:
     import hydra
 
@@ -119,8 +161,10 @@ def main() -> None:
     def _app(cfg: DictConfig) -> None:
         hc = HydraConfig.get()
         out_dir = Path(hc.runtime.output_dir)
-        run_job(cfg, out_dir)
+        ok = run_or_resume(cfg, out_dir)
         if hc.mode != RunMode.MULTIRUN:
+            if not ok:
+                sys.exit(1)
             finish_run(out_dir, Path(cfg.paths.reports) / "latest" if cfg.publish_latest else None)
 
     _app()

@@ -24,6 +24,8 @@ SEED_THRESHOLDS = (0.75, 0.65, 0.3)  # thresholds quoted by the seed articles
 def collect_jobs(sweep_dir: Path) -> bool:
     """Merge ``job*/`` results of a multirun into ``sweep_dir``. False when no job finished."""
     jobs = sorted(p for p in Path(sweep_dir).glob("job*") if (p / "summary.csv").exists())
+    failed = [{**json.loads((p / "failed.json").read_text()), "job": p.name} for p in sorted(Path(sweep_dir).glob("job*")) if (p / "failed.json").exists()]
+    write_atomic(sweep_dir / "failed.json", lambda p: p.write_text(json.dumps(failed, indent=2)))
     if not jobs:
         log.error("no finished jobs under %s", sweep_dir)
         return False
@@ -79,6 +81,7 @@ def write_report(run_dir: Path) -> Path:
     summary = pd.read_csv(run_dir / "summary.csv")
     jobs = json.loads((run_dir / "jobs.json").read_text()) if (run_dir / "jobs.json").exists() else [json.loads((run_dir / "meta.json").read_text())]
     card = (run_dir / "dataset_card.md").read_text() if (run_dir / "dataset_card.md").exists() else ""
+    failed = json.loads((run_dir / "failed.json").read_text()) if (run_dir / "failed.json").exists() else []
 
     figures = []
     for i, ((ds, emb, be), g) in enumerate(summary.groupby(["dataset", "embedder", "backend"], sort=False)):
@@ -100,6 +103,9 @@ def write_report(run_dir: Path) -> Path:
         lines.append(f"- dataset `{j['dataset']}`, embedder `{j['embedder']}`, store `{j['backend']}`, depth {j['depth']}, "
                      f"{j['n_memories']} memories, ingest {j['ingest_seconds']:.1f} s, ready after {j['ready_seconds']:.2f} s, "
                      f"measured {j['measured_at']}{reuse}; tokens `{j.get('tokens_encoding')}`")
+    if failed:
+        lines += ["", f"**{len(failed)} job(s) failed** (their results are absent from every table):", ""]
+        lines += [f"- `{f['job']}` ({' '.join(f.get('overrides', []))}): {f['reason']}" for f in failed]
     lines += ["", "Metrics are over non-adversarial questions. Precision is undefined (NaN) when nothing is recalled; "
               "`precision_n` in summary.csv says how many questions it covers. F1 = 0 when a question has gold and nothing is recalled. "
               "Macro = mean over questions; micro = pooled counts.", ""]

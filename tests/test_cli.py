@@ -26,7 +26,7 @@ def two_runs(tmp_path_factory):
     first = run_bench(tmp)
     assert first.returncode == 0, first.stderr[-3000:]
     meta1 = json.loads((tmp / "latest" / "meta.json").read_text())
-    second = run_bench(tmp)
+    second = run_bench(tmp, "resume=false")  # re-run the job: the trace and embeddings come from the cache
     assert second.returncode == 0, second.stderr[-3000:]
     return tmp, meta1, json.loads((tmp / "latest" / "meta.json").read_text())
 
@@ -70,3 +70,12 @@ def test_bad_override_is_a_clear_error(tmp_path):
     proc = run_bench(tmp_path, "backend=nosuchstore")
     assert proc.returncode != 0
     assert "nosuchstore" in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_identical_job_is_resumed_not_rerun(two_runs):
+    tmp, _, _ = two_runs
+    third = run_bench(tmp)
+    assert third.returncode == 0, third.stderr[-3000:]
+    out = third.stdout + third.stderr  # Hydra logs to stdout
+    assert "finished before" in out
+    assert "trace:" not in out and "embedding cache" not in out
