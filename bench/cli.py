@@ -54,29 +54,34 @@ def get_trace(cfg: DictConfig, corpus, embedder, roles: tuple[str, ...] | None):
 
 def run_job(cfg: DictConfig, out_dir: Path) -> pd.DataFrame:
     """Run one job into ``out_dir``; returns its summary table."""
+    from bench import formats as F
     from bench import tokens
     from bench.data.card import dataset_card
     from bench.embedders.cache import CachedEmbedder
-    from bench.sweep import StrategySpec, summarise, sweep, threshold_grid
+    from bench.sweep import StrategySpec, format_tokens_table, summarise, sweep, threshold_grid
 
     corpus = build(cfg.dataset)
     inner = build(cfg.embedder)
     embedder = CachedEmbedder(inner, Path(cfg.paths.cache) / "embeddings")
     strategies = [
         StrategySpec(name=s.name, fn=build(s.fn), thresholded=bool(s.thresholded), uses_store=bool(s.get("uses_store", True)),
-                     roles=tuple(s.roles) if s.get("roles") else None)
+                     roles=tuple(s.roles) if s.get("roles") else None, stateful=bool(s.get("stateful", False)),
+                     needs_tokens=bool(s.get("needs_tokens", False)))
         for s in cfg.strategy.values()
     ]
     grid = threshold_grid(cfg.thresholds.start, cfg.thresholds.stop, cfg.thresholds.step)
-    counts = tokens.count_tokens_many([tokens.format_memory(t.role, t.text) for t in corpus.turns()], cfg.tokens.encoding)
-    token_counts = {t.key: n for t, n in zip(corpus.turns(), counts)}
+    formats = F.check_formats(cfg.get("formats") or ["A"])  # injection formats swept (rows repeat per format)
+    table = F.token_table(corpus.turns(), lambda texts: tokens.count_tokens_many(texts, cfg.tokens.encoding), F.FORMATS)
+    token_counts = dict(table.memory["A"])  # "role: message" lines
 
     out_dir.mkdir(parents=True, exist_ok=True)
-    parts, metas = [], []
+    parts, metas, by_format = [], [], []
     for roles in dict.fromkeys(s.roles for s in strategies):
         trace = get_trace(cfg, corpus, embedder, roles)
         trace.save(out_dir / ("trace" if roles is None else f"trace_{'_'.join(roles)}"))
-        parts.append(sweep(trace, corpus, [s for s in strategies if s.roles == roles], grid, token_counts, embedder=embedder.model_id))
+        specs = [s for s in strategies if s.roles == roles]
+        parts.append(sweep(trace, corpus, specs, grid, token_counts, embedder=embedder.model_id, formats=formats, format_tokens=table))
+        by_format += format_tokens_table(trace, corpus, specs, token_counts, table, embedder=embedder.model_id)
         metas.append(trace.meta)
     rows = pd.concat(parts, ignore_index=True)
     summary = summarise(rows)
@@ -87,7 +92,8 @@ def run_job(cfg: DictConfig, out_dir: Path) -> pd.DataFrame:
     write_atomic(out_dir / "dataset_card.md", lambda p: p.write_text(dataset_card(corpus)))
     write_atomic(out_dir / "config_resolved.yaml", lambda p: p.write_text(redacted_yaml(cfg)))
     meta = {**metas[0], "traces": metas, "tokens_encoding": cfg.tokens.encoding, "thresholds": list(grid),
-            "strategies": [s.name for s in strategies], "embed_cache": {"hits": embedder.hits, "misses": embedder.misses}}
+            "strategies": [s.name for s in strategies], "formats": list(formats), "format_tokens": by_format,
+            "embed_cache": {"hits": embedder.hits, "misses": embedder.misses}}
     write_atomic(out_dir / "meta.json", lambda p: p.write_text(json.dumps(meta, indent=2, default=str)))
     return summary
 

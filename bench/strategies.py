@@ -6,13 +6,42 @@ Every strategy has the signature
 ``question`` is the Question; ``eligible`` are the Turns the question may see, in conversation
 order (for baselines that ignore the store, and for text/time based policies); ``threshold`` is
 the swept similarity threshold (None for strategies without one, which still accept it). No I/O, no randomness, no mutation: the same inputs give the same subset.
+
+A strategy that has more to report than the hits returns a ``Selection`` (hits + the route a router
+took, the tier of each hit, the state a stateful policy hands to the next question). Two extra
+inputs are supplied by the sweep only when the strategy's spec asks for them: ``tokens`` (memory
+key -> injected tokens, ``needs_tokens``) and ``state`` (``stateful``; see ``bench.tiers``).
+
+This module owns the store-based selections (limit, threshold, hybrid, token budget, query routing)
+and the store-free baselines full context and recency; lexical ones live in ``bench.lexical``, the
+dual-tier policy in ``bench.tiers``.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
 
 from bench.types import Hit, Question, Turn
+
+# The seekdb agent-memory article's profile-question detector (English and Chinese), as regexes
+# searched case-insensitively; configurable per strategy config.
+PROFILE_PATTERNS = (
+    r"\b(I am|I'm|I’m|my name|my job|good at|what do I do|who am I)\b",
+    r"我(擅长|会|职业|工作|做什么|是什么|叫什么)",
+)
+
+
+@dataclass(frozen=True)
+class Selection:
+    """What a strategy selected, plus what the sweep reports beside it."""
+
+    hits: tuple[Hit, ...]
+    route: str = ""  # the route a router took ("" for strategies without routes)
+    tiers: tuple[str, ...] = ()  # per hit, e.g. "L1"/"L2"; () for strategies without tiers
+    state: Any = None  # stateful policies: the state after this question, fed to the next one
 
 
 def limit(hits: Sequence[Hit], *, question: Question | None = None, eligible: Sequence[Turn] = (), threshold: float | None = None, k: int = 5) -> tuple[Hit, ...]:
@@ -46,3 +75,53 @@ def hybrid(hits: Sequence[Hit], *, question: Question | None = None, eligible: S
 def full_context(hits: Sequence[Hit], *, question: Question | None = None, eligible: Sequence[Turn] = (), threshold: float | None = None) -> tuple[Hit, ...]:
     """Baseline: inject every memory the question may see (every earlier turn), no store involved."""
     return tuple(Hit(t.key, float("nan")) for t in eligible)
+
+
+def recency(hits: Sequence[Hit], *, question: Question | None = None, eligible: Sequence[Turn] = (), threshold: float | None = None, k: int = 5) -> tuple[Hit, ...]:
+    """Baseline: the last k turns the question may see, most recent first (no store involved)."""
+    if k < 0:
+        raise ValueError(f"recency: k must be >= 0 (got {k})")
+    return tuple(Hit(t.key, float("nan")) for t in reversed(eligible[len(eligible) - k:])) if k else ()
+
+
+def token_budget(hits: Sequence[Hit], *, question: Question | None = None, eligible: Sequence[Turn] = (), threshold: float | None = None,
+                 tokens: Mapping[str, int], budget: int = 256) -> tuple[Hit, ...]:
+    """Best first until the next memory would push the injected tokens past ``budget``.
+
+    ``tokens`` maps memory key -> tokens of its injected line (supplied by the sweep). With a
+    threshold, only candidates with similarity >= threshold are considered.
+    """
+    if budget < 0:
+        raise ValueError(f"token_budget: budget must be >= 0 (got {budget})")
+    out, used = [], 0
+    for h in hits:
+        if threshold is not None and h.score < threshold:
+            break
+        try:
+            n = tokens[h.id]
+        except KeyError:
+            raise ValueError(f"token_budget: no token count for memory {h.id!r}") from None
+        if used + n > budget:
+            break
+        out.append(h)
+        used += n
+    return tuple(out)
+
+
+def is_profile_question(text: str, patterns: Sequence[str] = PROFILE_PATTERNS) -> bool:
+    """True when any pattern (regex, case-insensitive) occurs in ``text``."""
+    return any(re.search(p, text, re.IGNORECASE) for p in patterns)
+
+
+def route_by_query(hits: Sequence[Hit], *, question: Question, eligible: Sequence[Turn] = (), threshold: float | None = None,
+                   patterns: Sequence[str] = PROFILE_PATTERNS, profile_k: int = 3, other_threshold: float = 0.65,
+                   other_k: int = 5) -> Selection:
+    """Query-type routing (seekdb agent-memory article): profile questions get the ``profile_k`` best;
+    other questions get threshold ``other_threshold`` capped at ``other_k``.
+
+    The route's role filter (user-only in the article) is the spec's ``roles``, pushed down to the
+    store; both routes then read the same trace. ``threshold`` is ignored (the routes fix their own).
+    """
+    if is_profile_question(question.text, patterns):
+        return Selection(limit(hits, k=profile_k), route="profile")
+    return Selection(hybrid(hits, threshold=other_threshold, k=other_k), route="other")

@@ -1,7 +1,16 @@
-"""Offline sweep: a stored trace x strategies x thresholds -> tidy per-question rows and a summary.
+"""Offline sweep: a stored trace x strategies x thresholds (x formats) -> tidy per-question rows and a summary.
 
 Never touches a store. Thresholds are exact decimals (labels "0.10" .. "0.90"), generated with
 ``Decimal`` so no float drift reaches a label.
+
+Each strategy runs once per (threshold, question); the injection ``format`` axis only re-prices the
+same selection (rows repeat per format with that format's tokens). Stateful strategies
+(``StrategySpec.stateful``) are replayed per conversation in time order (``asked_at``, then file
+order) with a fresh state per (strategy, threshold, conversation). Per-question rows carry, beside
+the metrics, ``route`` (the route a router took, "" otherwise) and ``l1_selected`` / ``l1_correct``
+(memories and gold memories injected through a tier named "L1"; NaN for strategies without tiers).
+``tokens_full`` is the full-context cost of every turn the question may see, whatever the strategy's
+role filter (full context is the honest baseline for a role-filtered strategy too).
 """
 
 from __future__ import annotations
@@ -14,19 +23,24 @@ import numpy as np
 import pandas as pd
 
 from bench import metrics
+from bench.formats import TokenTable, check_formats
 from bench.runner import Trace, question_filter, visible
+from bench.strategies import Selection
 from bench.types import Corpus, Hit, memory_key
 
-SUMMARY_KEYS = ["dataset", "embedder", "backend", "strategy", "threshold"]
+SUMMARY_KEYS = ["dataset", "embedder", "backend", "strategy", "threshold", "format"]
+NAN = float("nan")
 
 
 @dataclass(frozen=True)
 class StrategySpec:
     name: str
-    fn: Callable[..., tuple[Hit, ...]]
+    fn: Callable[..., tuple[Hit, ...] | Selection]
     thresholded: bool
-    uses_store: bool = True  # False: a baseline that ignores the trace (full context)
+    uses_store: bool = True  # False: a baseline that ignores the trace (full context, recency, keyword, BM25)
     roles: tuple[str, ...] | None = None  # role filter pushed down to the store (its own trace)
+    stateful: bool = False  # replayed in time order; fn takes ``state=`` and returns a Selection with the next state
+    needs_tokens: bool = False  # fn takes ``tokens=`` (memory key -> injected tokens, format A)
 
 
 def threshold_grid(start: float | str, stop: float | str, step: float | str) -> tuple[float, ...]:
@@ -43,6 +57,25 @@ def threshold_grid(start: float | str, stop: float | str, step: float | str) -> 
     return tuple(out)
 
 
+@dataclass(frozen=True)
+class _Ctx:
+    question: object
+    eligible: tuple
+    gold: frozenset
+    hits: list
+    latency_ns: float
+    full: dict
+
+
+def _as_selection(out) -> Selection:
+    return out if isinstance(out, Selection) else Selection(tuple(out))
+
+
+def replay_order(questions: Sequence) -> list[int]:
+    """Indices of ``questions`` in time order: by ``asked_at`` (None = after everything), then given order."""
+    return sorted(range(len(questions)), key=lambda i: (questions[i].asked_at is None, questions[i].asked_at or 0.0, i))
+
+
 def sweep(
     trace: Trace,
     corpus: Corpus,
@@ -52,56 +85,129 @@ def sweep(
     *,
     separator_tokens: int = 0,
     embedder: str | None = None,
+    formats: Sequence[str] = ("A",),
+    format_tokens: TokenTable | None = None,
 ) -> pd.DataFrame:
-    """One row per (strategy, threshold, question).
+    """One row per (strategy, threshold, format, question).
 
     ``token_counts`` maps memory key -> tokens of its injected line ("role: message"); the
-    injected tokens of a selection are the sum of its lines plus ``separator_tokens`` per newline.
-    Default 0: BPE merges the newline with the end of the line (".\n" is one cl100k token); on
+    format-A tokens of a selection are the sum of its lines plus ``separator_tokens`` per newline.
+    Default 0: BPE merges the newline with the end of the line (".\\n" is one cl100k token); on
     LoCoMo this sum equals the exact count of the joined text for 99 % of 5-memory selections
-    and is otherwise 1 token short.
+    and is otherwise 1 token short. Formats B and C are priced by ``format_tokens``
+    (``bench.formats.token_table``), required when ``formats`` names them.
     """
+    formats = check_formats(formats)
+    if any(f != "A" for f in formats) and format_tokens is None:
+        raise ValueError(f"sweep: formats {formats} need format_tokens (bench.formats.token_table)")
     questions = {q.question_id: q for q in corpus.questions}
     by_conv = {c.conversation_id: c.turns for c in corpus.conversations}
     roles = tuple(trace.meta["roles"]) if trace.meta.get("roles") else None
 
-    def tokens(ids: Sequence[str]) -> int:
-        return sum(token_counts[i] for i in ids) + separator_tokens * max(len(ids) - 1, 0)
+    def cost(fmt: str, ids: Sequence[str]) -> int:
+        if fmt == "A":
+            return sum(token_counts[i] for i in ids) + separator_tokens * max(len(ids) - 1, 0)
+        return format_tokens.cost(fmt, ids)
 
-    rows = []
+    ctx: list[_Ctx] = []
+    views: dict[tuple, tuple] = {}  # (conversation, asked_at) -> (eligible, full-context cost per format)
     for rec in trace.table.itertuples(index=False):
-        q = questions[rec.question_id]
-        where = question_filter(q, roles=roles)
-        eligible = tuple(t for t in by_conv[q.conversation_id] if visible(t, where))
-        gold = {memory_key(q.conversation_id, e) for e in q.evidence}
-        hits = [Hit(i, float(s)) for i, s in zip(rec.hit_ids, rec.hit_scores)]
-        full = tokens([t.key for t in eligible])
-        for spec in strategies:
-            for t in thresholds if spec.thresholded else (None,):
-                chosen = spec.fn(hits, question=q, eligible=eligible, threshold=t)
-                ids = [h.id for h in chosen]
-                sel = set(ids)
-                rows.append({
-                    "strategy": spec.name,
-                    "threshold": np.nan if t is None else t,
-                    "question_id": q.question_id,
-                    "conversation_id": q.conversation_id,
-                    "category": q.category,
-                    "adversarial": q.adversarial,
-                    "n_gold": len(gold),
-                    "n_selected": len(sel),
-                    "n_correct": len(sel & gold),
-                    "precision": metrics.precision(selected=sel, gold=gold),
-                    "recall": metrics.recall(selected=sel, gold=gold),
-                    "f1": metrics.f1(selected=sel, gold=gold),
-                    "hit": metrics.hit(selected=sel, gold=gold),
-                    "empty": float(not sel),
-                    "tokens_injected": tokens(ids),
-                    "tokens_full": full,
-                    "latency_ns": float(rec.latency_ns) if spec.uses_store else np.nan,
-                    "depth_saturated": spec.uses_store and len(hits) > 0 and len(ids) == len(hits) and len(hits) < len(eligible),
-                })
-    out = pd.DataFrame(rows)
+        q = questions.get(rec.question_id)
+        if q is None:
+            raise ValueError(f"sweep: trace question {rec.question_id!r} is not in corpus {corpus.name!r} ({corpus.source})")
+        view = views.get((q.conversation_id, q.asked_at))
+        if view is None:
+            where = question_filter(q)
+            seen = tuple(t for t in by_conv[q.conversation_id] if visible(t, where))
+            eligible = seen if roles is None else tuple(t for t in seen if t.role in roles)
+            keys = [t.key for t in seen]
+            view = views[(q.conversation_id, q.asked_at)] = (eligible, {f: cost(f, keys) for f in formats})
+        ctx.append(_Ctx(q, view[0], frozenset(memory_key(q.conversation_id, e) for e in q.evidence),
+                        [Hit(i, float(s)) for i, s in zip(rec.hit_ids, rec.hit_scores)], float(rec.latency_ns), view[1]))
+
+    cols: dict[str, list] = {c: [] for c in ("strategy", "threshold", "qi", "n_selected", "n_correct", "latency_ns",
+                                             "depth_saturated", "route", "l1_selected", "l1_correct")}
+    tok: dict[str, list] = {f: [] for f in formats}
+    order = replay_order([c.question for c in ctx])
+    for spec in strategies:
+        for t in thresholds if spec.thresholded else (None,):
+            state: dict[str, object] = {}
+            results: list[Selection | None] = [None] * len(ctx)
+            for i in order if spec.stateful else range(len(ctx)):
+                c = ctx[i]
+                kw = {"question": c.question, "eligible": c.eligible, "threshold": t}
+                if spec.needs_tokens:
+                    kw["tokens"] = token_counts
+                if spec.stateful:
+                    kw["state"] = state.get(c.question.conversation_id)
+                sel = _as_selection(spec.fn(c.hits, **kw))
+                if spec.stateful:
+                    state[c.question.conversation_id] = sel.state
+                results[i] = sel
+            for i, sel in enumerate(results):
+                c = ctx[i]
+                ids = list(dict.fromkeys(h.id for h in sel.hits))
+                cols["strategy"].append(spec.name)
+                cols["threshold"].append(NAN if t is None else t)
+                cols["qi"].append(i)
+                cols["n_selected"].append(len(ids))
+                cols["n_correct"].append(len(c.gold.intersection(ids)))
+                cols["latency_ns"].append(c.latency_ns if spec.uses_store else NAN)
+                cols["depth_saturated"].append(spec.uses_store and len(c.hits) > 0 and len(sel.hits) == len(c.hits) and len(c.hits) < len(c.eligible))
+                cols["route"].append(sel.route)
+                if sel.tiers:
+                    l1 = {h.id for h, tier in zip(sel.hits, sel.tiers) if tier == "L1"}
+                    cols["l1_selected"].append(float(len(l1)))
+                    cols["l1_correct"].append(float(len(c.gold & l1)))
+                else:
+                    cols["l1_selected"].append(NAN)
+                    cols["l1_correct"].append(NAN)
+                for f in formats:
+                    tok[f].append(cost(f, ids))
+    return _frame(trace, ctx, cols, tok, embedder)
+
+
+def _frame(trace: Trace, ctx: list[_Ctx], cols: dict, tok: dict, embedder: str | None) -> pd.DataFrame:
+    qi = np.asarray(cols.pop("qi"), dtype=np.int64)
+    qs = [c.question for c in ctx]
+    n_sel = np.asarray(cols["n_selected"], dtype=np.int64)
+    n_cor = np.asarray(cols["n_correct"], dtype=np.int64)
+    n_gold = np.asarray([len(c.gold) for c in ctx], dtype=np.int64)[qi] if len(ctx) else np.zeros(0, np.int64)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        p = np.where(n_sel > 0, n_cor / np.maximum(n_sel, 1), NAN)
+        r = np.where(n_gold > 0, n_cor / np.maximum(n_gold, 1), NAN)
+        f1 = np.where(n_gold == 0, NAN, np.where(n_sel == 0, 0.0, np.where(p + r > 0, 2 * p * r / (p + r), 0.0)))
+    base = pd.DataFrame({
+        "strategy": cols["strategy"],
+        "threshold": np.asarray(cols["threshold"], dtype=float),
+        "question_id": [qs[i].question_id for i in qi],
+        "conversation_id": [qs[i].conversation_id for i in qi],
+        "category": [qs[i].category for i in qi],
+        "adversarial": np.asarray([bool(qs[i].adversarial) for i in qi], dtype=bool),
+        "n_gold": n_gold,
+        "n_selected": n_sel,
+        "n_correct": n_cor,
+        "precision": p,
+        "recall": r,
+        "f1": f1,
+        "hit": np.where(n_gold > 0, (n_cor > 0).astype(float), NAN),
+        "empty": (n_sel == 0).astype(float),
+        "tokens_injected": 0,
+        "tokens_full": 0,
+        "latency_ns": np.asarray(cols["latency_ns"], dtype=float),
+        "depth_saturated": np.asarray(cols["depth_saturated"], dtype=bool),
+        "route": cols["route"],
+        "l1_selected": np.asarray(cols["l1_selected"], dtype=float),
+        "l1_correct": np.asarray(cols["l1_correct"], dtype=float),
+    })
+    parts = []
+    for f, values in tok.items():
+        part = base.copy()
+        part.insert(2, "format", f)
+        part["tokens_injected"] = np.asarray(values, dtype=np.int64)
+        part["tokens_full"] = np.asarray([c.full[f] for c in ctx], dtype=np.int64)[qi] if len(ctx) else np.zeros(0, np.int64)
+        parts.append(part)
+    out = pd.concat(parts, ignore_index=True)
     out.insert(0, "backend", trace.meta["backend"])
     out.insert(0, "embedder", embedder or trace.meta["embedder"])
     out.insert(0, "dataset", trace.meta["dataset"])
@@ -109,8 +215,80 @@ def sweep(
 
 
 def summarise(rows: pd.DataFrame) -> pd.DataFrame:
-    """One row per (dataset, embedder, backend, strategy, threshold), in sweep order."""
-    summary = metrics.aggregate(rows, SUMMARY_KEYS)
-    sat = rows.groupby(SUMMARY_KEYS, dropna=False, sort=False)["depth_saturated"].mean().reset_index(drop=True)
-    summary["depth_saturated_rate"] = sat.to_numpy()
-    return summary
+    """One row per (dataset, embedder, backend, strategy, threshold, format), in sweep order.
+
+    A router's routes get rows of their own, named ``<strategy>/<route>`` with ``route`` set and
+    ``question_share`` = their share of the strategy's questions (1.0 on ordinary rows). Beside the
+    ``metrics.aggregate`` columns: ``noise_mean`` (non-gold memories injected per question),
+    ``l1_selected_mean``, ``gold_via_l1`` / ``gold_via_l2`` (mean share of a question's gold recalled
+    through tier L1 / the other tiers) and ``l2_noise_mean`` (non-gold injected outside L1), NaN for
+    strategies without tiers. All over non-adversarial questions, like the main metrics.
+    """
+    rows = rows.copy()
+    if "route" not in rows:
+        rows["route"] = ""
+    for c in ("l1_selected", "l1_correct"):
+        if c not in rows:
+            rows[c] = NAN
+    keys = [k for k in SUMMARY_KEYS if k in rows]
+    parent_n = {_hashable(k): n for k, n in rows.groupby(keys, dropna=False, sort=False).size().items()}
+    routed = rows[rows["route"] != ""]
+    if len(routed):
+        sub = routed.copy()
+        sub["parent"] = sub["strategy"]
+        sub["strategy"] = sub["strategy"] + "/" + sub["route"]
+        rows = pd.concat([rows.assign(parent=rows["strategy"], route=""), sub], ignore_index=True)
+    else:
+        rows = rows.assign(parent=rows["strategy"], route="")
+    summary = metrics.aggregate(rows, keys)
+    extra = []
+    for key, g in rows.groupby(keys, dropna=False, sort=False):
+        main = g[~g["adversarial"]]
+        noise = main["n_selected"] - main["n_correct"]
+        gold = main["n_gold"].where(main["n_gold"] > 0)
+        tiered = main["l1_selected"].notna().any()
+        parent_key = tuple(g["parent"].iloc[0] if k == "strategy" else v for k, v in zip(keys, key))
+        extra.append({
+            "route": g["route"].iloc[0],
+            "question_share": len(g) / parent_n[_hashable(parent_key)] if g["route"].iloc[0] else 1.0,
+            "depth_saturated_rate": g["depth_saturated"].mean(),
+            "noise_mean": noise.mean() if len(main) else NAN,
+            "l1_selected_mean": main["l1_selected"].mean() if tiered else NAN,
+            "gold_via_l1": (main["l1_correct"] / gold).mean() if tiered else NAN,
+            "gold_via_l2": ((main["n_correct"] - main["l1_correct"]) / gold).mean() if tiered else NAN,
+            "l2_noise_mean": (noise - (main["l1_selected"] - main["l1_correct"])).mean() if tiered else NAN,
+        })
+    extra = pd.DataFrame(extra, index=summary.index)
+    return pd.concat([summary, extra], axis=1)
+
+
+def _hashable(key) -> tuple:
+    """A group key with NaN replaced by None (NaN != NaN, so it cannot be looked up in a dict)."""
+    key = key if isinstance(key, tuple) else (key,)
+    return tuple(None if isinstance(v, float) and v != v else v for v in key)
+
+
+# The code-agent article's threshold table, re-priced in every injection format (report: seed claims).
+FORMAT_SEED = {"threshold": (0.1, 0.3, 0.5, 0.7), "limit5": (None,), "full_context": (None,)}
+
+
+def format_tokens_table(trace: Trace, corpus: Corpus, strategies: Sequence[StrategySpec], token_counts: Mapping[str, int],
+                        table: TokenTable, *, embedder: str | None = None, seed: Mapping[str, tuple] = FORMAT_SEED) -> list[dict]:
+    """Mean injected tokens per format A/B/C for the strategies named in ``seed`` (at its thresholds).
+
+    A small side sweep so the report can quote format costs even when the main sweep prices format A
+    only. Records: strategy, threshold, format, tokens_injected_mean, tokens_full_mean, token_savings, recall.
+    """
+    out = []
+    for spec in strategies:
+        if spec.name not in seed or spec.stateful:
+            continue
+        ts = [t for t in seed[spec.name] if (t is None) != spec.thresholded]
+        if not ts:
+            continue
+        rows = sweep(trace, corpus, [spec], ts if spec.thresholded else (), token_counts, embedder=embedder,
+                     formats=("A", "B", "C"), format_tokens=table)
+        s = summarise(rows)
+        cols = ["dataset", "embedder", "backend", "strategy", "threshold", "format", "tokens_injected_mean", "tokens_full_mean", "token_savings", "recall"]
+        out += [{k: (None if isinstance(v, float) and v != v else v) for k, v in r.items()} for r in s[cols].to_dict("records")]
+    return out

@@ -1,0 +1,352 @@
+"""Miss attribution: why each gold memory a strategy did not recall was missed.
+
+Every missed gold memory of a (non-adversarial) question gets exactly one cause, checked in this
+order:
+
+- ``filter``: the strategy's filter hid it (role filter pushed to the store, or said after the question);
+- ``policy``: a strategy that ignores the store (keyword, BM25, recency, ...) did not pick it;
+- ``embedding``: the embedding ranks it below the exact top-N among what the question may see
+  (exact cosine over the cached vectors, N = ``top_n``);
+- ``unreturned``: the store did not return it and its exact rank is unknown (no cached vectors and
+  an incomplete trace), so embedding and store cannot be told apart;
+- ``store``: in the exact top-N but the store did not return it (ANN miss, short result);
+- ``threshold``: returned, but its similarity is below the strategy's threshold;
+- ``cap``: returned and above the threshold, but below the strategy's top-k cut (``k``);
+- ``decay/tier``: returned, above the threshold and within the cap, yet dropped by the strategy's
+  own policy (decay floor, tiers, routing).
+
+Selections are re-derived by replaying the run's own strategies through ``bench.sweep.sweep``
+(pure) with a recorder around each strategy function, at one threshold per strategy (the
+recommended one), so nothing here re-implements a strategy. ``classify``/``attribute`` are pure;
+``load_job``/``attribute_run`` read a finished run directory (config_resolved.yaml, traces, the
+embedding cache) and write ``attribution.parquet``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import json
+import logging
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from bench.runner import Trace, question_filter, visible
+from bench.types import Corpus, Hit, memory_key
+
+log = logging.getLogger(__name__)
+
+CAUSES = ("filter", "policy", "embedding", "unreturned", "store", "threshold", "cap", "decay/tier")
+NAN = float("nan")
+
+
+# --------------------------------------------------------------------------- pure parts
+
+def classify(*, visible_: bool, uses_store: bool, exact_rank: int | None, top_n: int, store_rank: int | None,
+             store_score: float, threshold: float | None, cap_k: int | None, rank_passing: int | None) -> str:
+    """The cause of one missed gold memory (see the module docstring for the order).
+
+    ``store_rank``: 0-based position in the store's hits (None = not returned); ``rank_passing``:
+    0-based position among the hits that pass the threshold (all hits when there is none).
+    """
+    if not visible_:
+        return "filter"
+    if not uses_store:
+        return "policy"
+    if exact_rank is not None and exact_rank > top_n:
+        return "embedding"
+    if store_rank is None:
+        return "unreturned" if exact_rank is None else "store"
+    if threshold is not None and not (store_score >= threshold):
+        return "threshold"
+    if cap_k is not None and rank_passing is not None and rank_passing >= cap_k:
+        return "cap"
+    return "decay/tier"
+
+
+def exact_ranks(corpus: Corpus, tv: np.ndarray, qv: np.ndarray, *, roles: tuple[str, ...] | None) -> dict[str, dict[str, int]]:
+    """1-based exact cosine rank of each gold memory among what its question may see (same filter and
+    tie order as ``bench.runner.exact_top``: similarity descending, then key). Hidden gold is absent."""
+    turns = corpus.turns()
+    row = {t.key: i for i, t in enumerate(turns)}
+    by_conv = {c.conversation_id: c.turns for c in corpus.conversations}
+    out: dict[str, dict[str, int]] = {}
+    for qi, q in enumerate(corpus.questions):
+        gold = [memory_key(q.conversation_id, e) for e in q.evidence]
+        if not gold:
+            continue
+        where = question_filter(q, roles=roles)
+        vis = [t for t in by_conv.get(q.conversation_id, ()) if visible(t, where)]
+        if not vis:
+            continue
+        keys = np.array([t.key for t in vis], dtype=object)
+        sims = tv[[row[t.key] for t in vis]] @ qv[qi]
+        ranks = {}
+        for g in gold:
+            hit = np.flatnonzero(keys == g)
+            if len(hit):
+                s = sims[hit[0]]
+                ranks[g] = int((sims > s).sum() + ((sims == s) & (keys < g)).sum() + 1)
+        out[q.question_id] = ranks
+    return out
+
+
+def trace_ranks(table: pd.DataFrame, corpus: Corpus, *, roles: tuple[str, ...] | None) -> dict[str, dict[str, int]]:
+    """Exact ranks from the trace itself, for questions whose store returned every visible memory
+    (exact store, depth >= eligible); other questions are left out (rank unknown)."""
+    questions = {q.question_id: q for q in corpus.questions}
+    by_conv = {c.conversation_id: c.turns for c in corpus.conversations}
+    out: dict[str, dict[str, int]] = {}
+    for qid, ids, exact in zip(table["question_id"], table["hit_ids"], table["exact_scores"]):
+        q = questions.get(qid)
+        if q is None or not q.evidence:
+            continue
+        where = question_filter(q, roles=roles)
+        n_vis = sum(1 for t in by_conv.get(q.conversation_id, ()) if visible(t, where))
+        if len(ids) < n_vis:
+            continue
+        keys = np.asarray(ids, dtype=object)
+        sims = np.asarray(exact, np.float64)
+        ranks = {}
+        for e in q.evidence:
+            g = memory_key(q.conversation_id, e)
+            hit = np.flatnonzero(keys == g)
+            if len(hit):
+                s = sims[hit[0]]
+                ranks[g] = int((sims > s).sum() + ((sims == s) & (keys < g)).sum() + 1)
+        out[qid] = ranks
+    return out
+
+
+def attribute(
+    trace: Trace,
+    corpus: Corpus,
+    spec,
+    threshold: float | None,
+    selections: Mapping[str, Sequence[str]],
+    ranks: Mapping[str, Mapping[str, int]],
+    *,
+    top_n: int = 10,
+    embedder: str | None = None,
+) -> pd.DataFrame:
+    """One row per missed gold memory of ``spec`` at ``threshold`` with its cause.
+
+    ``selections`` maps question_id -> selected memory ids (from :func:`replay`); ``ranks`` maps
+    question_id -> {gold key: exact rank}. Adversarial questions are skipped (they have no gold to miss).
+    """
+    questions = {q.question_id: q for q in corpus.questions}
+    by_conv = {c.conversation_id: c.turns for c in corpus.conversations}
+    roles = tuple(spec.roles) if getattr(spec, "roles", None) else None
+    cap_k = getattr(spec.fn, "keywords", {}).get("k") if hasattr(spec.fn, "keywords") else None
+    t = threshold if spec.thresholded else None
+    out = []
+    for rec in trace.table.itertuples(index=False):
+        q = questions.get(rec.question_id)
+        if q is None or q.adversarial or rec.question_id not in selections:
+            continue
+        chosen = set(selections[rec.question_id])
+        gold = [memory_key(q.conversation_id, e) for e in dict.fromkeys(q.evidence)]
+        missed = [g for g in gold if g not in chosen]
+        if not missed:
+            continue
+        where = question_filter(q, roles=roles)
+        vis = {x.key for x in by_conv.get(q.conversation_id, ()) if visible(x, where)}
+        ids = list(rec.hit_ids)
+        scores = np.asarray(rec.hit_scores, np.float64)
+        pos = {k: i for i, k in enumerate(ids)}
+        passing = [k for k, s in zip(ids, scores) if t is None or s >= t]
+        ppos = {k: i for i, k in enumerate(passing)}
+        qranks = ranks.get(q.question_id, {})
+        for g in missed:
+            r = pos.get(g)
+            cause = classify(visible_=g in vis, uses_store=spec.uses_store, exact_rank=qranks.get(g), top_n=top_n,
+                             store_rank=r, store_score=float(scores[r]) if r is not None else NAN, threshold=t,
+                             cap_k=cap_k, rank_passing=ppos.get(g))
+            out.append({
+                "dataset": trace.meta.get("dataset"), "embedder": embedder or trace.meta.get("embedder"),
+                "backend": trace.meta.get("backend"), "strategy": spec.name, "threshold": NAN if t is None else t,
+                "question_id": q.question_id, "conversation_id": q.conversation_id, "category": q.category,
+                "memory": g, "exact_rank": qranks.get(g), "store_rank": None if r is None else r + 1,
+                "store_score": float(scores[r]) if r is not None else NAN, "cause": cause,
+            })
+    cols = ["dataset", "embedder", "backend", "strategy", "threshold", "question_id", "conversation_id", "category",
+            "memory", "exact_rank", "store_rank", "store_score", "cause"]
+    return pd.DataFrame(out, columns=cols)
+
+
+def counts(misses: pd.DataFrame, by: Sequence[str] = ("dataset", "embedder", "backend", "strategy", "threshold", "category")) -> pd.DataFrame:
+    """Missed gold memories per group and cause (one column per cause, plus ``missed``)."""
+    by = list(by)
+    if misses.empty:
+        return pd.DataFrame(columns=by + ["missed"] + [f"{c} miss" for c in CAUSES])
+    tab = pd.crosstab([misses[c].fillna(-1.0) if c == "threshold" else misses[c] for c in by], misses["cause"])
+    tab = tab.reindex(columns=list(CAUSES), fill_value=0).rename(columns=lambda c: f"{c} miss")
+    tab.insert(0, "missed", tab.sum(axis=1))
+    tab = tab.reset_index()
+    if "threshold" in tab:
+        tab["threshold"] = tab["threshold"].where(tab["threshold"] >= 0, NAN)
+    return tab
+
+
+def replay(trace: Trace, corpus: Corpus, specs: Sequence, thresholds: Sequence[float], token_counts: Mapping[str, int],
+           **sweep_kwargs) -> dict[tuple[str, float | None], dict[str, tuple[str, ...]]]:
+    """Selected memory ids per (strategy, threshold) and question, from the run's own ``sweep``.
+
+    Wraps each strategy function in a recorder; the sweep itself decides how strategies are called
+    (state, order, token budgets), so the selections are the ones that produced the run's metrics.
+    """
+    from bench.sweep import sweep
+
+    seen: dict[tuple[str, float | None], dict[str, tuple[str, ...]]] = {}
+
+    def recorder(spec):
+        fn = spec.fn
+
+        def wrapped(hits, *args, question=None, threshold=None, **kw):
+            chosen = fn(hits, *args, question=question, threshold=threshold, **kw)
+            key = (spec.name, None if threshold is None else round(float(threshold), 10))
+            seen.setdefault(key, {})[question.question_id] = tuple(h.id for h in chosen)
+            return chosen
+
+        functools.update_wrapper(wrapped, fn, assigned=("__module__", "__name__", "__qualname__", "__doc__"), updated=())
+        for attr in ("func", "args", "keywords"):
+            if hasattr(fn, attr):
+                setattr(wrapped, attr, getattr(fn, attr))
+        return dataclasses.replace(spec, fn=wrapped)
+
+    sweep(trace, corpus, [recorder(s) for s in specs], tuple(thresholds), token_counts, **sweep_kwargs)
+    return seen
+
+
+# --------------------------------------------------------------------------- run directories
+
+@dataclass(frozen=True)
+class JobInputs:
+    job_dir: Path
+    corpus: Corpus
+    traces: tuple[Trace, ...]
+    strategies: tuple
+    embedder: str
+    token_encoding: str
+    cache_dir: Path | None
+
+
+def _job_dirs(run_dir: Path) -> list[Path]:
+    run_dir = Path(run_dir)
+    if (run_dir / "config_resolved.yaml").exists():
+        return [run_dir]
+    return sorted(p for p in run_dir.glob("job*") if (p / "config_resolved.yaml").exists())
+
+
+def build_strategies(strategy_cfg) -> list:
+    """StrategySpecs from a ``strategy:`` config node (as the CLI builds them)."""
+    from bench.config import build
+    from bench.sweep import StrategySpec
+
+    out = []
+    for name, s in strategy_cfg.items():
+        try:
+            out.append(StrategySpec(name=s.name, fn=build(s.fn), thresholded=bool(s.thresholded),
+                                    uses_store=bool(s.get("uses_store", True)), roles=tuple(s.roles) if s.get("roles") else None))
+        except Exception as e:  # noqa: BLE001  (one strategy we cannot rebuild must not hide the others)
+            log.warning("attribution: cannot rebuild strategy %s (%s: %s); skipped", name, type(e).__name__, e)
+    return out
+
+
+def load_job(job_dir: Path) -> JobInputs:
+    """Everything attribution and calibration need from one finished job directory."""
+    from omegaconf import OmegaConf
+
+    from bench.config import build
+
+    job_dir = Path(job_dir)
+    cfg_path = job_dir / "config_resolved.yaml"
+    cfg = OmegaConf.load(cfg_path)
+    meta = json.loads((job_dir / "meta.json").read_text())
+    corpus = build(cfg.dataset)
+    if corpus.name != meta.get("dataset"):
+        raise ValueError(f"{cfg_path}: dataset config now loads {corpus.name!r}, but the run measured {meta.get('dataset')!r} (field dataset)")
+    traces = tuple(Trace.load(p.parent) for p in sorted(job_dir.glob("trace*/trace.parquet")))
+    return JobInputs(job_dir, corpus, traces, tuple(build_strategies(cfg.strategy)), str(meta["embedder"]),
+                     str(meta.get("tokens_encoding") or cfg.tokens.encoding),
+                     Path(cfg.paths.cache) / "embeddings" if cfg.get("paths") and cfg.paths.get("cache") else None)
+
+
+class _CacheOnly:
+    """Inner embedder for CachedEmbedder that never embeds: vectors come from the cache or not at all."""
+
+    for_results = True
+
+    def __init__(self, model_id: str) -> None:
+        self.model_id = model_id
+
+    @property
+    def dim(self) -> int:
+        raise RuntimeError("dimension known from the cache only")
+
+    def embed(self, texts):
+        raise LookupError(f"{len(texts)} texts are not in the embedding cache")
+
+
+def cached_vectors(corpus: Corpus, model_id: str, cache_dir: Path | None) -> tuple[np.ndarray, np.ndarray] | None:
+    """Turn and question vectors from the embedding cache; None when any is missing."""
+    from bench.embedders.cache import CachedEmbedder
+
+    if cache_dir is None or not Path(cache_dir).is_dir():
+        return None
+    emb = CachedEmbedder(_CacheOnly(model_id), cache_dir)
+    try:
+        return emb.embed([t.text for t in corpus.turns()]), emb.embed([q.text for q in corpus.questions])
+    except (LookupError, RuntimeError) as e:
+        log.info("attribution: exact ranks from the trace only (%s)", e)
+        return None
+
+
+def attribute_job(job: JobInputs, chosen: Mapping[tuple[str, str, str, str], float], *, top_n: int = 10) -> pd.DataFrame:
+    """Misses of every strategy of one job at its chosen threshold (``chosen`` maps
+    (dataset, embedder, backend, strategy) -> threshold, NaN for strategies without one)."""
+    from bench import tokens
+
+    turns = job.corpus.turns()
+    counts_ = tokens.count_tokens_many([tokens.format_memory(t.role, t.text) for t in turns], job.token_encoding)
+    token_counts = {t.key: n for t, n in zip(turns, counts_)}
+    vectors = cached_vectors(job.corpus, job.embedder, job.cache_dir)
+    parts = []
+    for trace in job.traces:
+        roles = tuple(trace.meta["roles"]) if trace.meta.get("roles") else None
+        specs = [s for s in job.strategies if (tuple(s.roles) if s.roles else None) == roles]
+        want = {}
+        for s in specs:
+            t = chosen.get((trace.meta["dataset"], job.embedder, trace.meta["backend"], s.name))
+            if t is None or (s.thresholded and math.isnan(t)):
+                continue  # no recommendation (infeasible): nothing to attribute
+            want[s.name] = round(float(t), 10) if s.thresholded else None
+        specs = [s for s in specs if s.name in want]
+        if not specs:
+            continue
+        grid = sorted({t for t in want.values() if t is not None}) or [0.5]
+        seen = replay(trace, job.corpus, specs, grid, token_counts, embedder=job.embedder)
+        ranks = exact_ranks(job.corpus, *vectors, roles=roles) if vectors else trace_ranks(trace.table, job.corpus, roles=roles)
+        for s in specs:
+            sel = seen.get((s.name, want[s.name]))
+            if sel is None:
+                log.warning("attribution: strategy %s made no recorded selection; not attributed", s.name)
+                continue
+            parts.append(attribute(trace, job.corpus, s, want[s.name], sel, ranks, top_n=top_n, embedder=job.embedder))
+    return pd.concat(parts, ignore_index=True) if parts else pd.DataFrame()
+
+
+def attribute_run(run_dir: Path, points: pd.DataFrame, *, top_n: int = 10) -> pd.DataFrame:
+    """Attribute the misses of every job of a run at the recommended thresholds; writes attribution.parquet."""
+    from bench.results import write_atomic
+
+    chosen = {(r.dataset, r.embedder, r.backend, r.strategy): float(r.threshold) for r in points.itertuples(index=False)}
+    parts = [attribute_job(load_job(j), chosen, top_n=top_n) for j in _job_dirs(run_dir)]
+    misses = pd.concat(parts, ignore_index=True) if parts else pd.DataFrame()
+    write_atomic(Path(run_dir) / "attribution.parquet", lambda p: misses.to_parquet(p, index=False))
+    return misses

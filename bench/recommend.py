@@ -1,0 +1,500 @@
+"""Operating-point recommendation: which threshold to ship, how sure we are, whether it transfers.
+
+Owns the objectives (max F1 by default; max recall s.t. mean injected tokens <= B; min tokens
+s.t. recall >= R; optional store p99 latency <= L), the choice of a threshold per
+(dataset, embedder, backend, strategy), 95 % cluster-bootstrap CIs (conversations resampled as
+clusters, via ``bench.stats.cluster_bootstrap``) and the bootstrap stability of the chosen
+threshold, leave-one-conversation-out (LOCO) transfer, cross-dataset transfer, per-category
+results (optionally a threshold per category) and the Pareto frontier of recall vs tokens.
+
+Input is the tidy per-question table of a run (``questions.parquet``); every function is pure.
+Means are macro means over non-adversarial questions (as ``bench.metrics.aggregate``), so a
+point estimate here equals the summary's number. Adversarial/abstention questions are credited
+by ``abstained`` (nothing recalled) and by ``f1_abstain`` (their abstention counted as F1).
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass, fields
+
+import numpy as np
+import pandas as pd
+
+from bench import metrics
+from bench.stats import cluster_bootstrap, cluster_sums, ratio
+
+log = logging.getLogger(__name__)
+
+NAN = float("nan")
+CONFIG_KEYS = ["dataset", "embedder", "backend", "strategy"]
+METRICS = ("f1", "recall", "precision", "tokens", "abstained", "f1_abstain")
+M = {m: i for i, m in enumerate(METRICS)}
+CI_METRICS = ("f1", "recall", "precision", "tokens", "f1_abstain")
+OBJECTIVES = {  # name -> (metric, +1 maximise / -1 minimise)
+    "max_f1": ("f1", 1),
+    "max_f1_abstain": ("f1_abstain", 1),
+    "max_recall": ("recall", 1),
+    "min_tokens": ("tokens", -1),
+}
+CI_METHODS = ("percentile", "basic", "BCa")
+TIE = 1e-12
+
+
+@dataclass(frozen=True)
+class RecommendConfig:
+    """The ``recommend:`` config block (configs/recommend/default.yaml)."""
+
+    objective: str = "max_f1"
+    token_budget: float | None = None  # mean injected tokens per question must be <= this
+    min_recall: float | None = None  # macro recall must be >= this
+    max_p99_ms: float | None = None  # store p99 latency must be <= this
+    per_category: bool = False  # also choose a threshold for each category
+    confidence: float = 0.95
+    n_resamples: int = 1000
+    ci_method: str = "percentile"
+    neighbours: int = 1  # thresholds each side of the chosen one shown with CIs
+    seed: int = 0
+    alpha: float = 0.05  # significance level of the paired tests (after Holm)
+    test_unit: str = "question"  # paired permutation unit: question | conversation
+    test_resamples: int = 2000
+    attribution_top_n: int = 10  # a gold memory outside the exact top-N is an embedding miss
+
+    def __post_init__(self) -> None:
+        where = "recommend config"
+        if self.objective not in OBJECTIVES:
+            raise ValueError(f"{where}: objective must be one of {sorted(OBJECTIVES)} (got {self.objective!r})")
+        if self.objective == "max_recall" and self.token_budget is None:
+            raise ValueError(f"{where}: objective max_recall needs token_budget (mean injected tokens per question)")
+        if self.objective == "min_tokens" and self.min_recall is None:
+            raise ValueError(f"{where}: objective min_tokens needs min_recall (e.g. 0.8)")
+        for name in ("token_budget", "max_p99_ms"):
+            v = getattr(self, name)
+            if v is not None and not (isinstance(v, (int, float)) and v > 0):
+                raise ValueError(f"{where}: {name} must be a positive number or null (got {v!r})")
+        if self.min_recall is not None and not (0 <= self.min_recall <= 1):
+            raise ValueError(f"{where}: min_recall must be in [0, 1] (got {self.min_recall!r})")
+        if not 0 < self.confidence < 1:
+            raise ValueError(f"{where}: confidence must be in (0, 1) (got {self.confidence!r})")
+        if not 0 < self.alpha < 1:
+            raise ValueError(f"{where}: alpha must be in (0, 1) (got {self.alpha!r})")
+        if self.ci_method not in CI_METHODS:
+            raise ValueError(f"{where}: ci_method must be one of {CI_METHODS} (got {self.ci_method!r})")
+        if self.test_unit not in ("question", "conversation"):
+            raise ValueError(f"{where}: test_unit must be 'question' or 'conversation' (got {self.test_unit!r})")
+        for name in ("n_resamples", "test_resamples", "attribution_top_n"):
+            if int(getattr(self, name)) < 1:
+                raise ValueError(f"{where}: {name} must be >= 1 (got {getattr(self, name)!r})")
+        if int(self.neighbours) < 0:
+            raise ValueError(f"{where}: neighbours must be >= 0 (got {self.neighbours!r})")
+
+    @classmethod
+    def from_mapping(cls, data: Mapping | None, *, source: str = "config") -> "RecommendConfig":
+        data = dict(data or {})
+        known = {f.name for f in fields(cls)}
+        unknown = sorted(set(data) - known)
+        if unknown:
+            raise ValueError(f"{source}: recommend has unknown key(s) {unknown}; known: {sorted(known)}")
+        try:
+            return cls(**data)
+        except ValueError as e:
+            raise ValueError(f"{source}: {e}") from None
+
+    @property
+    def primary(self) -> str:
+        return OBJECTIVES[self.objective][0]
+
+    @property
+    def sign(self) -> int:
+        return OBJECTIVES[self.objective][1]
+
+    def describe(self) -> str:
+        metric = {"f1": "F1", "f1_abstain": "F1 with abstention credit", "recall": "recall", "tokens": "injected tokens"}[self.primary]
+        parts = [("maximise " if self.sign > 0 else "minimise ") + metric]
+        if self.token_budget is not None:
+            parts.append(f"mean injected tokens <= {self.token_budget:g}")
+        if self.min_recall is not None:
+            parts.append(f"recall >= {self.min_recall:g}")
+        if self.max_p99_ms is not None:
+            parts.append(f"store p99 latency <= {self.max_p99_ms:g} ms")
+        return parts[0] + (" subject to " + ", ".join(parts[1:]) if len(parts) > 1 else "")
+
+
+# --------------------------------------------------------------------------- choosing
+
+def choose(means: np.ndarray, cfg: RecommendConfig) -> np.ndarray:
+    """Index of the chosen threshold along the last axis of ``means`` (..., len(METRICS), T); -1 if none.
+
+    Feasible: the objective's metric is defined and the token/recall constraints hold. Ties on the
+    objective (within 1e-12) go to fewer tokens (for max objectives) or more recall (min tokens),
+    then to the lowest threshold.
+    """
+    means = np.asarray(means, np.float64)
+    primary = means[..., M[cfg.primary], :]
+    tokens, recall = means[..., M["tokens"], :], means[..., M["recall"], :]
+    feasible = ~np.isnan(primary)
+    with np.errstate(invalid="ignore"):
+        if cfg.token_budget is not None:
+            feasible &= tokens <= cfg.token_budget
+        if cfg.min_recall is not None:
+            feasible &= recall >= cfg.min_recall
+    key = np.where(feasible, cfg.sign * primary, -np.inf)
+    best = key.max(axis=-1, keepdims=True)
+    cand = feasible & (key >= best - TIE)
+    tie_key = tokens if cfg.sign > 0 else -recall
+    tie_key = np.where(np.isnan(tie_key), np.inf, tie_key)
+    idx = np.where(cand, tie_key, np.inf).argmin(axis=-1)
+    return np.where(cand.any(axis=-1), idx, -1)
+
+
+def pareto_front(cost: np.ndarray, benefit: np.ndarray) -> np.ndarray:
+    """Mask of points no other point dominates (cost <= and benefit >=, one strictly). NaN: never."""
+    cost, benefit = np.asarray(cost, np.float64), np.asarray(benefit, np.float64)
+    mask = np.zeros(len(cost), bool)
+    ok = np.flatnonzero(~(np.isnan(cost) | np.isnan(benefit)))
+    order = ok[np.lexsort((-benefit[ok], cost[ok]))]
+    best = -np.inf
+    for i in order:
+        if benefit[i] > best:
+            mask[i] = True
+            best = benefit[i]
+    return mask
+
+
+# --------------------------------------------------------------------------- data
+
+@dataclass(frozen=True)
+class Grid:
+    """One configuration's per-question values at every threshold: values (Q, len(METRICS), T)."""
+
+    key: tuple[str, str, str, str]  # dataset, embedder, backend, strategy
+    thresholds: np.ndarray  # (T,) ascending; [nan] for a strategy without a threshold
+    question_ids: np.ndarray
+    conversations: np.ndarray
+    groups: np.ndarray  # category label per question ("adversarial"/"abstention" for those)
+    adversarial: np.ndarray
+    values: np.ndarray
+    latency_p99_ms: float
+
+    @property
+    def thresholded(self) -> bool:
+        return not np.isnan(self.thresholds).all()
+
+    def where(self) -> dict:
+        return dict(zip(CONFIG_KEYS, self.key))
+
+
+def category_label(category: str, adversarial: bool) -> str:
+    if not adversarial:
+        return category or "(none)"
+    return "adversarial" if category in ("", "adversarial") else "abstention"
+
+
+def build_grids(rows: pd.DataFrame, *, source: str = "questions.parquet") -> list[Grid]:
+    """Split a run's per-question rows into one Grid per configuration (sweep order)."""
+    need = set(CONFIG_KEYS) | {"threshold", "question_id", "conversation_id", "category", "adversarial", "f1", "recall",
+                               "precision", "tokens_injected", "empty", "latency_ns"}
+    missing = sorted(need - set(rows.columns))
+    if missing:
+        raise ValueError(f"{source}: missing column(s) {missing}")
+    grids = []
+    for key, g in rows.groupby(CONFIG_KEYS, sort=False):
+        g = g.assign(_t=g["threshold"].fillna(-1.0))
+        dup = g.duplicated(["_t", "question_id"])
+        if dup.any():
+            r = g[dup].iloc[0]
+            raise ValueError(f"{source}: config {key} has more than one row for question {r['question_id']!r} "
+                             f"at threshold {r['threshold']} (field question_id)")
+        ts = np.sort(g["_t"].unique())
+        first = g[g["_t"] == ts[0]]
+        qids = first["question_id"].to_numpy()
+        counts = g.groupby("_t")["question_id"].nunique()
+        if (counts != len(qids)).any() or len(g) != len(qids) * len(ts):
+            bad = counts[counts != len(qids)]
+            raise ValueError(f"{source}: config {key} does not have the same questions at every threshold "
+                             f"({len(qids)} at {ts[0]}, {dict(bad)} elsewhere) (field threshold)")
+        adv = first["adversarial"].astype(bool).to_numpy()
+
+        def piv(col: str) -> np.ndarray:
+            return g.pivot(index="question_id", columns="_t", values=col).reindex(index=qids, columns=ts).to_numpy(np.float64)
+
+        f1, rec, prec, tok, empty = piv("f1"), piv("recall"), piv("precision"), piv("tokens_injected"), piv("empty")
+        main = ~adv[:, None]
+        vals = np.stack([
+            np.where(main, f1, NAN), np.where(main, rec, NAN), np.where(main, prec, NAN), np.where(main, tok, NAN),
+            np.where(main, NAN, empty), np.where(main, f1, empty),
+        ], axis=1)
+        grids.append(Grid(
+            key=tuple(str(k) for k in key), thresholds=np.where(ts < 0, NAN, ts), question_ids=qids,
+            conversations=first["conversation_id"].astype(str).to_numpy(),
+            groups=np.array([category_label(str(c), a) for c, a in zip(first["category"].fillna(""), adv)], dtype=object),
+            adversarial=adv, values=vals,
+            latency_p99_ms=metrics.percentile_ms(first["latency_ns"].to_numpy(np.float64), 99),
+        ))
+    return grids
+
+
+# --------------------------------------------------------------------------- analysis
+
+def _tlabel(t: float) -> str:
+    return "—" if t is None or (isinstance(t, float) and math.isnan(t)) else f"{t:.2f}"
+
+
+def _latency_ok(grid: Grid, cfg: RecommendConfig) -> bool:
+    return cfg.max_p99_ms is None or math.isnan(grid.latency_p99_ms) or grid.latency_p99_ms <= cfg.max_p99_ms
+
+
+def analyse(grid: Grid, cfg: RecommendConfig, mask: np.ndarray | None = None) -> tuple[dict, pd.DataFrame]:
+    """The chosen point of one configuration (dict) and its curve with CIs (one row per threshold).
+
+    ``mask`` restricts to a subset of questions (a category).
+    """
+    vals, conv = (grid.values, grid.conversations) if mask is None else (grid.values[mask], grid.conversations[mask])
+    _, sums, counts = cluster_sums(vals, conv)
+    keep = counts.sum(axis=(1, 2)) > 0 if sums.size else np.zeros(0, bool)
+    sums, counts = sums[keep], counts[keep]
+    means = ratio(sums.sum(0), counts.sum(0))
+    idx = int(choose(means, cfg)) if _latency_ok(grid, cfg) and sums.size else -1
+    boot = cluster_bootstrap(sums, counts, confidence=cfg.confidence, n_resamples=cfg.n_resamples, seed=cfg.seed,
+                             method=cfg.ci_method) if sums.size else None
+    curve = pd.DataFrame({"threshold": grid.thresholds})
+    for m in METRICS:
+        curve[m] = means[M[m]]
+        if m in CI_METRICS:
+            curve[f"{m}_lo"] = boot.low[M[m]] if boot is not None else NAN
+            curve[f"{m}_hi"] = boot.high[M[m]] if boot is not None else NAN
+    curve["n_questions"] = int((~grid.adversarial[mask] if mask is not None else ~grid.adversarial).sum())
+    curve["chosen"] = np.arange(len(curve)) == idx
+    point = {**grid.where(), "threshold": NAN, "feasible": idx >= 0, "objective": cfg.objective,
+             "n_questions": int(curve["n_questions"].iloc[0]) if len(curve) else 0,
+             "n_adversarial": int((grid.adversarial[mask] if mask is not None else grid.adversarial).sum()),
+             "n_conversations": int(len(sums)), "latency_p99_ms": grid.latency_p99_ms,
+             "threshold_share": NAN, "threshold_lo": NAN, "threshold_hi": NAN, "note": ""}
+    if idx < 0:
+        point["note"] = ("store p99 latency %.1f ms > %g ms" % (grid.latency_p99_ms, cfg.max_p99_ms)) if not _latency_ok(grid, cfg) \
+            else "no threshold meets the constraints"
+        for c in curve.columns:
+            if c not in ("threshold", "chosen", "n_questions"):
+                point[c] = NAN
+        return point, curve
+    row = curve.iloc[idx]
+    point.update({c: row[c] for c in curve.columns if c not in ("chosen", "n_questions")})
+    if grid.thresholded and len(sums) >= 2:
+        stab = threshold_stability(sums, counts, grid.thresholds, cfg)
+        point.update(stab)
+    return point, curve
+
+
+def threshold_stability(sums: np.ndarray, counts: np.ndarray, thresholds: np.ndarray, cfg: RecommendConfig) -> dict:
+    """How often a cluster-bootstrap resample chooses the same threshold, and the range it chooses."""
+    def reduce(means: np.ndarray) -> np.ndarray:
+        i = choose(means, cfg)
+        return np.where(i >= 0, thresholds[np.maximum(i, 0)], NAN)
+
+    res = cluster_bootstrap(sums, counts, reduce=reduce, confidence=cfg.confidence, n_resamples=cfg.n_resamples,
+                            seed=cfg.seed, method="percentile")
+    dist = res.distribution
+    a = (1 - cfg.confidence) / 2
+    ok = dist[~np.isnan(dist)]
+    return {
+        "threshold_share": float(np.mean(np.isclose(dist, res.point))) if dist.size else NAN,
+        "threshold_lo": float(np.quantile(ok, a, method="lower")) if ok.size else NAN,
+        "threshold_hi": float(np.quantile(ok, 1 - a, method="higher")) if ok.size else NAN,
+    }
+
+
+def loco(grid: Grid, cfg: RecommendConfig) -> tuple[dict, pd.DataFrame]:
+    """Leave-one-conversation-out: tune on all conversations but one, evaluate on the one left out.
+
+    Per fold: the threshold chosen on the others, the objective metric there (``train``) and on the
+    held-out conversation (``held_out``), ``gap`` = how much worse held-out is (sign-adjusted, so
+    positive = worse), the held-out conversation's own best threshold and the ``regret`` of not
+    using it, and whether a token/recall constraint is violated on the held-out conversation.
+    Summary: mean gap over folds, pooled held-out metric (question-weighted), in-sample metric,
+    optimism (in-sample minus pooled held-out) and the spread of the chosen thresholds.
+    """
+    labels, sums, counts = cluster_sums(grid.values, grid.conversations)
+    keep = counts[:, M[cfg.primary]].sum(-1) > 0
+    labels, sums, counts = labels[keep], sums[keep], counts[keep]
+    p, s = M[cfg.primary], cfg.sign
+    base = {**grid.where(), "objective": cfg.objective, "n_folds": int(len(labels))}
+    if len(labels) < 2 or not _latency_ok(grid, cfg):
+        return {**base, "mean_gap": NAN, "gap_min": NAN, "gap_max": NAN, "mean_regret": NAN, "pooled_held_out": NAN, "in_sample": NAN, "optimism": NAN,
+                "threshold_min": NAN, "threshold_max": NAN, "threshold_std": NAN, "n_distinct_thresholds": 0,
+                "share_same_as_full": NAN, "violated_share": NAN}, pd.DataFrame()
+    tot_s, tot_c = sums.sum(0), counts.sum(0)
+    train = ratio(tot_s[None] - sums, tot_c[None] - counts)
+    held = ratio(sums, counts)
+    idx = choose(train, cfg)
+    own = choose(held, cfg)
+    full = int(choose(ratio(tot_s, tot_c), cfg))
+    f = np.arange(len(labels))
+    take = lambda arr, i: np.where(i >= 0, arr[f, p, np.maximum(i, 0)], NAN)  # noqa: E731
+    tr, ho, best = take(train, idx), take(held, idx), take(held, own)
+    thr = np.where(idx >= 0, grid.thresholds[np.maximum(idx, 0)], NAN)
+    violated = np.zeros(len(labels), bool)
+    with np.errstate(invalid="ignore"):
+        if cfg.token_budget is not None:
+            violated |= held[f, M["tokens"], np.maximum(idx, 0)] > cfg.token_budget
+        if cfg.min_recall is not None:
+            violated |= held[f, M["recall"], np.maximum(idx, 0)] < cfg.min_recall
+    folds = pd.DataFrame({
+        "conversation_id": labels, "n_questions": counts[:, p, 0].astype(int),
+        "threshold": thr, "train": tr, "held_out": ho, "gap": s * (tr - ho),
+        "held_out_best_threshold": np.where(own >= 0, grid.thresholds[np.maximum(own, 0)], NAN),
+        "held_out_best": best, "regret": s * (best - ho), "violated": violated & (idx >= 0),
+    })
+    for k, v in reversed(list(grid.where().items())):
+        folds.insert(0, k, v)
+    ok = idx >= 0
+    num = np.where(ok, sums[f, p, np.maximum(idx, 0)], 0.0).sum()
+    den = np.where(ok, counts[f, p, np.maximum(idx, 0)], 0.0).sum()
+    pooled = num / den if den else NAN
+    in_sample = float(ratio(tot_s, tot_c)[p, full]) if full >= 0 else NAN
+    t_ok = thr[~np.isnan(thr)]
+    summary = {
+        **base,
+        "mean_gap": float(np.nanmean(folds["gap"])) if folds["gap"].notna().any() else NAN,
+        "gap_min": float(np.nanmin(folds["gap"])) if folds["gap"].notna().any() else NAN,
+        "gap_max": float(np.nanmax(folds["gap"])) if folds["gap"].notna().any() else NAN,
+        "mean_regret": float(np.nanmean(folds["regret"])) if folds["regret"].notna().any() else NAN,
+        "pooled_held_out": float(pooled),
+        "in_sample": in_sample,
+        "optimism": s * (in_sample - pooled) if not (math.isnan(in_sample) or math.isnan(pooled)) else NAN,
+        "threshold_min": float(t_ok.min()) if t_ok.size else NAN,
+        "threshold_max": float(t_ok.max()) if t_ok.size else NAN,
+        "threshold_std": float(t_ok.std()) if t_ok.size else NAN,
+        "n_distinct_thresholds": int(len(np.unique(t_ok))),
+        "share_same_as_full": float(np.mean(idx == full)) if full >= 0 else NAN,
+        "violated_share": float(folds["violated"].mean()) if (cfg.token_budget or cfg.min_recall is not None) else NAN,
+    }
+    return summary, folds
+
+
+def categories(grid: Grid, cfg: RecommendConfig, point: dict) -> pd.DataFrame:
+    """Per-category metrics at the configuration's chosen threshold (with CIs); with
+    ``cfg.per_category`` also each category's own best threshold and its gain over the shared one."""
+    out = []
+    t = point.get("threshold", NAN)
+    if not grid.thresholded:
+        j = 0 if point.get("feasible") else -1
+    else:
+        hit = np.flatnonzero(np.isclose(grid.thresholds, t)) if not math.isnan(t) else []
+        j = int(hit[0]) if len(hit) else -1
+    p = cfg.primary
+    for label in dict.fromkeys(grid.groups):
+        mask = grid.groups == label
+        adv = bool(grid.adversarial[mask].all())
+        row = {**grid.where(), "category": label, "adversarial": adv, "n": int(mask.sum()), "threshold": t}
+        _, sums, counts = cluster_sums(grid.values[mask], grid.conversations[mask])
+        means = ratio(sums.sum(0), counts.sum(0))
+        boot = None if adv or j < 0 else cluster_bootstrap(sums, counts, confidence=cfg.confidence, n_resamples=cfg.n_resamples,
+                                                            seed=cfg.seed, method=cfg.ci_method)
+        for m in ("f1", "recall", "precision", "tokens", "abstained", "f1_abstain"):
+            row[m] = means[M[m], j] if j >= 0 else NAN
+        for m in ("f1", "recall"):
+            row[f"{m}_lo"] = boot.low[M[m], j] if boot is not None else NAN
+            row[f"{m}_hi"] = boot.high[M[m], j] if boot is not None else NAN
+        if cfg.per_category and grid.thresholded:
+            own = analyse(grid, cfg, mask)[0] if not adv else {"threshold": NAN, p: NAN}
+            row["own_threshold"] = own["threshold"]
+            row[f"own_{p}"] = own.get(p, NAN)
+            row["own_gain"] = cfg.sign * (own.get(p, NAN) - row[p])
+        out.append(row)
+    return pd.DataFrame(out)
+
+
+def transfer(grids: list[Grid], points: pd.DataFrame, cfg: RecommendConfig) -> pd.DataFrame:
+    """Cross-dataset transfer: the threshold chosen on one dataset, applied to another (same
+    embedder/backend/strategy); ``gap`` = how much worse than the target's own choice (sign-adjusted)."""
+    by = {g.key: g for g in grids}
+    datasets = list(dict.fromkeys(g.key[0] for g in grids))
+    out = []
+    p, s = cfg.primary, cfg.sign
+    for src in datasets:
+        for dst in datasets:
+            if src == dst:
+                continue
+            for g in grids:
+                if g.key[0] != src or not g.thresholded:
+                    continue
+                other = by.get((dst,) + g.key[1:])
+                if other is None:
+                    continue
+                ps = points[(points[CONFIG_KEYS] == pd.Series(dict(zip(CONFIG_KEYS, g.key)))).all(axis=1)].iloc[0]
+                pt = points[(points[CONFIG_KEYS] == pd.Series(dict(zip(CONFIG_KEYS, other.key)))).all(axis=1)].iloc[0]
+                hit = np.flatnonzero(np.isclose(other.thresholds, ps["threshold"])) if not math.isnan(ps["threshold"]) else []
+                at = NAN
+                tok = NAN
+                if len(hit):
+                    _, sums, counts = cluster_sums(other.values[:, :, hit[0]], other.conversations)
+                    m = ratio(sums.sum(0), counts.sum(0))
+                    at, tok = m[M[p]], m[M["tokens"]]
+                out.append({"source": src, "target": dst, "embedder": g.key[1], "backend": g.key[2], "strategy": g.key[3],
+                            "source_threshold": ps["threshold"], f"source_{p}": ps.get(p, NAN),
+                            f"target_{p}_at_source_threshold": at, "target_tokens_at_source_threshold": tok,
+                            "target_threshold": pt["threshold"], f"target_{p}_own": pt.get(p, NAN),
+                            "gap": s * (pt.get(p, NAN) - at)})
+    return pd.DataFrame(out)
+
+
+@dataclass(frozen=True)
+class Recommendation:
+    cfg: RecommendConfig
+    points: pd.DataFrame  # one row per configuration: chosen threshold, metrics, CIs, stability, best flag
+    curves: pd.DataFrame  # every configuration x threshold with CIs
+    loco: pd.DataFrame  # one row per thresholded configuration
+    loco_folds: pd.DataFrame
+    categories: pd.DataFrame
+    transfer: pd.DataFrame
+
+    def best(self) -> pd.DataFrame:
+        return self.points[self.points["best"]]
+
+
+def recommend(rows: pd.DataFrame, cfg: RecommendConfig | None = None, *, source: str = "questions.parquet") -> Recommendation:
+    """Choose an operating point for every configuration in ``rows`` and the best one per dataset."""
+    cfg = cfg or RecommendConfig()
+    grids = build_grids(rows, source=source)
+    points, curves, locos, folds, cats = [], [], [], [], []
+    for g in grids:
+        point, curve = analyse(g, cfg)
+        points.append(point)
+        for k, v in reversed(list(g.where().items())):
+            curve.insert(0, k, v)
+        curves.append(curve)
+        if g.thresholded:
+            summary, f = loco(g, cfg)
+            locos.append(summary)
+            folds.append(f)
+        cats.append(categories(g, cfg, point))
+    pts = pd.DataFrame(points)
+    pts["best"] = False
+    for _, d in pts.groupby("dataset", sort=False):
+        means = np.full((1, len(METRICS), len(d)), NAN)
+        for m in METRICS:
+            means[0, M[m]] = d[m].to_numpy(np.float64)
+        means[0, :, ~d["feasible"].to_numpy(bool)] = NAN
+        i = int(choose(means, cfg)[0])
+        if i >= 0:
+            pts.loc[d.index[i], "best"] = True
+    nonempty = [f for f in folds if len(f)]
+    return Recommendation(
+        cfg=cfg, points=pts, curves=pd.concat(curves, ignore_index=True),
+        loco=pd.DataFrame(locos), loco_folds=pd.concat(nonempty, ignore_index=True) if nonempty else pd.DataFrame(),
+        categories=pd.concat(cats, ignore_index=True) if cats else pd.DataFrame(),
+        transfer=transfer(grids, pts, cfg),
+    )
+
+
+def neighbours(rec: Recommendation, key: Mapping[str, str]) -> pd.DataFrame:
+    """The chosen threshold and ``cfg.neighbours`` thresholds each side, with CIs."""
+    c = rec.curves
+    c = c[(c[CONFIG_KEYS] == pd.Series({k: key[k] for k in CONFIG_KEYS})).all(axis=1)].reset_index(drop=True)
+    hit = np.flatnonzero(c["chosen"].to_numpy())
+    if not len(hit):
+        return c.iloc[0:0]
+    i, n = int(hit[0]), int(rec.cfg.neighbours)
+    return c.iloc[max(0, i - n): i + n + 1]

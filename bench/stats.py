@@ -1,0 +1,260 @@
+"""Statistics shared by the recommender, the report and ``bench.compare``: pure, seeded, no I/O.
+
+Owns: per-cluster sums (a cluster = a conversation; every mean here is a macro mean over
+questions, so a resample of clusters is a ratio of summed sums and summed counts), the cluster
+bootstrap (``scipy.stats.bootstrap`` over cluster indices), the paired permutation test between two
+configurations on the same questions (``scipy.stats.permutation_test``, sign flips of paired
+differences), Holm's step-down correction and win/tie/loss counts. NaN means undefined, never 0.
+"""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+
+NAN = float("nan")
+TIE_TOL = 1e-12
+
+
+def cluster_sums(values: np.ndarray, clusters: Sequence) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Per-cluster sums and counts of the non-NaN entries of ``values`` (shape (Q, ...)).
+
+    Returns ``(labels, sums, counts)``: labels sorted (C,), sums and counts (C, ...).
+    """
+    v = np.asarray(values, dtype=np.float64)
+    labels, inv = np.unique(np.asarray(clusters).astype(str), return_inverse=True)
+    if v.shape[0] != len(inv):
+        raise ValueError(f"cluster_sums: {v.shape[0]} values but {len(inv)} cluster labels")
+    ok = ~np.isnan(v)
+    sums = np.zeros((len(labels),) + v.shape[1:])
+    counts = np.zeros_like(sums)
+    np.add.at(sums, inv, np.where(ok, v, 0.0))
+    np.add.at(counts, inv, ok.astype(np.float64))
+    return labels, sums, counts
+
+
+def ratio(sums: np.ndarray, counts: np.ndarray) -> np.ndarray:
+    """sums / counts elementwise, NaN where the count is 0."""
+    s, n = np.asarray(sums, np.float64), np.asarray(counts, np.float64)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return np.where(n > 0, s / np.where(n > 0, n, 1.0), NAN)
+
+
+@dataclass(frozen=True)
+class BootstrapResult:
+    point: np.ndarray  # statistic on the data as observed
+    low: np.ndarray  # NaN when undefined (fewer than 2 clusters)
+    high: np.ndarray
+    distribution: np.ndarray  # (..., n_resamples); empty when not resampled
+
+
+def cluster_bootstrap(
+    sums: np.ndarray,
+    counts: np.ndarray,
+    *,
+    reduce: Callable[[np.ndarray], np.ndarray] | None = None,
+    confidence: float = 0.95,
+    n_resamples: int = 1000,
+    seed: int = 0,
+    method: str = "percentile",
+    batch: int | None = None,
+) -> BootstrapResult:
+    """Bootstrap CI of a statistic of cluster means, resampling whole clusters with replacement.
+
+    ``sums``/``counts`` (C, ...) come from :func:`cluster_sums`. The statistic is
+    ``reduce(ratio(resampled sums, resampled counts))`` (identity by default); ``reduce`` maps the
+    trailing shape ``(...)`` to its output and must accept leading batch axes.
+    Uses ``scipy.stats.bootstrap`` on the array of cluster indices, so BCa's jackknife also
+    leaves out whole clusters.
+    """
+    from scipy import stats
+
+    sums, counts = np.asarray(sums, np.float64), np.asarray(counts, np.float64)
+    reduce = reduce or (lambda m: m)
+    n_clusters = sums.shape[0]
+    if batch is None:  # keep one resample batch at ~16M floats
+        batch = max(1, int(16_000_000 // max(1, sums.size)))
+
+    def statistic(idx: np.ndarray, axis: int = -1) -> np.ndarray:
+        idx = np.asarray(idx, dtype=np.intp)
+        lead = idx.ndim - 1  # batch axes of idx (0 for the point estimate, 1 for resamples)
+        out = np.asarray(reduce(ratio(sums[idx].sum(axis=lead), counts[idx].sum(axis=lead))))
+        return np.moveaxis(out, 0, -1) if lead else out
+
+    point = statistic(np.arange(n_clusters))
+    if n_clusters < 2:
+        nan = np.full(np.shape(point), NAN)
+        return BootstrapResult(point, nan, nan.copy(), np.empty(np.shape(point) + (0,)))
+    with warnings.catch_warnings():  # a constant statistic (e.g. recall 1.0 of full context) is not an error
+        warnings.simplefilter("ignore", stats.DegenerateDataWarning)
+        warnings.simplefilter("ignore", RuntimeWarning)
+        res = stats.bootstrap(
+            (np.arange(n_clusters),), statistic, vectorized=True, n_resamples=n_resamples, batch=batch,
+            confidence_level=confidence, method=method, rng=np.random.default_rng(seed),
+        )
+    dist = np.asarray(res.bootstrap_distribution)
+    low, high = np.asarray(res.confidence_interval.low, np.float64), np.asarray(res.confidence_interval.high, np.float64)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)  # all-NaN slices
+        lo_d, hi_d = np.nanmin(dist, axis=-1), np.nanmax(dist, axis=-1)
+    constant = (lo_d == hi_d) & np.isnan(low)
+    low, high = np.where(constant, lo_d, low), np.where(constant, hi_d, high)
+    return BootstrapResult(point, low, high, dist)
+
+
+@dataclass(frozen=True)
+class PairedTest:
+    n: int  # paired units with both values defined (questions, or conversations when clustered)
+    n_questions: int
+    mean_a: float
+    mean_b: float
+    diff: float  # mean_a - mean_b over the paired questions
+    ci_low: float  # cluster-bootstrap CI of diff (NaN with < 2 clusters)
+    ci_high: float
+    p_value: float  # two-sided paired permutation (sign-flip) test
+    wins: int  # questions where a > b
+    ties: int
+    losses: int
+
+
+def win_tie_loss(a: np.ndarray, b: np.ndarray, tol: float = TIE_TOL) -> tuple[int, int, int]:
+    """Per-question counts of a > b, |a - b| <= tol, a < b (pairs with a NaN are skipped)."""
+    a, b = np.asarray(a, np.float64), np.asarray(b, np.float64)
+    ok = ~(np.isnan(a) | np.isnan(b))
+    d = a[ok] - b[ok]
+    return int((d > tol).sum()), int((np.abs(d) <= tol).sum()), int((d < -tol).sum())
+
+
+def paired_test(
+    a: np.ndarray,
+    b: np.ndarray,
+    *,
+    clusters: Sequence | None = None,
+    unit: str = "question",
+    n_resamples: int = 2000,
+    seed: int = 0,
+    confidence: float = 0.95,
+) -> PairedTest:
+    """Two configurations measured on the same questions (aligned arrays).
+
+    The p-value comes from a paired sign-flip permutation test of the mean difference
+    (``scipy.stats.permutation_test``, ``permutation_type='samples'``; exact when 2**n <= n_resamples).
+    ``unit='question'`` flips each question's pair; ``unit='conversation'`` flips whole conversations
+    (needs ``clusters``; conservative when questions of a conversation are correlated).
+    The CI of the difference is a cluster bootstrap over ``clusters`` (each question its own
+    cluster when None).
+    """
+    from scipy import stats
+
+    if unit not in ("question", "conversation"):
+        raise ValueError(f"paired_test: unit must be 'question' or 'conversation' (got {unit!r})")
+    a, b = np.asarray(a, np.float64), np.asarray(b, np.float64)
+    if a.shape != b.shape or a.ndim != 1:
+        raise ValueError(f"paired_test: a and b must be aligned 1-d arrays (got {a.shape} and {b.shape})")
+    cl = np.arange(len(a)).astype(str) if clusters is None else np.asarray(clusters).astype(str)
+    ok = ~(np.isnan(a) | np.isnan(b))
+    a, b, cl = a[ok], b[ok], cl[ok]
+    w, t, l = win_tie_loss(a, b)
+    if len(a) == 0:
+        return PairedTest(0, 0, NAN, NAN, NAN, NAN, NAN, NAN, 0, 0, 0)
+    n_q = len(a)
+    if unit == "conversation":
+        if clusters is None:
+            raise ValueError("paired_test: unit='conversation' needs clusters")
+        _, xa, _ = cluster_sums(a, cl)
+        _, xb, _ = cluster_sums(b, cl)
+    else:
+        xa, xb = a, b
+
+    def statistic(x, y, axis=-1):
+        return (np.sum(x, axis=axis) - np.sum(y, axis=axis)) / n_q
+
+    if np.all(xa == xb):
+        p = 1.0
+    else:
+        p = float(stats.permutation_test((xa, xb), statistic, permutation_type="samples", vectorized=True,
+                                         n_resamples=n_resamples, alternative="two-sided",
+                                         rng=np.random.default_rng(seed)).pvalue)
+    _, s, c = cluster_sums(a - b, cl)
+    boot = cluster_bootstrap(s, c, confidence=confidence, n_resamples=n_resamples, seed=seed)
+    return PairedTest(len(xa), n_q, float(a.mean()), float(b.mean()), float((a - b).mean()),
+                      float(boot.low), float(boot.high), min(p, 1.0), w, t, l)
+
+
+def holm(p_values: Sequence[float]) -> np.ndarray:
+    """Holm step-down adjusted p-values (same order; NaN stays NaN and is not counted)."""
+    p = np.asarray(p_values, dtype=np.float64)
+    out = np.full(p.shape, NAN)
+    idx = np.flatnonzero(~np.isnan(p))
+    m = len(idx)
+    if not m:
+        return out
+    order = idx[np.argsort(p[idx], kind="stable")]
+    adj = np.minimum(1.0, np.maximum.accumulate(p[order] * (m - np.arange(m))))
+    out[order] = adj
+    return out
+
+
+MAIN_METRICS = ("f1", "recall", "precision", "hit", "tokens_injected", "n_selected")
+
+
+def question_values(rows: pd.DataFrame, where: dict, metric: str) -> pd.DataFrame:
+    """Per-question values of one configuration: columns question_id, conversation_id, value.
+
+    ``where`` maps column -> value (a NaN threshold matches NaN). ``metric`` is a per-question
+    column over non-adversarial questions, or ``abstained`` (adversarial questions: 1 when nothing
+    was recalled).
+    """
+    mask = pd.Series(True, index=rows.index)
+    for col, val in where.items():
+        if col not in rows:
+            raise ValueError(f"question_values: rows have no column {col!r}")
+        mask &= rows[col].isna() if isinstance(val, float) and np.isnan(val) else rows[col] == val
+    sel = rows[mask]
+    if metric == "abstained":
+        sel = sel[sel["adversarial"]]
+        vals = sel["empty"]
+    else:
+        if metric not in rows:
+            raise ValueError(f"question_values: rows have no metric column {metric!r}")
+        sel = sel[~sel["adversarial"]]
+        vals = sel[metric]
+    if sel["question_id"].duplicated().any():
+        raise ValueError(f"question_values: {where} matches more than one row per question (add keys)")
+    return pd.DataFrame({"question_id": sel["question_id"].to_numpy(), "conversation_id": sel["conversation_id"].to_numpy(),
+                         "value": vals.astype(float).to_numpy()})
+
+
+def compare_pairs(
+    rows: pd.DataFrame,
+    pairs: Sequence[tuple[dict, dict]],
+    *,
+    metric: str = "f1",
+    alpha: float = 0.05,
+    unit: str = "question",
+    n_resamples: int = 2000,
+    seed: int = 0,
+    confidence: float = 0.95,
+) -> pd.DataFrame:
+    """Paired tests for each (config A, config B) on their common questions, Holm-corrected.
+
+    Configs are column->value dicts over ``rows``. Returns one row per pair with the means,
+    difference (A - B) and its CI, p, Holm-adjusted p, ``significant`` (p_holm < alpha), wins/ties/losses.
+    """
+    out = []
+    for a_where, b_where in pairs:
+        qa, qb = question_values(rows, a_where, metric), question_values(rows, b_where, metric)
+        m = qa.merge(qb, on="question_id", suffixes=("_a", "_b"))
+        r = paired_test(m["value_a"].to_numpy(), m["value_b"].to_numpy(), clusters=m["conversation_id_a"].to_numpy(),
+                        unit=unit, n_resamples=n_resamples, seed=seed, confidence=confidence)
+        out.append({"a": a_where, "b": b_where, "metric": metric, "n": r.n_questions, "mean_a": r.mean_a, "mean_b": r.mean_b,
+                    "diff": r.diff, "ci_low": r.ci_low, "ci_high": r.ci_high, "p": r.p_value,
+                    "wins": r.wins, "ties": r.ties, "losses": r.losses})
+    df = pd.DataFrame(out, columns=["a", "b", "metric", "n", "mean_a", "mean_b", "diff", "ci_low", "ci_high", "p", "wins", "ties", "losses"])
+    df["p_holm"] = holm(df["p"].to_numpy()) if len(df) else []
+    df["significant"] = df["p_holm"] < alpha
+    return df
