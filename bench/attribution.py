@@ -4,7 +4,8 @@ Every missed gold memory of a (non-adversarial) question gets exactly one cause,
 order:
 
 - ``filter``: the strategy's filter hid it (role filter pushed to the store, or said after the question);
-- ``policy``: a strategy that ignores the store (keyword, BM25, recency, ...) did not pick it;
+- ``policy``: a strategy that ignores the store (keyword, BM25, recency, ...) did not pick it
+  (``attribute_run`` does not replay those strategies: that is all it could say about them);
 - ``embedding``: the embedding ranks it below the exact top-N among what the question may see
   (exact cosine over the cached vectors, N = ``top_n``);
 - ``unreturned``: the store did not return it and its exact rank is unknown (no cached vectors and
@@ -36,7 +37,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from bench.runner import Trace, question_filter, visible
+from bench.runner import Trace, question_filter
 from bench.types import Corpus, Hit, memory_key
 
 log = logging.getLogger(__name__)
@@ -46,6 +47,38 @@ NAN = float("nan")
 
 
 # --------------------------------------------------------------------------- pure parts
+
+class _Visible:
+    """Per-conversation arrays for fast ``bench.runner.visible`` masks (same rule, vectorised)."""
+
+    def __init__(self, corpus: Corpus) -> None:
+        self.conv = {}
+        for c in corpus.conversations:
+            self.conv[c.conversation_id] = (
+                np.array([t.key for t in c.turns], dtype=object),
+                np.array([t.role for t in c.turns], dtype=object),
+                np.array([float(t.timestamp or 0.0) for t in c.turns]),
+            )
+
+    def __call__(self, q, roles: tuple[str, ...] | None) -> np.ndarray:
+        """Keys of the memories question ``q`` may see under ``roles``, in conversation order."""
+        keys, role, ts = self.conv.get(q.conversation_id, (np.empty(0, object),) * 2 + (np.empty(0),))
+        where = question_filter(q, roles=roles)
+        mask = np.ones(len(keys), bool)
+        if where.roles is not None:
+            mask &= np.isin(role, list(where.roles))
+        if where.before is not None:
+            mask &= ts <= where.before
+        return keys[mask]
+
+
+def _rank(keys: np.ndarray, sims: np.ndarray, g: str) -> int | None:
+    hit = np.flatnonzero(keys == g)
+    if not len(hit):
+        return None
+    s = sims[hit[0]]
+    return int((sims > s).sum() + ((sims == s) & (keys < g)).sum() + 1)
+
 
 def classify(*, visible_: bool, uses_store: bool, exact_rank: int | None, top_n: int, store_rank: int | None,
              store_score: float, threshold: float | None, cap_k: int | None, rank_passing: int | None) -> str:
@@ -72,27 +105,16 @@ def classify(*, visible_: bool, uses_store: bool, exact_rank: int | None, top_n:
 def exact_ranks(corpus: Corpus, tv: np.ndarray, qv: np.ndarray, *, roles: tuple[str, ...] | None) -> dict[str, dict[str, int]]:
     """1-based exact cosine rank of each gold memory among what its question may see (same filter and
     tie order as ``bench.runner.exact_top``: similarity descending, then key). Hidden gold is absent."""
-    turns = corpus.turns()
-    row = {t.key: i for i, t in enumerate(turns)}
-    by_conv = {c.conversation_id: c.turns for c in corpus.conversations}
+    row = {t.key: i for i, t in enumerate(corpus.turns())}
+    vis_of = _Visible(corpus)
     out: dict[str, dict[str, int]] = {}
     for qi, q in enumerate(corpus.questions):
-        gold = [memory_key(q.conversation_id, e) for e in q.evidence]
-        if not gold:
+        if not q.evidence:
             continue
-        where = question_filter(q, roles=roles)
-        vis = [t for t in by_conv.get(q.conversation_id, ()) if visible(t, where)]
-        if not vis:
-            continue
-        keys = np.array([t.key for t in vis], dtype=object)
-        sims = tv[[row[t.key] for t in vis]] @ qv[qi]
-        ranks = {}
-        for g in gold:
-            hit = np.flatnonzero(keys == g)
-            if len(hit):
-                s = sims[hit[0]]
-                ranks[g] = int((sims > s).sum() + ((sims == s) & (keys < g)).sum() + 1)
-        out[q.question_id] = ranks
+        keys = vis_of(q, roles)
+        sims = tv[[row[k] for k in keys]] @ qv[qi] if len(keys) else np.empty(0)
+        ranks = {g: _rank(keys, sims, g) for g in (memory_key(q.conversation_id, e) for e in q.evidence)}
+        out[q.question_id] = {g: r for g, r in ranks.items() if r is not None}
     return out
 
 
@@ -100,26 +122,15 @@ def trace_ranks(table: pd.DataFrame, corpus: Corpus, *, roles: tuple[str, ...] |
     """Exact ranks from the trace itself, for questions whose store returned every visible memory
     (exact store, depth >= eligible); other questions are left out (rank unknown)."""
     questions = {q.question_id: q for q in corpus.questions}
-    by_conv = {c.conversation_id: c.turns for c in corpus.conversations}
+    vis_of = _Visible(corpus)
     out: dict[str, dict[str, int]] = {}
     for qid, ids, exact in zip(table["question_id"], table["hit_ids"], table["exact_scores"]):
         q = questions.get(qid)
-        if q is None or not q.evidence:
+        if q is None or not q.evidence or len(ids) < len(vis_of(q, roles)):
             continue
-        where = question_filter(q, roles=roles)
-        n_vis = sum(1 for t in by_conv.get(q.conversation_id, ()) if visible(t, where))
-        if len(ids) < n_vis:
-            continue
-        keys = np.asarray(ids, dtype=object)
-        sims = np.asarray(exact, np.float64)
-        ranks = {}
-        for e in q.evidence:
-            g = memory_key(q.conversation_id, e)
-            hit = np.flatnonzero(keys == g)
-            if len(hit):
-                s = sims[hit[0]]
-                ranks[g] = int((sims > s).sum() + ((sims == s) & (keys < g)).sum() + 1)
-        out[qid] = ranks
+        keys, sims = np.asarray(ids, dtype=object), np.asarray(exact, np.float64)
+        ranks = {g: _rank(keys, sims, g) for g in (memory_key(q.conversation_id, e) for e in q.evidence)}
+        out[qid] = {g: r for g, r in ranks.items() if r is not None}
     return out
 
 
@@ -140,7 +151,7 @@ def attribute(
     question_id -> {gold key: exact rank}. Adversarial questions are skipped (they have no gold to miss).
     """
     questions = {q.question_id: q for q in corpus.questions}
-    by_conv = {c.conversation_id: c.turns for c in corpus.conversations}
+    vis_of = _Visible(corpus)
     roles = tuple(spec.roles) if getattr(spec, "roles", None) else None
     cap_k = getattr(spec.fn, "keywords", {}).get("k") if hasattr(spec.fn, "keywords") else None
     t = threshold if spec.thresholded else None
@@ -154,8 +165,7 @@ def attribute(
         missed = [g for g in gold if g not in chosen]
         if not missed:
             continue
-        where = question_filter(q, roles=roles)
-        vis = {x.key for x in by_conv.get(q.conversation_id, ()) if visible(x, where)}
+        vis = set(vis_of(q, roles).tolist())
         ids = list(rec.hit_ids)
         scores = np.asarray(rec.hit_scores, np.float64)
         pos = {k: i for i, k in enumerate(ids)}
@@ -244,15 +254,21 @@ def _job_dirs(run_dir: Path) -> list[Path]:
 
 
 def build_strategies(strategy_cfg) -> list:
-    """StrategySpecs from a ``strategy:`` config node (as the CLI builds them)."""
+    """StrategySpecs from a ``strategy:`` config node, as the CLI builds them (every StrategySpec
+    field the node sets is passed through, so new flags such as ``stateful`` keep working)."""
+    from omegaconf import OmegaConf
+
     from bench.config import build
     from bench.sweep import StrategySpec
 
+    extra_fields = [f.name for f in dataclasses.fields(StrategySpec) if f.name not in ("name", "fn", "thresholded", "uses_store", "roles")]
     out = []
     for name, s in strategy_cfg.items():
         try:
+            extra = {f: OmegaConf.to_object(s[f]) if OmegaConf.is_config(s[f]) else s[f] for f in extra_fields if s.get(f) is not None}
             out.append(StrategySpec(name=s.name, fn=build(s.fn), thresholded=bool(s.thresholded),
-                                    uses_store=bool(s.get("uses_store", True)), roles=tuple(s.roles) if s.get("roles") else None))
+                                    uses_store=bool(s.get("uses_store", True)), roles=tuple(s.roles) if s.get("roles") else None,
+                                    **extra))
         except Exception as e:  # noqa: BLE001  (one strategy we cannot rebuild must not hide the others)
             log.warning("attribution: cannot rebuild strategy %s (%s: %s); skipped", name, type(e).__name__, e)
     return out
@@ -319,7 +335,8 @@ def attribute_job(job: JobInputs, chosen: Mapping[tuple[str, str, str, str], flo
     parts = []
     for trace in job.traces:
         roles = tuple(trace.meta["roles"]) if trace.meta.get("roles") else None
-        specs = [s for s in job.strategies if (tuple(s.roles) if s.roles else None) == roles]
+        # strategies that ignore the store are not replayed: every miss of theirs is "filter" or "policy"
+        specs = [s for s in job.strategies if (tuple(s.roles) if s.roles else None) == roles and s.uses_store]
         want = {}
         for s in specs:
             t = chosen.get((trace.meta["dataset"], job.embedder, trace.meta["backend"], s.name))

@@ -1,4 +1,5 @@
-"""Figures from a summary table only (never from a store). PNG files, written atomically."""
+"""Figures from result tables only (never from a store): sweep curves, Pareto frontier, CI bands,
+calibration histograms/ECDFs, LOCO folds, miss attribution. PNG files, written atomically."""
 
 from __future__ import annotations
 
@@ -81,6 +82,141 @@ def recall_vs_tokens(summary: pd.DataFrame, title: str, path: Path) -> Path:
     ax.set_ylim(0, 1.02)
     ax.grid(alpha=0.3, which="both")
     ax.legend(fontsize=8)
+    ax.set_title(title, fontsize=10)
+    try:
+        return _save(fig, path)
+    finally:
+        plt.close(fig)
+
+
+def pareto(points: pd.DataFrame, front: pd.Series, best: pd.DataFrame, title: str, path: Path) -> Path:
+    """Recall vs injected tokens for every configuration (one marker style per embedder/store/strategy),
+    the Pareto frontier across all of them, and the recommended point(s) starred.
+
+    ``points`` columns: label, tokens_injected_mean, recall; ``front``: bool mask over ``points``.
+    """
+    plt = _figure()
+    fig, ax = plt.subplots(figsize=(7.5, 4.5))
+    for label, s in points.groupby("label", sort=False):
+        s = s.sort_values("tokens_injected_mean")
+        ax.plot(s["tokens_injected_mean"], s["recall"], "-o" if len(s) > 1 else "D", ms=3, lw=1, alpha=0.7, label=label)
+    f = points[front.to_numpy(bool)].sort_values("tokens_injected_mean")
+    ax.step(f["tokens_injected_mean"], f["recall"], where="post", color="k", lw=1.5, label="Pareto frontier")
+    if len(best):
+        ax.plot(best["tokens"], best["recall"], "*", ms=16, color="gold", mec="k", label="recommended")
+    ax.set_xscale("log")
+    ax.set_xlabel("injected tokens per question (mean, log)")
+    ax.set_ylabel("recall (macro)")
+    ax.set_ylim(0, 1.02)
+    ax.grid(alpha=0.3, which="both")
+    ax.legend(fontsize=7, loc="lower right")
+    ax.set_title(title, fontsize=10)
+    try:
+        return _save(fig, path)
+    finally:
+        plt.close(fig)
+
+
+def ci_curves(curves: pd.DataFrame, metric: str, title: str, path: Path) -> Path:
+    """``metric`` and recall vs threshold with their 95 % bootstrap bands, one panel per strategy;
+    the chosen threshold is a dashed line."""
+    plt = _figure()
+    names = list(dict.fromkeys(curves["strategy"]))
+    fig, axes = plt.subplots(1, max(len(names), 1), figsize=(5.2 * max(len(names), 1), 3.8), squeeze=False, sharey=True)
+    for ax, name in zip(axes[0], names):
+        c = curves[curves["strategy"] == name].sort_values("threshold")
+        for col, color in ((metric, "C0"), ("recall", "C1")):
+            ax.plot(c["threshold"], c[col], "-o", ms=3, color=color, label=col)
+            ax.fill_between(c["threshold"], c[f"{col}_lo"], c[f"{col}_hi"], color=color, alpha=0.2, lw=0)
+        for t in c.loc[c["chosen"], "threshold"]:
+            ax.axvline(t, color="k", ls="--", lw=1)
+            ax.annotate(f"chosen {t:.2f}", (t, 0.95), fontsize=8, ha="left")
+        ax.set_title(name)
+        ax.set_xlabel("similarity threshold")
+        ax.set_ylim(0, 1)
+        ax.grid(alpha=0.3)
+    axes[0][0].set_ylabel("macro mean, 95 % CI (conversations resampled)")
+    axes[0][0].legend(fontsize=8)
+    fig.suptitle(title, fontsize=10)
+    try:
+        return _save(fig, path)
+    finally:
+        plt.close(fig)
+
+
+def calibration(gold, nongold, overlap: tuple[float, float], marks: dict, title: str, path: Path) -> Path:
+    """Histogram (density) and ECDF of gold vs non-gold similarities; the overlap band shaded and
+    the thresholds in ``marks`` (label -> value) drawn as vertical lines."""
+    import numpy as np
+
+    plt = _figure()
+    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(11, 3.8))
+    lo = min([v.min() for v in (gold, nongold) if len(v)] + [0.0])
+    hi = max([v.max() for v in (gold, nongold) if len(v)] + [1.0])
+    bins = np.linspace(lo, hi, 60)
+    for v, name, color in ((nongold, f"non-gold (n={len(nongold)})", "C7"), (gold, f"gold (n={len(gold)})", "C3")):
+        if len(v):
+            ax1.hist(v, bins=bins, density=True, alpha=0.55, color=color, label=name)
+            x = np.sort(v)
+            ax2.plot(x, np.arange(1, len(x) + 1) / len(x), color=color, label=name)
+    for ax in (ax1, ax2):
+        if overlap[0] == overlap[0]:  # not NaN
+            ax.axvspan(overlap[0], overlap[1], color="C1", alpha=0.15, label="overlap band")
+        for i, (label, t) in enumerate(marks.items()):
+            ax.axvline(t, color=f"C{i}", ls="--", lw=1, label=label)
+        ax.set_xlabel("similarity (store)")
+        ax.grid(alpha=0.3)
+    ax1.set_ylabel("density")
+    ax2.set_ylabel("ECDF (share scoring <= x)")
+    ax2.legend(fontsize=7, loc="lower right")
+    fig.suptitle(title, fontsize=10)
+    try:
+        return _save(fig, path)
+    finally:
+        plt.close(fig)
+
+
+def loco(folds: pd.DataFrame, metric: str, title: str, path: Path) -> Path:
+    """Leave-one-conversation-out per fold: the metric tuned on the other conversations, on the
+    held-out one at that threshold, and the held-out one's own best; chosen thresholds annotated."""
+    plt = _figure()
+    fig, ax = plt.subplots(figsize=(max(6.5, 0.45 * len(folds) + 2), 4))
+    x = range(len(folds))
+    ax.plot(x, folds["train"], "x", color="C0", label=f"tuned on the others ({metric})")
+    ax.plot(x, folds["held_out"], "o", color="C3", label="held out, at that threshold")
+    ax.plot(x, folds["held_out_best"], "o", mfc="none", color="k", label="held out, its own best")
+    if len(folds) <= 40:
+        for i, (t, y) in enumerate(zip(folds["threshold"], folds["held_out"])):
+            if t == t:
+                ax.annotate(f"{t:.2f}", (i, y), fontsize=7, xytext=(3, 3), textcoords="offset points")
+        ax.set_xticks(list(x))
+        ax.set_xticklabels(folds["conversation_id"], rotation=60, fontsize=7, ha="right")
+    ax.set_ylabel(metric)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=7)
+    ax.set_title(title, fontsize=10)
+    try:
+        return _save(fig, path)
+    finally:
+        plt.close(fig)
+
+
+def attribution(counts: pd.DataFrame, causes: list[str], title: str, path: Path) -> Path:
+    """Stacked bars: missed gold memories per strategy, split by cause."""
+    plt = _figure()
+    fig, ax = plt.subplots(figsize=(7, 0.5 * len(counts) + 1.8))
+    left = None
+    labels = counts["label"].tolist()
+    for i, c in enumerate(causes):
+        vals = counts[c].to_numpy(float)
+        if not vals.any():
+            continue
+        ax.barh(labels, vals, left=left, color=f"C{i}", label=c)
+        left = vals if left is None else left + vals
+    ax.set_xlabel("missed gold memories")
+    ax.invert_yaxis()
+    ax.legend(fontsize=7, loc="lower right")
+    ax.grid(alpha=0.3, axis="x")
     ax.set_title(title, fontsize=10)
     try:
         return _save(fig, path)

@@ -192,6 +192,16 @@ def category_label(category: str, adversarial: bool) -> str:
     return "adversarial" if category in ("", "adversarial") else "abstention"
 
 
+def one_format(rows: pd.DataFrame) -> pd.DataFrame:
+    """Rows of a single injection format: format A when a run swept several (selections and every
+    metric but tokens are the same across formats; tokens are format A's, as in the summary)."""
+    if "format" not in rows or rows["format"].nunique(dropna=False) <= 1:
+        return rows
+    keep = "A" if (rows["format"] == "A").any() else rows["format"].iloc[0]
+    log.info("rows have formats %s: recommending on format %s", sorted(rows["format"].unique()), keep)
+    return rows[rows["format"] == keep]
+
+
 def build_grids(rows: pd.DataFrame, *, source: str = "questions.parquet") -> list[Grid]:
     """Split a run's per-question rows into one Grid per configuration (sweep order)."""
     need = set(CONFIG_KEYS) | {"threshold", "question_id", "conversation_id", "category", "adversarial", "f1", "recall",
@@ -457,7 +467,7 @@ class Recommendation:
 def recommend(rows: pd.DataFrame, cfg: RecommendConfig | None = None, *, source: str = "questions.parquet") -> Recommendation:
     """Choose an operating point for every configuration in ``rows`` and the best one per dataset."""
     cfg = cfg or RecommendConfig()
-    grids = build_grids(rows, source=source)
+    grids = build_grids(one_format(rows), source=source)
     points, curves, locos, folds, cats = [], [], [], [], []
     for g in grids:
         point, curve = analyse(g, cfg)

@@ -2,6 +2,8 @@
 
 Raw data is written once; derived tables can be rebuilt from it. Every write goes to a temp file
 in the same directory and is renamed into place, so a crash never leaves a half-written file.
+``error_line`` turns an exception into the one line a user sees (config-instantiation wrappers
+unwrapped, whitespace collapsed, secret values from the environment scrubbed).
 """
 
 from __future__ import annotations
@@ -41,6 +43,38 @@ def redact(obj, key: str = ""):
     if SECRET_KEY.search(key) and not key.endswith("_env") and obj not in (None, ""):
         return REDACTED
     return obj
+
+
+MIN_SECRET_LEN = 8  # shorter environment values are not scrubbed (they would match everywhere)
+MAX_ERROR_CHARS = 600
+
+
+def secret_values(environ=None) -> list[str]:
+    """Values of environment variables whose NAME looks secret (API_KEY, TOKEN, PASSWORD, ...), longest first."""
+    env = os.environ if environ is None else environ
+    vals = {v.strip() for k, v in env.items() if SECRET_KEY.search(k) and len(v.strip()) >= MIN_SECRET_LEN}
+    return sorted(vals, key=len, reverse=True)
+
+
+def scrub(text: str, secrets: list[str] | None = None) -> str:
+    """``text`` with every secret value (default: ``secret_values()``) replaced by REDACTED."""
+    for value in secret_values() if secrets is None else secrets:
+        text = text.replace(value, REDACTED)
+    return text
+
+
+def error_line(exc: BaseException) -> str:
+    """One line for the user: ``Type: message`` of the root cause behind config-instantiation wrappers.
+
+    Hydra wraps errors raised while building a ``_target_`` in ``InstantiationException`` with a
+    multi-line message; the original (``__cause__``) is what names the file, record and field.
+    Secret values from the environment are scrubbed; the line is capped at MAX_ERROR_CHARS.
+    """
+    while type(exc).__name__ == "InstantiationException" and exc.__cause__ is not None:
+        exc = exc.__cause__
+    text = " ".join(f"{type(exc).__name__}: {exc}".split())
+    text = scrub(text)
+    return text if len(text) <= MAX_ERROR_CHARS else text[: MAX_ERROR_CHARS - 3] + "..."
 
 
 def publish_latest(run_dir: Path, latest: Path) -> None:

@@ -206,8 +206,8 @@ def question_values(rows: pd.DataFrame, where: dict, metric: str) -> pd.DataFram
     """Per-question values of one configuration: columns question_id, conversation_id, value.
 
     ``where`` maps column -> value (a NaN threshold matches NaN). ``metric`` is a per-question
-    column over non-adversarial questions, or ``abstained`` (adversarial questions: 1 when nothing
-    was recalled).
+    column over non-adversarial questions, ``abstained`` (adversarial questions: 1 when nothing
+    was recalled) or ``f1_abstain`` (F1, with abstention as the score of adversarial questions).
     """
     mask = pd.Series(True, index=rows.index)
     for col, val in where.items():
@@ -218,6 +218,8 @@ def question_values(rows: pd.DataFrame, where: dict, metric: str) -> pd.DataFram
     if metric == "abstained":
         sel = sel[sel["adversarial"]]
         vals = sel["empty"]
+    elif metric == "f1_abstain":  # F1, and abstention (nothing recalled) credited on adversarial questions
+        vals = sel["f1"].where(~sel["adversarial"], sel["empty"])
     else:
         if metric not in rows:
             raise ValueError(f"question_values: rows have no metric column {metric!r}")

@@ -43,6 +43,12 @@ class Selection:
     tiers: tuple[str, ...] = ()  # per hit, e.g. "L1"/"L2"; () for strategies without tiers
     state: Any = None  # stateful policies: the state after this question, fed to the next one
 
+    def __iter__(self):  # iterates like the plain tuple of hits other strategies return
+        return iter(self.hits)
+
+    def __len__(self) -> int:
+        return len(self.hits)
+
 
 def limit(hits: Sequence[Hit], *, question: Question | None = None, eligible: Sequence[Turn] = (), threshold: float | None = None, k: int = 5) -> tuple[Hit, ...]:
     """Top-k ("limit"): the k best candidates, whatever their similarity."""

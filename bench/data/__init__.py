@@ -1,7 +1,9 @@
 """Corpus loading: kind detection, dispatch by kind name, and small helpers shared by the loaders.
 
 Owns ``load_corpus`` / ``detect_kind`` and the input helpers every loader uses (missing-path error,
-JSON reading with file/line errors, defect values). The loaders themselves live in
+JSON reading with file/line errors, defect values, text checks). A UTF-8 byte-order mark at the start
+of a file is accepted and ignored; strings holding unpaired surrogates (JSON ``"\ud800"`` escapes,
+which cannot be encoded as UTF-8) are errors naming file, record and field. The loaders themselves live in
 ``locomo.py``, ``longmemeval.py`` and ``own.py``; importing this package imports none of them.
 """
 
@@ -35,15 +37,29 @@ def short(value: Any, limit: int = 120) -> str:
     return r if len(r) <= limit else r[: limit - 3] + "..."
 
 
+BOM = b"\xef\xbb\xbf"
+
+
 def read_text(path: Path) -> str:
-    """Read a UTF-8 file; bad bytes raise ValueError naming file, line and byte offset."""
+    """Read a UTF-8 file (a leading BOM is dropped); bad bytes raise ValueError naming file, line and byte offset."""
     data = path.read_bytes()
+    skip = len(BOM) if data.startswith(BOM) else 0
     try:
-        return data.decode("utf-8")
+        return data[skip:].decode("utf-8")
     except UnicodeDecodeError as e:
-        line = data[: e.start].count(b"\n") + 1
-        bad = data[e.start:e.start + 1]
-        raise ValueError(f"{path}:{line}: not valid UTF-8 (byte offset {e.start}: {bad!r})") from None
+        start = e.start + skip
+        line = data[:start].count(b"\n") + 1
+        bad = data[start:start + 1]
+        raise ValueError(f"{path}:{line}: not valid UTF-8 (byte offset {start}: {bad!r})") from None
+
+
+def unicode_problem(text: str) -> str | None:
+    """None when ``text`` is valid Unicode (encodable as UTF-8), else a short description of the first problem."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as e:
+        return f"holds an unpaired surrogate \\u{ord(text[e.start]):04x} at character {e.start} (not valid Unicode)"
+    return None
 
 
 def read_json(path: Path) -> Any:

@@ -19,7 +19,8 @@ Every problem found is reported as a ``Defect`` (never a crash, never silently d
 ``evidence_duplicate``, ``question_without_gold``, ``answer_not_string``, ``category_unknown``,
 ``turn_id_normalised``, ``turn_empty_text`` (the turn is skipped).
 Structural errors (not a list, missing ``sample_id``/``conversation``/turn fields, unknown speaker,
-duplicate ``dia_id``) raise ValueError naming file, record and field.
+duplicate ``dia_id``, a string field holding an unpaired surrogate) raise ValueError naming file,
+record and field.
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ import re
 from collections.abc import Mapping
 from datetime import datetime, timezone
 
-from bench.data import read_json, require_path, short
+from bench.data import read_json, require_path, short, unicode_problem
 from bench.types import ROLES, Conversation, Corpus, Defect, Question, Turn
 
 log = logging.getLogger(__name__)
@@ -111,6 +112,8 @@ def _field(obj: object, key: str, typ: type, file: str, record: str):
     value = obj[key]
     if not isinstance(value, typ) or isinstance(value, bool) and typ is not bool:
         raise ValueError(f"{file}: record {record}: field {key!r} must be {typ.__name__}, got {short(value)}")
+    if isinstance(value, str) and unicode_problem(value):
+        raise ValueError(f"{file}: record {record}: field {key!r} {unicode_problem(value)}")
     return value
 
 

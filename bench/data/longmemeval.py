@@ -19,8 +19,8 @@ Mapping:
   ``answer_session_ids`` (reported as ``gold_fallback_to_session``, also for ``_abs`` questions).
 
 Other defects: ``date_unparseable`` (timestamp None), ``turn_empty_text`` (turn skipped),
-``answer_session_not_found``, ``question_without_gold``. Structural errors raise ValueError naming
-file, record and field.
+``answer_session_not_found``, ``question_without_gold``. Structural errors (and text holding an
+unpaired surrogate) raise ValueError naming file, record and field.
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ import os
 import re
 from datetime import datetime, timezone
 
-from bench.data import read_json, require_path, short
+from bench.data import read_json, require_path, short, unicode_problem
 from bench.types import ROLES, Conversation, Corpus, Defect, Question, Turn
 
 log = logging.getLogger(__name__)
@@ -98,6 +98,8 @@ def _get(item: dict, key: str, typ: type, file: str, record: str):
     value = item[key]
     if not isinstance(value, typ):
         raise ValueError(f"{file}: record {record}: field {key!r} must be {typ.__name__}, got {short(value)}")
+    if isinstance(value, str) and unicode_problem(value):
+        raise ValueError(f"{file}: record {record}: field {key!r} {unicode_problem(value)}")
     return value
 
 
@@ -131,6 +133,8 @@ def _instance(item: dict, qid: str, file: str, defects: list[Defect]) -> tuple[C
                                  f"got {short(role)}")
             if not isinstance(text, str):
                 raise ValueError(f"{file}: record {qid}: field '{fld}.content' must be a string, got {short(text)}")
+            if unicode_problem(text):
+                raise ValueError(f"{file}: record {qid}: field '{fld}.content' {unicode_problem(text)}")
             if not text.strip():
                 defects.append(Defect(file, qid, f"{fld}.content", "turn_empty_text", short(text), "turn skipped"))
                 continue

@@ -44,8 +44,12 @@ Errors (ValueError, one line naming file, line, record and field), e.g.
 ``datasets/x/turns.jsonl:12 (turn_id 'D1:3'): field 'role' must be "user" or "assistant", got 'bot'``:
 malformed JSON line, a line that is not an object, wrong type, missing required field, unknown
 role, empty text, bad timestamp, duplicate turn_id (within a conversation) or question_id, a
-question naming an unknown conversation, non-UTF-8 bytes (names the byte offset). A missing
-directory or file raises FileNotFoundError.
+question naming an unknown conversation, non-UTF-8 bytes (names the byte offset), a string holding
+an unpaired surrogate (a JSON ``"\\ud800"`` escape), a string longer than ``MAX_TEXT_CHARS``
+(100,000 characters), a ``conversation_id`` containing ``|`` (memory ids are
+``<conversation_id>|<turn_id>``), a turns file without turns or a questions file without
+questions. A missing directory or file raises FileNotFoundError. A UTF-8 byte-order mark at the
+start of a file is ignored.
 
 Reported as defects, not errors (the question is kept): evidence naming an unknown turn
 (``evidence_not_found``, dropped from gold), a repeated evidence id (``evidence_duplicate``), and
@@ -72,7 +76,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from bench.data import read_text, require_path, short
+from bench.data import read_text, require_path, short, unicode_problem
 from bench.types import ROLES, Conversation, Corpus, Defect, Question, Turn
 
 log = logging.getLogger(__name__)
@@ -81,6 +85,8 @@ TURN_FIELDS = ("conversation_id", "turn_id", "role", "speaker", "text", "timesta
 QUESTION_FIELDS = ("question_id", "conversation_id", "text", "asked_at", "evidence", "category", "adversarial",
                    "answer")
 _TURN_REQUIRED = ("conversation_id", "turn_id", "role", "text")
+MAX_TEXT_CHARS = 100_000  # longest string field accepted (LongMemEval's longest turn: 5,425 characters)
+ID_SEPARATOR = "|"  # memory ids are "<conversation_id>|<turn_id>" (bench.types.memory_key)
 
 
 class _Row:
@@ -104,8 +110,15 @@ class _Row:
         if not isinstance(value, typ) or (isinstance(value, bool) and typ is not bool):
             names = typ.__name__ if isinstance(typ, type) else " or ".join(t.__name__ for t in typ)
             raise self.error(field, f"must be {_type_word(names)}, got {short(value)}")
-        if nonempty and isinstance(value, str) and not value.strip():
-            raise self.error(field, "must be a non-empty string")
+        if isinstance(value, str):
+            if nonempty and not value.strip():
+                raise self.error(field, "must be a non-empty string")
+            problem = unicode_problem(value)
+            if problem:
+                raise self.error(field, problem)
+            if len(value) > MAX_TEXT_CHARS:
+                raise self.error(field, f"has {len(value):,} characters; the limit is {MAX_TEXT_CHARS:,} "
+                                        f"(split it, or check the file is what you think it is)")
         return value
 
     def time(self, field: str) -> float | None:
@@ -218,6 +231,9 @@ def load_own(*, path: str | os.PathLike, name: str | None = None) -> Corpus:
     for row in rows:
         _unknown(row, TURN_FIELDS, reported, defects)
         cid = row.get("conversation_id", str, required=True, nonempty=True)
+        if ID_SEPARATOR in cid:
+            raise row.error("conversation_id", f"must not contain {ID_SEPARATOR!r} (it separates conversation and "
+                                               f"turn in memory ids), got {short(cid)}")
         tid = row.get("turn_id", str, required=True, nonempty=True)
         role = row.data.get("role")
         if role is None:
@@ -236,6 +252,8 @@ def load_own(*, path: str | os.PathLike, name: str | None = None) -> Corpus:
         conv = turns_by_conv.setdefault(cid, [])
         conv.append(Turn(cid, tid, role, speaker, text, ts, len(conv), session))
 
+    if not turns_by_conv:
+        raise ValueError(f"{jsonl if jsonl.exists() else csv_path}: holds no turns (a dataset needs at least one)")
     questions: list[Question] = []
     seen_q: dict[str, int] = {}
     reported = set()
@@ -259,6 +277,8 @@ def load_own(*, path: str | os.PathLike, name: str | None = None) -> Corpus:
         for i, tid in enumerate(evidence):
             if not isinstance(tid, str):
                 raise row.error(f"evidence[{i}]", f"must be a string (a turn_id), got {short(tid)}")
+            if unicode_problem(tid):
+                raise row.error(f"evidence[{i}]", unicode_problem(tid))
             record = f"line {row.line} ({qid})"
             if tid not in known:
                 defects.append(Defect(row.file, record, f"evidence[{i}]", "evidence_not_found", short(tid),
@@ -273,6 +293,8 @@ def load_own(*, path: str | os.PathLike, name: str | None = None) -> Corpus:
                                   short(evidence), "kept; its recall is undefined"))
         questions.append(Question(qid, cid, text, asked_at, tuple(gold), category, adversarial, answer))
 
+    if not questions:
+        raise ValueError(f"{qpath}: holds no questions (a dataset needs at least one)")
     conversations = tuple(Conversation(cid, tuple(ts)) for cid, ts in turns_by_conv.items())
     corpus = Corpus(name or d.resolve().name, conversations, tuple(questions), tuple(defects), str(d))
     log.info("loaded %s from %s: %d conversations, %d turns, %d questions, %d defects",

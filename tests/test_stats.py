@@ -1,0 +1,163 @@
+"""bench.stats: cluster sums, cluster bootstrap, paired permutation test, Holm, win/tie/loss.
+
+Every expected value is worked out by hand next to its fixture.
+"""
+
+import math
+import warnings
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from bench import stats
+
+
+def test_cluster_sums_skip_nan_and_sort_labels():
+    values = np.array([[1.0, np.nan], [3.0, 4.0], [5.0, 6.0]])
+    labels, sums, counts = stats.cluster_sums(values, ["b", "a", "b"])
+    assert labels.tolist() == ["a", "b"]
+    # a: row 1 -> [3, 4], counts [1, 1]; b: rows 0 and 2 -> [1+5, 0+6], counts [2, 1] (the NaN is not counted)
+    assert sums.tolist() == [[3.0, 4.0], [6.0, 6.0]]
+    assert counts.tolist() == [[1.0, 1.0], [2.0, 1.0]]
+    with pytest.raises(ValueError, match="3 values but 2"):
+        stats.cluster_sums(values, ["a", "b"])
+
+
+def test_ratio_is_nan_where_nothing_counted():
+    r = stats.ratio(np.array([3.0, 0.0]), np.array([2.0, 0.0]))
+    assert r[0] == 1.5 and math.isnan(r[1])
+
+
+def test_cluster_bootstrap_two_equal_clusters_hand_worked():
+    # clusters with means 1 and 3 (one question each): resampling 2 clusters gives 1 (p 1/4), 2 (1/2), 3 (1/4);
+    # with 2000 resamples the 2.5th and 97.5th percentiles are exactly 1 and 3.
+    res = stats.cluster_bootstrap(np.array([1.0, 3.0]), np.array([1.0, 1.0]), n_resamples=2000, seed=0)
+    assert float(res.point) == 2.0
+    assert (float(res.low), float(res.high)) == (1.0, 3.0)
+    assert res.distribution.shape == (2000,)
+    assert set(np.unique(res.distribution)) == {1.0, 2.0, 3.0}
+    assert abs(np.mean(res.distribution == 2.0) - 0.5) < 0.05
+
+
+def test_cluster_bootstrap_is_a_ratio_over_questions_not_a_mean_of_cluster_means():
+    # cluster A: 3 questions scoring 1 (sum 3); cluster B: 1 question scoring 0.
+    # point = 3/4 = 0.75 (macro over questions), not (1 + 0)/2. Resamples: AA 6/6 = 1, AB 3/4, BB 0/2 = 0.
+    res = stats.cluster_bootstrap(np.array([3.0, 0.0]), np.array([3.0, 1.0]), n_resamples=2000, seed=1)
+    assert float(res.point) == 0.75
+    assert (float(res.low), float(res.high)) == (0.0, 1.0)
+    assert set(np.unique(res.distribution)) == {0.0, 0.75, 1.0}
+
+
+def test_cluster_bootstrap_constant_statistic_and_single_cluster():
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # a constant statistic must not warn
+        res = stats.cluster_bootstrap(np.array([2.0, 4.0, 6.0]), np.array([2.0, 4.0, 6.0]), n_resamples=200)
+    assert (float(res.point), float(res.low), float(res.high)) == (1.0, 1.0, 1.0)
+    one = stats.cluster_bootstrap(np.array([[1.0, 2.0]]), np.array([[1.0, 1.0]]))
+    assert one.point.tolist() == [1.0, 2.0] and np.isnan(one.low).all() and np.isnan(one.high).all()
+
+
+def test_cluster_bootstrap_vector_statistic_and_reduce():
+    # two thresholds (columns); reduce = index of the best column. Cluster x prefers column 1, y column 0.
+    sums = np.array([[0.0, 2.0], [3.0, 0.0]])  # x: means (0, 2); y: (3, 0)
+    counts = np.ones_like(sums)
+    res = stats.cluster_bootstrap(sums, counts, reduce=lambda m: np.argmax(m, axis=-1).astype(float), n_resamples=1000, seed=0)
+    assert float(res.point) == 0.0  # pooled means (1.5, 1.0) -> column 0
+    # xx -> 1; xy -> 0; yy -> 0: column 1 in about a quarter of the resamples
+    assert abs(np.mean(res.distribution == 1.0) - 0.25) < 0.05
+    vec = stats.cluster_bootstrap(sums, counts, n_resamples=500, seed=0)
+    assert vec.point.tolist() == [1.5, 1.0]
+    assert vec.low.tolist() == [0.0, 0.0] and vec.high.tolist() == [3.0, 2.0]
+
+
+def test_paired_test_exact_sign_flips():
+    # d = (1, 1, 1): 8 sign patterns, mean diff in {1 (1x), 1/3 (3x), -1/3 (3x), -1 (1x)}; two-sided p = 2/8
+    r = stats.paired_test(np.array([1.0, 1.0, 1.0]), np.zeros(3))
+    assert r.p_value == pytest.approx(0.25)
+    assert (r.wins, r.ties, r.losses) == (3, 0, 0)
+    assert (r.mean_a, r.mean_b, r.diff) == (1.0, 0.0, 1.0)
+    assert (r.ci_low, r.ci_high) == (1.0, 1.0)
+
+
+def test_paired_test_with_ties_and_nan_pairs():
+    # pairs: (1,0) (0,0) (1,0) (1,1) and one NaN pair dropped -> d = (1, 0, 1, 0), mean 0.5.
+    # 16 sign patterns; T = 0.5 when both non-zero d are +: 4/16; two-sided p = 2 * 4/16 = 0.5
+    a = np.array([1.0, 0.0, 1.0, 1.0, np.nan])
+    b = np.array([0.0, 0.0, 0.0, 1.0, 0.0])
+    r = stats.paired_test(a, b)
+    assert r.n == 4 and r.diff == 0.5
+    assert r.p_value == pytest.approx(0.5)
+    assert (r.wins, r.ties, r.losses) == (2, 2, 0)
+
+
+def test_paired_test_flipping_whole_conversations():
+    # d = (1, 1 | 1, 0) in conversations a | b: cluster sums (2, 1), n = 4 questions.
+    # flips: (+-2 +-1)/4 in {0.75, 0.25, -0.25, -0.75}: two-sided p = 2/4.
+    # CI: cluster means a = 1, b = 0.5 -> resamples aa 1, ab 0.75, bb 0.5 -> [0.5, 1.0]
+    r = stats.paired_test(np.array([1.0, 1.0, 1.0, 0.0]), np.zeros(4), clusters=["a", "a", "b", "b"], unit="conversation")
+    assert r.p_value == pytest.approx(0.5)
+    assert r.n == 2 and r.n_questions == 4 and r.diff == 0.75
+    assert (r.ci_low, r.ci_high) == (0.5, 1.0)
+    with pytest.raises(ValueError, match="needs clusters"):
+        stats.paired_test(np.ones(2), np.zeros(2), unit="conversation")
+    with pytest.raises(ValueError, match="unit"):
+        stats.paired_test(np.ones(2), np.zeros(2), unit="session")
+
+
+def test_paired_test_identical_and_empty():
+    same = stats.paired_test(np.array([0.2, 0.4]), np.array([0.2, 0.4]))
+    assert same.p_value == 1.0 and same.diff == 0.0 and (same.wins, same.ties, same.losses) == (0, 2, 0)
+    empty = stats.paired_test(np.array([np.nan]), np.array([1.0]))
+    assert empty.n == 0 and math.isnan(empty.p_value) and math.isnan(empty.diff)
+
+
+def test_holm_hand_worked():
+    # sorted: 0.005*4 = 0.02, 0.01*3 = 0.03, 0.03*2 = 0.06, 0.04*1 = 0.04 -> running max 0.06; NaN ignored (m = 4)
+    adj = stats.holm([0.01, 0.04, 0.03, 0.005, np.nan])
+    assert adj[:4] == pytest.approx([0.03, 0.06, 0.06, 0.02])
+    assert math.isnan(adj[4])
+    assert stats.holm([0.6, 0.9]).tolist() == [1.0, 1.0]  # capped at 1
+    assert stats.holm([]).size == 0
+
+
+def test_win_tie_loss_tolerance():
+    assert stats.win_tie_loss(np.array([0.5, 0.5, 0.1 + 0.2, 0.0, np.nan]), np.array([0.4, 0.5, 0.3, 0.1, 1.0])) == (1, 2, 1)
+
+
+ROWS = pd.DataFrame({
+    # two configs (x, y) on three questions of two conversations, one adversarial question
+    "strategy": ["x"] * 4 + ["y"] * 4,
+    "threshold": [0.5] * 4 + [np.nan] * 4,
+    "question_id": ["q1", "q2", "q3", "q4"] * 2,
+    "conversation_id": ["c1", "c1", "c2", "c2"] * 2,
+    "adversarial": [False, False, False, True] * 2,
+    "f1": [1.0, 0.5, 0.0, np.nan, 0.0, 0.5, 0.0, np.nan],
+    "empty": [0.0, 0.0, 1.0, 1.0, 0.0, 0.0, 0.0, 0.0],
+})
+
+
+def test_question_values_selects_config_and_handles_adversarial():
+    x = stats.question_values(ROWS, {"strategy": "x", "threshold": 0.5}, "f1")
+    assert x["question_id"].tolist() == ["q1", "q2", "q3"] and x["value"].tolist() == [1.0, 0.5, 0.0]
+    y = stats.question_values(ROWS, {"strategy": "y", "threshold": float("nan")}, "f1")
+    assert y["value"].tolist() == [0.0, 0.5, 0.0]
+    assert stats.question_values(ROWS, {"strategy": "x"}, "abstained")["value"].tolist() == [1.0]  # q4 recalled nothing
+    assert stats.question_values(ROWS, {"strategy": "y"}, "f1_abstain")["value"].tolist() == [0.0, 0.5, 0.0, 0.0]
+    with pytest.raises(ValueError, match="no column 'backend'"):
+        stats.question_values(ROWS, {"backend": "exact"}, "f1")
+    with pytest.raises(ValueError, match="more than one row per question"):
+        stats.question_values(ROWS, {"adversarial": False}, "f1")
+
+
+def test_compare_pairs_holm_across_pairs():
+    pairs = [({"strategy": "x", "threshold": 0.5}, {"strategy": "y", "threshold": float("nan")}),
+             ({"strategy": "y", "threshold": float("nan")}, {"strategy": "y", "threshold": float("nan")})]
+    res = stats.compare_pairs(ROWS, pairs, metric="f1", n_resamples=2000)
+    first = res.iloc[0]
+    # d = (1, 0, 0): 8 sign patterns, |T| = 1/3 in every one -> p = 1 (observed is as extreme as all)
+    assert (first["n"], first["mean_a"], first["diff"]) == (3, 0.5, pytest.approx(1 / 3))
+    assert first["p"] == pytest.approx(1.0)
+    assert (first["wins"], first["ties"], first["losses"]) == (1, 2, 0)
+    assert res.iloc[1]["p"] == 1.0 and res["p_holm"].tolist() == [1.0, 1.0]
+    assert not res["significant"].any()
