@@ -38,7 +38,7 @@ import numpy as np
 import pandas as pd
 
 from bench.runner import Trace, question_filter
-from bench.types import Corpus, Hit, memory_key
+from bench.types import Corpus, memory_key
 
 log = logging.getLogger(__name__)
 
@@ -274,8 +274,11 @@ def build_strategies(strategy_cfg) -> list:
     return out
 
 
-def load_job(job_dir: Path) -> JobInputs:
-    """Everything attribution and calibration need from one finished job directory."""
+def load_job(job_dir: Path, memo: dict | None = None) -> JobInputs:
+    """Everything attribution and calibration need from one finished job directory.
+
+    ``memo`` (a dict the caller keeps) shares corpora between jobs with the same dataset config.
+    """
     from omegaconf import OmegaConf
 
     from bench.config import build
@@ -284,7 +287,9 @@ def load_job(job_dir: Path) -> JobInputs:
     cfg_path = job_dir / "config_resolved.yaml"
     cfg = OmegaConf.load(cfg_path)
     meta = json.loads((job_dir / "meta.json").read_text())
-    corpus = build(cfg.dataset)
+    memo = {} if memo is None else memo
+    key = ("corpus", OmegaConf.to_yaml(cfg.dataset))
+    corpus = memo[key] if key in memo else memo.setdefault(key, build(cfg.dataset))
     if corpus.name != meta.get("dataset"):
         raise ValueError(f"{cfg_path}: dataset config now loads {corpus.name!r}, but the run measured {meta.get('dataset')!r} (field dataset)")
     traces = tuple(Trace.load(p.parent) for p in sorted(job_dir.glob("trace*/trace.parquet")))
@@ -323,15 +328,24 @@ def cached_vectors(corpus: Corpus, model_id: str, cache_dir: Path | None) -> tup
         return None
 
 
-def attribute_job(job: JobInputs, chosen: Mapping[tuple[str, str, str, str], float], *, top_n: int = 10) -> pd.DataFrame:
+def attribute_job(job: JobInputs, chosen: Mapping[tuple[str, str, str, str], float], *, top_n: int = 10,
+                  memo: dict | None = None) -> pd.DataFrame:
     """Misses of every strategy of one job at its chosen threshold (``chosen`` maps
-    (dataset, embedder, backend, strategy) -> threshold, NaN for strategies without one)."""
+    (dataset, embedder, backend, strategy) -> threshold, NaN for strategies without one).
+    ``memo`` shares token counts and cached vectors between jobs on the same corpus."""
     from bench import tokens
 
+    memo = {} if memo is None else memo
     turns = job.corpus.turns()
-    counts_ = tokens.count_tokens_many([tokens.format_memory(t.role, t.text) for t in turns], job.token_encoding)
-    token_counts = {t.key: n for t, n in zip(turns, counts_)}
-    vectors = cached_vectors(job.corpus, job.embedder, job.cache_dir)
+    key = ("tokens", id(job.corpus), job.token_encoding)
+    if key not in memo:
+        counts_ = tokens.count_tokens_many([tokens.format_memory(t.role, t.text) for t in turns], job.token_encoding)
+        memo[key] = {t.key: n for t, n in zip(turns, counts_)}
+    token_counts = memo[key]
+    key = ("vectors", id(job.corpus), job.embedder, str(job.cache_dir))
+    if key not in memo:
+        memo[key] = cached_vectors(job.corpus, job.embedder, job.cache_dir)
+    vectors = memo[key]
     parts = []
     for trace in job.traces:
         roles = tuple(trace.meta["roles"]) if trace.meta.get("roles") else None
@@ -363,7 +377,8 @@ def attribute_run(run_dir: Path, points: pd.DataFrame, *, top_n: int = 10) -> pd
     from bench.results import write_atomic
 
     chosen = {(r.dataset, r.embedder, r.backend, r.strategy): float(r.threshold) for r in points.itertuples(index=False)}
-    parts = [attribute_job(load_job(j), chosen, top_n=top_n) for j in _job_dirs(run_dir)]
+    memo: dict = {}
+    parts = [attribute_job(load_job(j, memo), chosen, top_n=top_n, memo=memo) for j in _job_dirs(run_dir)]
     misses = pd.concat(parts, ignore_index=True) if parts else pd.DataFrame()
     write_atomic(Path(run_dir) / "attribution.parquet", lambda p: misses.to_parquet(p, index=False))
     return misses

@@ -52,23 +52,34 @@ def get_trace(cfg: DictConfig, corpus, embedder, roles: tuple[str, ...] | None):
     return trace
 
 
+def plain_partial(fn):
+    """The instantiated strategy as a plain ``functools.partial`` of the same target and arguments.
+
+    Hydra's ``_partial_`` result re-validates its target policy on every call (~0.3 ms); a sweep
+    calls each strategy ~10^5 times, so the already-instantiated target is called directly.
+    """
+    import functools
+
+    return functools.partial(fn.func, *fn.args, **fn.keywords) if isinstance(fn, functools.partial) else fn
+
+
 def run_job(cfg: DictConfig, out_dir: Path) -> pd.DataFrame:
     """Run one job into ``out_dir``; returns its summary table."""
+    from collections import Counter
+
     from bench import formats as F
     from bench import tokens
     from bench.data.card import dataset_card
     from bench.embedders.cache import CachedEmbedder
-    from bench.sweep import StrategySpec, format_tokens_table, summarise, sweep, threshold_grid
+    from bench.sweep import format_tokens_table, spec_from_config, summarise, sweep, threshold_grid
 
     corpus = build(cfg.dataset)
     inner = build(cfg.embedder)
     embedder = CachedEmbedder(inner, Path(cfg.paths.cache) / "embeddings")
-    strategies = [
-        StrategySpec(name=s.name, fn=build(s.fn), thresholded=bool(s.thresholded), uses_store=bool(s.get("uses_store", True)),
-                     roles=tuple(s.roles) if s.get("roles") else None, stateful=bool(s.get("stateful", False)),
-                     needs_tokens=bool(s.get("needs_tokens", False)))
-        for s in cfg.strategy.values()
-    ]
+    strategies = [spec_from_config(to_plain(s), plain_partial(build(s.fn))) for s in cfg.strategy.values()]
+    dupes = sorted(n for n, c in Counter(s.name for s in strategies).items() if c > 1)
+    if dupes:
+        raise ValueError(f"strategy names must be unique within a run: {', '.join(dupes)} used twice (configs/strategy/*.yaml 'name')")
     grid = threshold_grid(cfg.thresholds.start, cfg.thresholds.stop, cfg.thresholds.step)
     formats = F.check_formats(cfg.get("formats") or ["A"])  # injection formats swept (rows repeat per format)
     table = F.token_table(corpus.turns(), lambda texts: tokens.count_tokens_many(texts, cfg.tokens.encoding), F.FORMATS)

@@ -94,7 +94,9 @@ def format_table(res: pd.DataFrame, cfg: RecommendConfig, run_a: Path, run_b: Pa
              f"Paired sign-flip permutation test of the mean per-question {metric} difference (flipping {unit}, "
              f"{cfg.test_resamples} resamples, seed {cfg.seed}); Holm-corrected across the {len(res)} pairs; "
              f"* = significant at {cfg.alpha:g}. CI of A − B: {cfg.confidence:.0%} cluster bootstrap over conversations. "
-             "W/T/L = questions where A wins/ties/loses.", "",
+             "W/T/L = questions where A wins/ties/loses."
+             + (" The p-value treats questions as independent; the CI resamples whole conversations: when they disagree, "
+                "trust the CI (or set recommend.test_unit=conversation in the run's config)." if cfg.test_unit == "question" else ""), "",
              "| dataset | strategy | A (embedder / store @ threshold) | B (embedder / store @ threshold) | n | mean A | mean B | A − B [CI] | p | Holm p | sig | W/T/L |",
              "|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for _, r in res.iterrows():

@@ -24,8 +24,9 @@ Nothing selected = nothing injected = 0 tokens in every format.
 Token accounting: ``render`` is the truth; ``TokenTable.cost`` adds the token counts of the pieces
 ``render`` concatenates, each counted on its own (A: lines, with ``separator_tokens`` per newline as
 in ``bench.sweep``; B: ``[`` + ``]`` + objects + ``", "`` separators; C: header + one anchor per
-session + one ``[turn]`` line per memory). BPE can merge across a piece boundary, so the sum is an
-upper bound of the exact count, usually equal or a few tokens over (tests pin the gap on LoCoMo).
+session + one ``[turn]`` line per memory). BPE can merge across a piece boundary; the fixed and separator costs
+(B's brackets and ``", "``, C's anchors) are therefore measured in context on real pieces, and the sum
+is within a few tokens of the exact count (tests pin the gap on LoCoMo).
 """
 
 from __future__ import annotations
@@ -136,12 +137,20 @@ def token_table(turns: Sequence[Turn], count_many: Callable[[list[str]], list[in
     piece = {"A": line_a, "B": object_b, "C": line_c}
     for f in formats:
         memory[f] = dict(zip((t.key for t in turns), count_many([piece[f](t) for t in turns])))
-    consts = count_many([B_OPEN, B_CLOSE, B_SEP, C_HEADER])
-    fixed.update(A=0, B=consts[0] + consts[1], C=consts[3])
-    per_gap.update(A=separator_tokens, B=consts[2], C=0)
+    # Boundary costs are measured in context, so BPE merges across a boundary ('"}, {"', "\n\n")
+    # are priced once: B's brackets and separator on a real object, C's anchors after a newline.
+    o = object_b(turns[0]) if turns else "{}"
+    n_o, n_oo, n_boxed, n_header = count_many([o, o + B_SEP + o, B_OPEN + o + B_CLOSE, C_HEADER])
+    fixed.update(A=0, B=n_boxed - n_o, C=n_header)
+    per_gap.update(A=separator_tokens, B=n_oo - 2 * n_o, C=0)
     firsts: dict[str, Turn] = {}
     for t in turns:
         firsts.setdefault(session_key(t), t)
-    anchors = dict(zip(firsts, count_many([anchor_c(t) for t in firsts.values()]))) if "C" in formats else {}
+    anchors: dict[str, int] = {}
+    if "C" in formats and firsts:
+        firsts_l = list(firsts.values())
+        lines = count_many([line_c(t) for t in firsts_l])
+        framed = count_many([C_HEADER + anchor_c(t) + line_c(t) for t in firsts_l])
+        anchors = {k: f - n_header - n for k, f, n in zip(firsts, framed, lines)}
     return TokenTable(memory, {t.key: session_key(t) for t in turns}, anchors,
                       {f: fixed[f] for f in formats}, {f: per_gap[f] for f in formats})

@@ -97,13 +97,19 @@ def _index(texts: tuple[str, ...], k1: float, b: float):
 
 def bm25_ranking(question: Question, eligible: Sequence[Turn], *, k1: float = 1.5, b: float = 0.75) -> list[Hit]:
     """Every eligible memory with a positive BM25 score, best first (ties: conversation order)."""
-    q = words(question.text)
-    index = _index(tuple(t.text for t in eligible), float(k1), float(b)) if eligible and q else None
+    ranked = _ranking(question.text, tuple(t.text for t in eligible), float(k1), float(b))
+    return [Hit(eligible[i].key, s) for i, s in ranked]
+
+
+@lru_cache(maxsize=4096)
+def _ranking(query: str, texts: tuple[str, ...], k1: float, b: float) -> tuple[tuple[int, float], ...]:
+    q = words(query)
+    index = _index(texts, k1, b) if texts and q else None
     if index is None:
-        return []
+        return ()
     scores = np.asarray(index.get_scores(q), dtype=float)
     order = np.argsort(-scores, kind="stable")
-    return [Hit(eligible[i].key, float(scores[i])) for i in order if scores[i] > 0]
+    return tuple((int(i), float(scores[i])) for i in order if scores[i] > 0)
 
 
 def bm25(hits: Sequence[Hit], *, question: Question, eligible: Sequence[Turn] = (), threshold: float | None = None,

@@ -3,6 +3,7 @@ calibration histograms/ECDFs, LOCO folds, miss attribution. PNG files, written a
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
 import pandas as pd
@@ -160,7 +161,7 @@ def calibration(gold, nongold, overlap: tuple[float, float], marks: dict, title:
             x = np.sort(v)
             ax2.plot(x, np.arange(1, len(x) + 1) / len(x), color=color, label=name)
     for ax in (ax1, ax2):
-        if overlap[0] == overlap[0]:  # not NaN
+        if not math.isnan(overlap[0]):
             ax.axvspan(overlap[0], overlap[1], color="C1", alpha=0.15, label="overlap band")
         for i, (label, t) in enumerate(marks.items()):
             ax.axvline(t, color=f"C{i}", ls="--", lw=1, label=label)
@@ -187,7 +188,7 @@ def loco(folds: pd.DataFrame, metric: str, title: str, path: Path) -> Path:
     ax.plot(x, folds["held_out_best"], "o", mfc="none", color="k", label="held out, its own best")
     if len(folds) <= 40:
         for i, (t, y) in enumerate(zip(folds["threshold"], folds["held_out"])):
-            if t == t:
+            if not math.isnan(t):
                 ax.annotate(f"{t:.2f}", (i, y), fontsize=7, xytext=(3, 3), textcoords="offset points")
         ax.set_xticks(list(x))
         ax.set_xticklabels(folds["conversation_id"], rotation=60, fontsize=7, ha="right")

@@ -227,10 +227,8 @@ def build_grids(rows: pd.DataFrame, *, source: str = "questions.parquet") -> lis
                              f"({len(qids)} at {ts[0]}, {dict(bad)} elsewhere) (field threshold)")
         adv = first["adversarial"].astype(bool).to_numpy()
 
-        def piv(col: str) -> np.ndarray:
-            return g.pivot(index="question_id", columns="_t", values=col).reindex(index=qids, columns=ts).to_numpy(np.float64)
-
-        f1, rec, prec, tok, empty = piv("f1"), piv("recall"), piv("precision"), piv("tokens_injected"), piv("empty")
+        f1, rec, prec, tok, empty = (g.pivot(index="question_id", columns="_t", values=col).reindex(index=qids, columns=ts).to_numpy(np.float64)
+                                     for col in ("f1", "recall", "precision", "tokens_injected", "empty"))
         main = ~adv[:, None]
         vals = np.stack([
             np.where(main, f1, NAN), np.where(main, rec, NAN), np.where(main, prec, NAN), np.where(main, tok, NAN),

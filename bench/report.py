@@ -153,10 +153,10 @@ def recommendation_section(rec: Recommendation, sig: pd.DataFrame, summary: pd.D
             lines += [f"**{ds}**: no configuration meets the constraints ({cfg.describe()}). Relax them.", ""]
             continue
         b = best.iloc[0]
-        setting = f"similarity ≥ {b['threshold']:.2f}" if not math.isnan(b["threshold"]) else "no threshold"
+        setting = f" with similarity ≥ {b['threshold']:.2f}" if not math.isnan(b["threshold"]) else " (no similarity threshold)"
         full = summary[(summary["dataset"] == ds) & (summary["strategy"] == "full_context")]["tokens_injected_mean"]
         full_txt = f"; full context: {full.iloc[0]:.0f}" if len(full) else ""
-        lines.append(f"**{ds}**: use **`{b['strategy']}` with {setting}** on store `{b['backend']}` with embedder "
+        lines.append(f"**{ds}**: use **`{b['strategy']}`{setting}** on store `{b['backend']}` with embedder "
                      f"`{b['embedder']}`: F1 {_ci(b['f1'], b['f1_lo'], b['f1_hi'])}, recall {_ci(b['recall'], b['recall_lo'], b['recall_hi'])}, "
                      f"{_ci(b['tokens'], b['tokens_lo'], b['tokens_hi'], 0)} injected tokens per question{full_txt}.")
         lines.append("")
@@ -177,7 +177,8 @@ def recommendation_section(rec: Recommendation, sig: pd.DataFrame, summary: pd.D
             s = s.reindex(s["mean_b"].sub(s["mean_a"]).abs().sort_values().index)
             r = s.iloc[0]
             verdict = "significant" if r["significant"] else "not significant"
-            lines.append(f"- **Runner-up**: `{r['b']['strategy']}` on `{r['b']['backend']}` at {_thr(r['b']['threshold'])} "
+            at = "" if math.isnan(r["b"]["threshold"]) else f" at {r['b']['threshold']:.2f}"
+            lines.append(f"- **Runner-up**: `{r['b']['strategy']}` on `{r['b']['backend']}`{at} "
                          f"({name} {r['mean_b']:.3f}); difference {r['diff']:+.3f} [{r['ci_low']:+.3f}, {r['ci_high']:+.3f}], "
                          f"p = {r['p']:.3g}, Holm p = {r['p_holm']:.3g}: {verdict} at {cfg.alpha:g} "
                          f"(wins/ties/losses {r['wins']}/{r['ties']}/{r['losses']}).")
@@ -200,7 +201,8 @@ def points_section(rec: Recommendation, sig: pd.DataFrame, multi_embedder: bool)
     for _, r in rec.points.iterrows():
         mark = " ★" if r["best"] else ""
         if len(sig):
-            hit = sig[(sig["dataset"] == r["dataset"]) & sig["b"].map(lambda d: all(d[k] == r[k] for k in CONFIG_KEYS))]
+            key = tuple(r[k] for k in CONFIG_KEYS)
+            hit = sig[(sig["dataset"] == r["dataset"]) & sig["b"].map(lambda d, key=key: tuple(d[k] for k in CONFIG_KEYS) == key)]
             if len(hit) and hit.iloc[0]["significant"]:
                 mark += " †"
         rng = f"{r['threshold_lo']:.2f}–{r['threshold_hi']:.2f}" if not math.isnan(r["threshold_lo"]) else "—"
@@ -229,7 +231,9 @@ def significance_section(sig: pd.DataFrame, rec: Recommendation, multi_embedder:
     lines = ["## Significance: recommendation vs every other configuration", "",
              f"Paired sign-flip permutation test of the mean per-question {METRIC_NAMES[cfg.primary]} difference "
              f"(flipping {unit}, {cfg.test_resamples} resamples), Holm-corrected per dataset; CI of the difference by cluster bootstrap. "
-             "W/T/L = questions where the recommendation wins/ties/loses.", "",
+             "W/T/L = questions where the recommendation wins/ties/loses."
+             + (" The p-value treats questions as independent; the CI resamples whole conversations and is wider: when they disagree, "
+                "trust the CI (or set `recommend.test_unit=conversation`)." if cfg.test_unit == "question" else ""), "",
              "| dataset | recommendation | vs | n | mean A | mean B | A − B [CI] | p | Holm p | significant | W/T/L |",
              "|---|---|---|---|---|---|---|---|---|---|---|"]
     for _, r in sig.iterrows():
@@ -305,7 +309,7 @@ def attribution_section(misses: pd.DataFrame, rows: pd.DataFrame, top_n: int, ru
              f"Each missed gold memory gets one cause, in this order: filter (hidden by the strategy's filter), embedding "
              f"(not in the exact top-{top_n} by cosine), store (in the exact top-{top_n} but not returned by the store), "
              "threshold (returned, below the threshold), cap (above the threshold, below the top-k cut), decay/tier (dropped by the "
-             "strategy's own policy). `unreturned` = not returned and no exact rank available. Strategies that ignore the store are not listed.", ""]
+             "strategy's own policy: decay floor, tiers, routing or budget caps). `unreturned` = not returned and no exact rank available. Strategies that ignore the store are not listed.", ""]
     if misses.empty:
         return lines + ["No misses to attribute.", ""], []
     by_strategy = attribution.counts(misses, by=["dataset", "embedder", "backend", "strategy", "threshold"])
@@ -356,17 +360,22 @@ def analysis_sections(run_dir: Path, summary: pd.DataFrame, settings: RecommendC
     # calibration and attribution need the corpus (gold) and the traces: rebuilt from the run's config
     calib_text, calib_lines, misses, attr_note = {}, [], pd.DataFrame(), ""
     try:
-        jobs_in = [attribution.load_job(d) for d in attribution._job_dirs(run_dir)]
+        memo: dict = {}
+        jobs_in = [attribution.load_job(d, memo) for d in attribution._job_dirs(run_dir)]
     except Exception as e:  # noqa: BLE001  (the rest of the report must not depend on the corpus being here)
         log.warning("calibration/attribution skipped: %s: %s", type(e).__name__, e)
         jobs_in, attr_note = [], f"Not available: could not reload the corpus and traces ({type(e).__name__}: {e})."
     best = rec.best()
+    done = set()  # jobs of a multirun share traces: one calibration per (dataset, embedder, store, roles)
     for ji, job in enumerate(jobs_in):
         gold = {q.question_id: [f"{q.conversation_id}|{e}" for e in q.evidence] for q in job.corpus.questions}
         adv = {q.question_id for q in job.corpus.questions if q.adversarial}
         for ti, trace in enumerate(job.traces):
             ds, be = trace.meta["dataset"], trace.meta["backend"]
             roles = ",".join(trace.meta["roles"]) if trace.meta.get("roles") else "all"
+            if (ds, job.embedder, be, roles) in done:
+                continue
+            done.add((ds, job.embedder, be, roles))
             split = calibration.split_scores(trace.table, gold, skip=adv)
             cal = calibration.calibrate(split)
             b = best[(best["dataset"] == ds) & (best["embedder"] == job.embedder) & (best["backend"] == be)]
@@ -384,7 +393,7 @@ def analysis_sections(run_dir: Path, summary: pd.DataFrame, settings: RecommendC
     if jobs_in:
         try:
             chosen = {(r.dataset, r.embedder, r.backend, r.strategy): float(r.threshold) for r in rec.points.itertuples(index=False)}
-            parts = [attribution.attribute_job(j, chosen, top_n=cfg.attribution_top_n) for j in jobs_in]
+            parts = [attribution.attribute_job(j, chosen, top_n=cfg.attribution_top_n, memo=memo) for j in jobs_in]
             misses = pd.concat(parts, ignore_index=True) if parts else pd.DataFrame()
             write_atomic(out / "attribution.parquet", lambda p: misses.to_parquet(p, index=False))
         except Exception as e:  # noqa: BLE001

@@ -15,7 +15,9 @@ import tempfile
 from collections.abc import Callable
 from pathlib import Path
 
-SECRET_KEY = re.compile(r"(api[_-]?key|secret|token|password|passwd|authorization)", re.I)
+# Names of settings / environment variables that hold secrets. "token" only as a whole word part
+# (HF_TOKEN, access_token), not "tokens" / "needs_tokens" / "max_tokens" (token counts, not secrets).
+SECRET_KEY = re.compile(r"(api[_-]?key|secret|password|passwd|authorization|(?<![a-z])token(?![a-z]))", re.I)
 REDACTED = "***REDACTED***"
 
 
@@ -35,13 +37,16 @@ def write_atomic(path: Path, write: Callable[[Path], object]) -> Path:
 
 
 def redact(obj, key: str = ""):
-    """Replace values under secret-looking keys (``*_env`` names of variables are kept)."""
+    """Replace string values under secret-looking keys (``*_env`` names of variables are kept; numbers
+    and booleans are never secrets) and any string holding a secret value from the environment."""
     if isinstance(obj, dict):
         return {k: redact(v, str(k)) for k, v in obj.items()}
     if isinstance(obj, list):
         return [redact(v, key) for v in obj]
-    if SECRET_KEY.search(key) and not key.endswith("_env") and obj not in (None, ""):
-        return REDACTED
+    if isinstance(obj, str) and obj:
+        if SECRET_KEY.search(key) and not key.endswith("_env"):
+            return REDACTED
+        return scrub(obj)
     return obj
 
 

@@ -4,6 +4,14 @@ Produces a Trace: per question the store's candidates (ids, the store's own simi
 cosine from the cached vectors) and the latency of the store call alone (perf_counter_ns around
 ``backend.search``; embedding is timed separately; warm-up queries are discarded). Nothing
 downstream reopens the store: thresholds and strategies are post-processing of the trace.
+
+Scale: texts are embedded in chunks into one preallocated float32 array, and the store is fed
+from a lazy generator of ``MemoryBatch`` views of it (no per-batch copies, nothing materialised
+ahead of the store), so memory beyond the vectors themselves stays bounded by one batch. The
+exact cosines (trace column ``exact_scores`` and the fidelity metrics) are computed after the
+timed loop, one matrix product per conversation, so the loop around the store call stays thin;
+``meta`` records the loop's wall time and the store's share of it (``harness_ns_per_query``).
+Every long step has a progress bar (``progress=True``).
 """
 
 from __future__ import annotations
@@ -11,8 +19,9 @@ from __future__ import annotations
 import json
 import logging
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
+from operator import attrgetter
 from pathlib import Path
 
 import numpy as np
@@ -22,11 +31,14 @@ from tqdm.auto import tqdm
 from bench.backends.base import Backend
 from bench.embedders.base import Embedder
 from bench.results import write_atomic
-from bench.types import Corpus, MemoryBatch, Question, Turn, Where, memory_key
+from bench.types import Corpus, MemoryBatch, Question, Turn, Where
 
 log = logging.getLogger(__name__)
 
 TRACE_COLUMNS = ["question_id", "conversation_id", "latency_ns", "hit_ids", "hit_scores", "exact_scores"]
+EMBED_CHUNK = 16_384  # texts per embedder call (bounds the embedder's working memory; one cache shard each)
+_ids_of = attrgetter("id")
+_scores_of = attrgetter("score")
 
 
 @dataclass(frozen=True)
@@ -61,7 +73,10 @@ def visible(turn: Turn, where: Where) -> bool:
     )
 
 
-def batches(turns: Sequence[Turn], vectors: np.ndarray, size: int):
+def batches(turns: Sequence[Turn], vectors: np.ndarray, size: int) -> Iterator[MemoryBatch]:
+    """Lazy ``MemoryBatch``es of ``size`` turns; vectors are views of ``vectors`` (no copies)."""
+    if size <= 0:
+        raise ValueError(f"batch size must be positive (got {size})")
     for i in range(0, len(turns), size):
         chunk = turns[i : i + size]
         yield MemoryBatch(
@@ -74,12 +89,27 @@ def batches(turns: Sequence[Turn], vectors: np.ndarray, size: int):
         )
 
 
-def embed_corpus(corpus: Corpus, embedder: Embedder) -> tuple[np.ndarray, np.ndarray, dict]:
+def embed_texts(embedder: Embedder, texts: Sequence[str], *, chunk: int = EMBED_CHUNK, progress: bool = False,
+                desc: str = "embed") -> np.ndarray:
+    """float32 (len(texts), dim): ``embedder.embed`` over chunks of ``chunk`` texts, into one array."""
+    n = len(texts)
+    out: np.ndarray | None = None
+    with tqdm(total=n, desc=desc, unit="text", disable=not progress or n <= chunk) as bar:
+        for lo in range(0, n, chunk):
+            part = np.asarray(embedder.embed(list(texts[lo : lo + chunk])), dtype=np.float32)
+            if out is None:
+                out = np.empty((n, part.shape[1]), dtype=np.float32)
+            out[lo : lo + len(part)] = part
+            bar.update(len(part))
+    return out if out is not None else np.zeros((0, embedder.dim), np.float32)
+
+
+def embed_corpus(corpus: Corpus, embedder: Embedder, *, progress: bool = False) -> tuple[np.ndarray, np.ndarray, dict]:
     """Vectors for every turn and every question (in corpus order) and timing stats."""
     turns, questions = corpus.turns(), corpus.questions
     t0 = time.perf_counter()
-    tv = embedder.embed([t.text for t in turns]) if turns else np.zeros((0, embedder.dim), np.float32)
-    qv = embedder.embed([q.text for q in questions]) if questions else np.zeros((0, embedder.dim), np.float32)
+    tv = embed_texts(embedder, [t.text for t in turns], progress=progress, desc="embed turns")
+    qv = embed_texts(embedder, [q.text for q in questions], progress=progress, desc="embed questions")
     stats = {"embed_seconds": time.perf_counter() - t0, "n_texts": len(turns) + len(questions)}
     for name in ("hits", "misses"):
         if hasattr(embedder, name):
@@ -104,13 +134,18 @@ def build_trace(
         raise ValueError(f"search depth must be positive (got {depth})")
     depth = min(depth, backend.capabilities.max_k)
     turns = corpus.turns()
-    tv, qv, emb_stats = embed_corpus(corpus, embedder)
-    row_of = {t.key: i for i, t in enumerate(turns)}
+    tv, qv, emb_stats = embed_corpus(corpus, embedder, progress=progress)
 
-    backend.open(dim=embedder.dim)
+    backend.open(dim=int(tv.shape[1]) if len(tv) else embedder.dim)
+    add_ns, n_batches = 0, 0
     t0 = time.perf_counter()
-    for b in tqdm(list(batches(turns, tv, batch_size)), desc=f"ingest {backend.name}", unit="batch", disable=not progress):
-        backend.add(b)
+    with tqdm(total=-(-len(turns) // batch_size), desc=f"ingest {backend.name}", unit="batch", disable=not progress) as bar:
+        for b in batches(turns, tv, batch_size):  # streamed: one batch alive at a time
+            start = time.perf_counter_ns()
+            backend.add(b)
+            add_ns += time.perf_counter_ns() - start
+            n_batches += 1
+            bar.update(1)
     t_added = time.perf_counter()
     backend.wait_ready()
     t_ready = time.perf_counter()
@@ -119,18 +154,29 @@ def build_trace(
     for i in range(min(warmup, len(questions))):  # discarded: first queries pay cold caches
         backend.search(qv[i], k=depth, where=question_filter(questions[i], roles=roles))
 
-    records = []
+    qids, convs, lat, hit_ids, hit_scores = [], [], [], [], []
+    search = backend.search
+    clock = time.perf_counter_ns
+    loop_start = clock()
     for qi, q in enumerate(tqdm(questions, desc=f"search {backend.name}", unit="q", disable=not progress)):
         where = question_filter(q, roles=roles)
-        start = time.perf_counter_ns()
-        hits = backend.search(qv[qi], k=depth, where=where)
-        elapsed = time.perf_counter_ns() - start
-        ids = [h.id for h in hits]
-        rows = [row_of.get(i, -1) for i in ids]
-        exact = [float(tv[r] @ qv[qi]) if r >= 0 else float("nan") for r in rows]
-        records.append((q.question_id, q.conversation_id, elapsed, ids, [h.score for h in hits], exact))
-    table = pd.DataFrame.from_records(records, columns=TRACE_COLUMNS)
+        start = clock()
+        hits = search(qv[qi], k=depth, where=where)
+        lat.append(clock() - start)
+        hit_ids.append(list(map(_ids_of, hits)))
+        hit_scores.append(list(map(_scores_of, hits)))
+        qids.append(q.question_id)
+        convs.append(q.conversation_id)
+    loop_ns = clock() - loop_start
+    store_ns = int(sum(lat))
+
+    t_exact = time.perf_counter()
+    exact = exact_scores(corpus, tv, qv, hit_ids, progress=progress)
+    table = pd.DataFrame({"question_id": qids, "conversation_id": convs, "latency_ns": np.asarray(lat, dtype=np.int64),
+                          "hit_ids": hit_ids, "hit_scores": hit_scores, "exact_scores": exact}, columns=TRACE_COLUMNS)
     store = store_metrics(table, corpus, tv, qv, roles=roles, k=fidelity_k, depth=depth)
+    post_s = time.perf_counter() - t_exact
+    nq = len(questions)
     meta = {
         "dataset": corpus.name,
         "backend": backend.name,
@@ -139,37 +185,101 @@ def build_trace(
         "depth": depth,
         "roles": list(roles) if roles else None,
         "n_memories": len(turns),
-        "ingest_seconds": t_added - t0,
-        "ingest_per_second": len(turns) / (t_added - t0) if t_added > t0 else None,
+        "ingest_seconds": add_ns / 1e9,  # time inside backend.add only
+        "ingest_per_second": len(turns) / (add_ns / 1e9) if add_ns else None,
+        "ingest_batches": n_batches,
+        "ingest_batch_size": batch_size,
+        "ingest_wall_seconds": t_added - t0,
         "ready_seconds": t_ready - t_added,
-        "warmup_queries": min(warmup, len(questions)),
+        "warmup_queries": min(warmup, nq),
+        "search_loop_seconds": loop_ns / 1e9,
+        "store_search_seconds": store_ns / 1e9,
+        "harness_ns_per_query": (loop_ns - store_ns) / nq if nq else None,  # loop work around the store call
+        "postprocess_ns_per_query": post_s * 1e9 / nq if nq else None,  # exact cosines + fidelity, after the loop
         "index_bytes": disk_bytes(getattr(backend, "path", None)),
         **store,
         "measured_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
         **emb_stats,
     }
-    log.info("trace: %d questions on %s (ingest %.1fs, ready %.2fs)", len(records), backend.name, meta["ingest_seconds"], meta["ready_seconds"])
+    log.info("trace: %d questions on %s (ingest %.1fs, ready %.2fs, search %.1fs of which store %.1fs)", nq, backend.name,
+             meta["ingest_seconds"], meta["ready_seconds"], loop_ns / 1e9, store_ns / 1e9)
     return Trace(table, meta)
+
+
+def _question_views(corpus: Corpus, tv: np.ndarray, qv: np.ndarray, *, progress: bool = False, desc: str = "exact"):
+    """Yield (question index, first row of its conversation, exact cosine of every row of that conversation).
+
+    ``corpus.turns()`` keeps each conversation's turns contiguous, so a conversation is a row range
+    and no per-question mask over the whole corpus is needed. Questions of a conversation without
+    turns get an empty vector.
+    """
+    spans, row = {}, 0
+    for c in corpus.conversations:
+        spans[c.conversation_id] = (row, row + len(c.turns))
+        row += len(c.turns)
+    by_conv: dict[str, list[int]] = {}
+    for qi, q in enumerate(corpus.questions):
+        by_conv.setdefault(q.conversation_id, []).append(qi)
+    with tqdm(total=len(corpus.questions), desc=desc, unit="q", disable=not progress) as bar:
+        for conv, qis in by_conv.items():
+            start, end = spans.get(conv, (0, 0))
+            block = tv[start:end]
+            for qi in qis:
+                yield qi, start, block @ qv[qi]  # same product as a brute-force store computes
+            bar.update(len(qis))
+
+
+def exact_scores(corpus: Corpus, tv: np.ndarray, qv: np.ndarray, hit_ids: Sequence[Sequence[str]], *,
+                 progress: bool = False) -> list[list[float]]:
+    """Exact cosine (from the cached vectors) of every hit, per question; NaN for ids not in the corpus."""
+    turns = corpus.turns()
+    row_of = {t.key: i for i, t in enumerate(turns)}
+    out: list[list[float]] = [[] for _ in hit_ids]
+    for qi, start, sims in _question_views(corpus, tv, qv, progress=progress, desc="exact scores"):
+        ids = hit_ids[qi]
+        if not len(ids):
+            continue
+        found = list(map(row_of.get, ids))
+        rows = np.array([-1 if r is None else r for r in found] if None in found else found, dtype=np.int64)
+        local = rows - start
+        inside = (rows >= 0) & (local < len(sims)) & (local >= 0)
+        vals = np.full(len(ids), np.nan)
+        vals[inside] = sims[local[inside]]
+        for j in np.flatnonzero(~inside & (rows >= 0)):  # a hit from another conversation (a filter leak)
+            vals[j] = float(tv[rows[j]] @ qv[qi])
+        out[qi] = vals.tolist()
+    return out
+
+
+def _eligible_ranked(corpus: Corpus, tv: np.ndarray, qv: np.ndarray, *, roles, progress: bool = False):
+    """Yield (question index, keys of the rows it may see, best first: similarity desc, then key)."""
+    turns = corpus.turns()
+    keys = np.array([t.key for t in turns], dtype=object)
+    role = np.array([t.role for t in turns], dtype=object)
+    ts = np.array([float(t.timestamp or 0.0) for t in turns])
+    rank = np.empty(len(turns), dtype=np.int64)  # order of keys within their conversation (tie-break)
+    row = 0
+    for c in corpus.conversations:
+        n = len(c.turns)
+        rank[row : row + n] = np.argsort(np.argsort(keys[row : row + n].astype(str), kind="stable"), kind="stable")
+        row += n
+    role_ok = np.isin(role, list(roles)) if roles is not None else np.ones(len(turns), dtype=bool)
+    for qi, start, sims in _question_views(corpus, tv, qv, progress=progress, desc="fidelity"):
+        end = start + len(sims)
+        mask = role_ok[start:end].copy()
+        q = corpus.questions[qi]
+        if q.asked_at is not None:
+            mask &= ts[start:end] <= q.asked_at
+        local = np.flatnonzero(mask)
+        order = local[np.lexsort((rank[start:end][local], -sims[local]))]
+        yield qi, keys[start + order]
 
 
 def exact_top(corpus: Corpus, tv: np.ndarray, qv: np.ndarray, *, roles: tuple[str, ...] | None, k: int) -> list[list[str]]:
     """The exact top-k keys per question (same filters as the store), from the cached vectors."""
-    turns = corpus.turns()
-    keys = np.array([t.key for t in turns], dtype=object)
-    conv = np.array([t.conversation_id for t in turns], dtype=object)
-    role = np.array([t.role for t in turns], dtype=object)
-    ts = np.array([float(t.timestamp or 0.0) for t in turns])
-    out = []
-    for qi, q in enumerate(corpus.questions):
-        mask = conv == q.conversation_id
-        if roles is not None:
-            mask &= np.isin(role, list(roles))
-        if q.asked_at is not None:
-            mask &= ts <= q.asked_at
-        rows = np.flatnonzero(mask)
-        sims = tv[rows] @ qv[qi]
-        order = np.lexsort((keys[rows].astype(str), -sims))[:k]
-        out.append([str(keys[rows[i]]) for i in order])
+    out: list[list[str]] = [[] for _ in corpus.questions]
+    for qi, ranked in _eligible_ranked(corpus, tv, qv, roles=roles):
+        out[qi] = [str(x) for x in ranked[:k]]
     return out
 
 
@@ -178,20 +288,22 @@ def store_metrics(table: pd.DataFrame, corpus: Corpus, tv: np.ndarray, qv: np.nd
 
     fidelity = recall@k of the store's top-k against the exact top-k; short results = queries that
     returned fewer than min(depth, matching) rows; score disagreement = |store sim - exact cos|.
+    ``table`` rows are in ``corpus.questions`` order.
     """
-    truth = exact_top(corpus, tv, qv, roles=roles, k=10**9)
     fid, short = [], 0
     diffs = np.concatenate([np.abs(np.asarray(s, float) - np.asarray(e, float)) for s, e in zip(table["hit_scores"], table["exact_scores"])] or [np.empty(0)])
-    for ids, exact in zip(table["hit_ids"], truth):
-        want = exact[:k]
-        if want:
+    hit_ids = table["hit_ids"].tolist()
+    for qi, ranked in _eligible_ranked(corpus, tv, qv, roles=roles):
+        ids = hit_ids[qi]
+        want = ranked[:k]
+        if len(want):
             fid.append(len(set(ids[:k]) & set(want)) / len(want))
-        if len(ids) < min(depth, len(exact)):
+        if len(ids) < min(depth, len(ranked)):
             short += 1
     return {
         f"fidelity_at_{k}": float(np.mean(fid)) if fid else float("nan"),
         "short_result_rate": short / len(table) if len(table) else float("nan"),
-        "score_max_abs_diff": float(np.nanmax(diffs)) if diffs.size else float("nan"),
+        "score_max_abs_diff": float(np.nanmax(diffs)) if diffs.size and not np.isnan(diffs).all() else float("nan"),
         "score_mismatches_1e4": int(np.sum(diffs > 1e-4)),
         "score_pairs": int(diffs.size),
     }

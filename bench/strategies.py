@@ -19,6 +19,7 @@ dual-tier policy in ``bench.tiers``.
 
 from __future__ import annotations
 
+import bisect
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -61,7 +62,12 @@ def threshold(hits: Sequence[Hit], *, question: Question | None = None, eligible
     """Every candidate with similarity >= threshold (bounded only by the search depth)."""
     if threshold is None:
         raise ValueError("threshold: a threshold is required")
-    return tuple(h for h in hits if h.score >= threshold)
+    return tuple(hits[:above(hits, threshold)])
+
+
+def above(hits: Sequence[Hit], threshold: float) -> int:
+    """How many of ``hits`` (best first, as every store returns them) have similarity >= threshold."""
+    return bisect.bisect_right(hits, -threshold, key=lambda h: -h.score)
 
 
 def hybrid(hits: Sequence[Hit], *, question: Question | None = None, eligible: Sequence[Turn] = (), threshold: float | None = None, k: int = 5) -> tuple[Hit, ...]:
@@ -80,7 +86,13 @@ def hybrid(hits: Sequence[Hit], *, question: Question | None = None, eligible: S
 
 def full_context(hits: Sequence[Hit], *, question: Question | None = None, eligible: Sequence[Turn] = (), threshold: float | None = None) -> tuple[Hit, ...]:
     """Baseline: inject every memory the question may see (every earlier turn), no store involved."""
-    return tuple(Hit(t.key, float("nan")) for t in eligible)
+    global _FULL
+    if _FULL[0] is not eligible:  # memo of the last answer: the sweep hands a conversation's questions the same tuple
+        _FULL = (eligible, tuple(Hit(t.key, float("nan")) for t in eligible))
+    return _FULL[1]
+
+
+_FULL: tuple = (None, ())
 
 
 def recency(hits: Sequence[Hit], *, question: Question | None = None, eligible: Sequence[Turn] = (), threshold: float | None = None, k: int = 5) -> tuple[Hit, ...]:

@@ -26,7 +26,7 @@ from bench import metrics
 from bench.formats import TokenTable, check_formats
 from bench.runner import Trace, question_filter, visible
 from bench.strategies import Selection
-from bench.types import Corpus, Hit, memory_key
+from bench.types import ROLES, Corpus, Hit, memory_key
 
 SUMMARY_KEYS = ["dataset", "embedder", "backend", "strategy", "threshold", "format"]
 NAN = float("nan")
@@ -43,6 +43,30 @@ class StrategySpec:
     needs_tokens: bool = False  # fn takes ``tokens=`` (memory key -> injected tokens, format A)
 
 
+SPEC_FIELDS = ("name", "fn", "thresholded", "uses_store", "roles", "stateful", "needs_tokens")
+
+
+def spec_from_config(node: Mapping, fn: Callable) -> StrategySpec:
+    """A StrategySpec from one plain strategy config mapping (``configs/strategy/*.yaml``) and its built ``fn``."""
+    name = node.get("name")
+    if not isinstance(name, str) or not name:
+        raise ValueError(f"strategy config {dict(node)!r}: field 'name' must be a non-empty string")
+    unknown = sorted(set(node) - set(SPEC_FIELDS))
+    if unknown:
+        raise ValueError(f"strategy {name}: unknown field(s) {', '.join(unknown)} (allowed: {', '.join(SPEC_FIELDS)})")
+    if "thresholded" not in node:
+        raise ValueError(f"strategy {name}: field 'thresholded' is required")
+    for field in ("thresholded", "uses_store", "stateful", "needs_tokens"):
+        if field in node and not isinstance(node[field], bool):
+            raise ValueError(f"strategy {name}: field {field!r} must be true or false, got {node[field]!r}")
+    roles = node.get("roles")
+    if roles is not None and (not roles or not set(roles) <= set(ROLES)):
+        raise ValueError(f"strategy {name}: field 'roles' must be a non-empty list of {ROLES} or null, got {roles!r}")
+    return StrategySpec(name=name, fn=fn, thresholded=node["thresholded"], uses_store=node.get("uses_store", True),
+                        roles=tuple(roles) if roles else None, stateful=node.get("stateful", False),
+                        needs_tokens=node.get("needs_tokens", False))
+
+
 def threshold_grid(start: float | str, stop: float | str, step: float | str) -> tuple[float, ...]:
     """Inclusive grid of exact decimals, e.g. (0.10, 0.90, 0.05) -> 17 values."""
     a, b, s = Decimal(str(start)), Decimal(str(stop)), Decimal(str(step))
@@ -55,6 +79,35 @@ def threshold_grid(start: float | str, stop: float | str, step: float | str) -> 
         out.append(float(x))
         x += s
     return tuple(out)
+
+
+class LazyHits(Sequence):
+    """One question's store candidates, best first; each Hit object is built when a strategy first reads it.
+
+    Most strategies read a short prefix (limit, hybrid, a high threshold), so building every Hit of a
+    1000-deep trace up front would dominate the sweep. Built hits are kept for the next strategy.
+    """
+
+    __slots__ = ("_ids", "_scores", "_made")
+
+    def __init__(self, ids: Sequence[str], scores: Sequence[float]) -> None:
+        self._ids, self._scores = ids, scores
+        self._made: list[Hit | None] = [None] * len(ids)
+
+    def __len__(self) -> int:
+        return len(self._ids)
+
+    def __getitem__(self, i):
+        if isinstance(i, slice):
+            return [self[j] for j in range(*i.indices(len(self._ids)))]
+        h = self._made[i]
+        if h is None:
+            h = self._made[i] = Hit(self._ids[i], self._scores[i])
+        return h
+
+    def __iter__(self):
+        for i in range(len(self._ids)):
+            yield self[i]
 
 
 @dataclass(frozen=True)
@@ -123,7 +176,7 @@ def sweep(
             keys = [t.key for t in seen]
             view = views[(q.conversation_id, q.asked_at)] = (eligible, {f: cost(f, keys) for f in formats})
         ctx.append(_Ctx(q, view[0], frozenset(memory_key(q.conversation_id, e) for e in q.evidence),
-                        [Hit(i, float(s)) for i, s in zip(rec.hit_ids, rec.hit_scores)], float(rec.latency_ns), view[1]))
+                        LazyHits(list(rec.hit_ids), np.asarray(rec.hit_scores, dtype=float).tolist()), float(rec.latency_ns), view[1]))
 
     cols: dict[str, list] = {c: [] for c in ("strategy", "threshold", "qi", "n_selected", "n_correct", "latency_ns",
                                              "depth_saturated", "route", "l1_selected", "l1_correct")}
@@ -279,16 +332,12 @@ def format_tokens_table(trace: Trace, corpus: Corpus, strategies: Sequence[Strat
     A small side sweep so the report can quote format costs even when the main sweep prices format A
     only. Records: strategy, threshold, format, tokens_injected_mean, tokens_full_mean, token_savings, recall.
     """
-    out = []
-    for spec in strategies:
-        if spec.name not in seed or spec.stateful:
-            continue
-        ts = [t for t in seed[spec.name] if (t is None) != spec.thresholded]
-        if not ts:
-            continue
-        rows = sweep(trace, corpus, [spec], ts if spec.thresholded else (), token_counts, embedder=embedder,
-                     formats=("A", "B", "C"), format_tokens=table)
-        s = summarise(rows)
-        cols = ["dataset", "embedder", "backend", "strategy", "threshold", "format", "tokens_injected_mean", "tokens_full_mean", "token_savings", "recall"]
-        out += [{k: (None if isinstance(v, float) and v != v else v) for k, v in r.items()} for r in s[cols].to_dict("records")]
-    return out
+    chosen = [s for s in strategies if s.name in seed and not s.stateful and any((t is None) != s.thresholded for t in seed[s.name])]
+    if not chosen:
+        return []
+    thresholds = sorted({t for s in chosen if s.thresholded for t in seed[s.name] if t is not None})
+    rows = sweep(trace, corpus, chosen, thresholds, token_counts, embedder=embedder, formats=("A", "B", "C"), format_tokens=table)
+    keep = pd.Series([t != t or t in seed[n] for n, t in zip(rows["strategy"], rows["threshold"])], index=rows.index)
+    s = summarise(rows[keep])
+    cols = ["dataset", "embedder", "backend", "strategy", "threshold", "format", "tokens_injected_mean", "tokens_full_mean", "token_savings", "recall"]
+    return [{k: (None if isinstance(v, float) and v != v else v) for k, v in r.items()} for r in s[cols].to_dict("records")]

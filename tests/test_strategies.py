@@ -5,7 +5,7 @@ import math
 import pytest
 
 from bench import strategies as S
-from bench.types import Hit, Turn
+from bench.types import Hit, Question, Turn
 
 # Candidates for one question, best first (similarity, higher is better).
 HITS = (Hit("a", 0.91), Hit("b", 0.80), Hit("c", 0.75), Hit("d", 0.50), Hit("e", 0.30), Hit("f", 0.10))
@@ -58,3 +58,61 @@ def test_negative_k_is_an_error(fn):
 def test_threshold_required():
     with pytest.raises(ValueError, match="threshold is required"):
         S.threshold(HITS, threshold=None)
+
+
+# ---- recency, token budget, routing, Selection ------------------------------------------------
+
+ELIGIBLE = tuple(Turn("c", f"t{i}", "user", "u", "text", None, i) for i in range(4))
+
+
+def test_above_counts_the_inclusive_prefix():
+    assert S.above(HITS, 0.75) == 3  # a, b, c (0.75 kept)
+    assert S.above(HITS, 0.99) == 0
+    assert S.above(HITS, 0.0) == 6
+    assert S.above((), 0.5) == 0
+
+
+def test_recency_last_k_most_recent_first():
+    assert ids(S.recency(HITS, eligible=ELIGIBLE, k=2)) == ["c|t3", "c|t2"]
+    assert ids(S.recency(HITS, eligible=ELIGIBLE, k=9)) == ["c|t3", "c|t2", "c|t1", "c|t0"]
+    assert S.recency(HITS, eligible=ELIGIBLE, k=0) == ()
+
+
+def test_token_budget_best_first_until_the_budget():
+    tokens = {"a": 40, "b": 30, "c": 50, "d": 10, "e": 5, "f": 5}
+    assert ids(S.token_budget(HITS, tokens=tokens, budget=70)) == ["a", "b"]  # 40 + 30 = 70 fits exactly
+    assert ids(S.token_budget(HITS, tokens=tokens, budget=119)) == ["a", "b"]  # c would make 120: stop there
+    assert ids(S.token_budget(HITS, tokens=tokens, budget=39)) == []  # the best alone is too big
+    assert ids(S.token_budget(HITS, tokens=tokens, budget=1000, threshold=0.6)) == ["a", "b", "c"]
+    with pytest.raises(ValueError, match="no token count for memory 'a'"):
+        S.token_budget(HITS, tokens={}, budget=10)
+
+
+@pytest.mark.parametrize("text, profile", [
+    ("What am I good at?", True),
+    ("Who am I?", True),
+    ("What do I do for a living?", True),
+    ("我擅长什么？", True),
+    ("我叫什么名字", True),
+    ("What is Caroline's job?", False),  # third person: not a profile question
+    ("When did Melanie paint a sunrise?", False),
+    ("Is Miami nice?", False),  # "I am" must be whole words, not inside "Miami"
+])
+def test_profile_detector(text, profile):
+    assert S.is_profile_question(text) is profile
+
+
+def test_route_by_query_hand_worked():
+    prof = S.route_by_query(HITS, question=Question("q", "c", "What is my name?", None, ()))
+    assert prof.route == "profile" and ids(prof) == ["a", "b", "c"]  # limit 3 whatever the score
+    other = S.route_by_query(HITS, question=Question("q", "c", "Where is the park?", None, ()))
+    assert other.route == "other" and ids(other) == ["a", "b", "c"]  # >= 0.65: a, b, c (cap 5)
+    other = S.route_by_query(HITS, question=Question("q", "c", "Where is the park?", None, ()), other_threshold=0.3, other_k=4)
+    assert ids(other) == ["a", "b", "c", "d"]  # 5 pass 0.3, capped at 4
+    custom = S.route_by_query(HITS, question=Question("q", "c", "Where is the park?", None, ()), patterns=[r"\bpark\b"], profile_k=1)
+    assert custom.route == "profile" and ids(custom) == ["a"]
+
+
+def test_selection_iterates_like_a_tuple_of_hits():
+    sel = S.Selection((Hit("x", 0.5), Hit("y", 0.4)), route="r")
+    assert [h.id for h in sel] == ["x", "y"] and len(sel) == 2

@@ -8,7 +8,7 @@ import pytest
 from bench import strategies as S
 from bench.runner import Trace
 from bench.sweep import StrategySpec, summarise, sweep, threshold_grid
-from bench.types import Conversation, Corpus, Question, Turn
+from bench.types import Conversation, Corpus, Hit, Question, Turn
 
 
 def turn(i, role, ts):
@@ -80,3 +80,144 @@ def test_summary_one_row_per_strategy_threshold():
     assert lim.adversarial_abstain_rate == 0.0  # limit always recalls something
     assert lim.latency_p50_ms == pytest.approx(3.0)  # median of 2 ms and 4 ms (all queries of the trace)
     assert math.isnan(s[s.strategy == "full_context"].iloc[0].latency_p50_ms)
+
+
+# ---- formats, stateful replay, token inputs, routes, tiers, role filter --------------------------
+
+from bench import formats as F  # noqa: E402
+from bench import metrics  # noqa: E402
+from bench.strategies import Selection  # noqa: E402
+from bench.sweep import format_tokens_table, replay_order  # noqa: E402
+
+
+def chars(texts):
+    return [len(t) for t in texts]
+
+
+def test_rows_repeat_per_format_with_that_formats_tokens():
+    table = F.token_table(CORPUS.turns(), chars)
+    rows = sweep(TRACE, CORPUS, SPECS[:1], (), TOKENS, formats=("A", "B", "C"), format_tokens=table)
+    assert list(rows["format"]) == ["A", "A", "B", "B", "C", "C"]
+    q1 = rows[rows.question_id == "q1"].set_index("format")
+    # limit2 on q1 selects t2, t1: A from TOKENS (30 + 20); B and C = characters of the rendered text
+    t = {x.turn_id: x for x in CORPUS.turns()}
+    assert q1.loc["A", "tokens_injected"] == 50
+    assert q1.loc["B", "tokens_injected"] == len(F.render("B", [t["t2"], t["t1"]]))
+    assert q1.loc["C", "tokens_injected"] == len(F.render("C", [t["t2"], t["t1"]]))
+    assert q1.loc["C", "tokens_full"] == len(F.render("C", [t["t0"], t["t1"], t["t2"]]))
+    assert (q1["recall"] == 0.5).all()  # the selection does not depend on the format
+    s = summarise(rows)
+    assert list(s["format"]) == ["A", "B", "C"]
+    with pytest.raises(ValueError, match="need format_tokens"):
+        sweep(TRACE, CORPUS, SPECS[:1], (), TOKENS, formats=("A", "B"))
+
+
+def _history(hits, *, question, eligible, threshold, state=None):
+    seen = (state or ()) + (question.question_id,)
+    return Selection((), route="|".join(seen), state=seen)
+
+
+TIMED = Corpus(
+    name="timed",
+    conversations=(Conversation("c1", (turn(0, "user", 1.0),)), Conversation("c2", (Turn("c2", "t0", "user", "user", "x", 1.0, 0),))),
+    questions=(
+        Question("late", "c1", "?", 5.0, ("t0",)),
+        Question("none", "c1", "?", None, ("t0",)),
+        Question("early", "c1", "?", 1.0, ("t0",)),
+        Question("other", "c2", "?", 2.0, ("t0",)),
+    ),
+)
+TIMED_TRACE = Trace(
+    pd.DataFrame({"question_id": ["late", "none", "early", "other"], "conversation_id": ["c1", "c1", "c1", "c2"],
+                  "latency_ns": [1, 1, 1, 1], "hit_ids": [[]] * 4, "hit_scores": [[]] * 4, "exact_scores": [[]] * 4}),
+    {"dataset": "timed", "embedder": "fake", "backend": "exact", "roles": None},
+)
+
+
+def test_stateful_strategies_replay_each_conversation_in_time_order():
+    assert replay_order(TIMED.questions) == [2, 3, 0, 1]  # early (1.0), other (2.0), late (5.0), none (None = last)
+    spec = StrategySpec("hist", _history, thresholded=True, stateful=True)
+    rows = sweep(TIMED_TRACE, TIMED, [spec], (0.5, 0.9), {"c1|t0": 1, "c2|t0": 1})
+    for t in (0.5, 0.9):  # a fresh state per threshold and per conversation
+        r = rows[rows.threshold == t].set_index("question_id")["route"]
+        assert r.to_dict() == {"late": "early|late", "none": "early|late|none", "early": "early", "other": "other"}
+    assert list(rows["question_id"][:4]) == ["late", "none", "early", "other"]  # rows stay in trace order
+
+
+def test_needs_tokens_passes_the_token_counts():
+    spec = StrategySpec("budget", lambda h, **kw: S.token_budget(h, budget=25, **kw), thresholded=False, needs_tokens=True)
+    rows = sweep(TRACE, CORPUS, [spec], (), TOKENS)
+    # q1 hits t2 (30 tokens) first: over 25 -> nothing; q2 hits t3 (40): nothing either
+    assert list(rows["n_selected"]) == [0, 0]
+    spec = StrategySpec("budget", lambda h, **kw: S.token_budget(h, budget=55, **kw), thresholded=False, needs_tokens=True)
+    assert list(sweep(TRACE, CORPUS, [spec], (), TOKENS)["tokens_injected"]) == [50, 50]  # q1: t2+t1 = 50 (t0 would be 60); q2: t3+t0 = 50
+
+
+def _router(hits, *, question, eligible, threshold):
+    return Selection(tuple(hits[:1]), route="first" if question.question_id == "q1" else "second")
+
+
+def test_routes_get_summary_rows_with_their_share():
+    rows = sweep(TRACE, CORPUS, [StrategySpec("router", _router, thresholded=False)], (), TOKENS)
+    assert list(rows["route"]) == ["first", "second"]
+    s = summarise(rows).set_index("strategy")
+    assert list(s.index) == ["router", "router/first", "router/second"]
+    assert list(s["question_share"]) == [1.0, 0.5, 0.5]
+    assert list(s["route"]) == ["", "first", "second"]
+    assert s.loc["router/first", "recall"] == 0.5  # q1: t2 of gold {t0, t2}
+    assert s.loc["router/second", "n_questions"] == 0 and s.loc["router/second", "n_adversarial"] == 1
+
+
+def _tiered(hits, *, question, eligible, threshold):
+    # L1 = the last eligible turn, L2 = the best hit (if not already in L1)
+    l1 = [Hit(eligible[-1].key, float("nan"))]
+    l2 = [h for h in hits[:1] if h.id != l1[0].id]
+    return Selection(tuple(l1 + l2), tiers=("L1",) * len(l1) + ("L2",) * len(l2))
+
+
+def test_tier_columns_and_summary():
+    rows = sweep(TRACE, CORPUS, [StrategySpec("tiered", _tiered, thresholded=False), SPECS[0]], (), TOKENS)
+    q1 = rows[(rows.strategy == "tiered") & (rows.question_id == "q1")].iloc[0]
+    # q1 sees t0..t2: L1 = t2 (gold), best hit = t2 too -> L2 empty
+    assert (q1.n_selected, q1.l1_selected, q1.l1_correct, q1.n_correct) == (1, 1.0, 1.0, 1)
+    assert math.isnan(rows[rows.strategy == "limit2"].iloc[0].l1_selected)
+    s = summarise(rows).set_index("strategy")
+    assert s.loc["tiered", "gold_via_l1"] == 0.5 and s.loc["tiered", "gold_via_l2"] == 0.0  # 1 of 2 gold via L1
+    assert s.loc["tiered", "l2_noise_mean"] == 0.0 and s.loc["tiered", "noise_mean"] == 0.0
+    assert math.isnan(s.loc["limit2", "gold_via_l1"])
+    assert s.loc["limit2", "noise_mean"] == 1.0  # limit2 on q1: t2 gold, t1 not
+
+
+def test_role_filtered_trace_sees_only_its_roles_but_full_context_counts_every_turn():
+    user = Trace(TRACE.table, {**TRACE.meta, "roles": ["user"]})
+    spec = StrategySpec("recent", lambda h, **kw: S.recency(h, k=5, **kw), thresholded=False, uses_store=False, roles=("user",))
+    q1 = sweep(user, CORPUS, [spec], (), TOKENS).iloc[0]
+    assert q1.n_selected == 2 and q1.tokens_injected == 40  # user turns t0, t2 (t1 is the assistant's)
+    assert q1.tokens_full == 60  # but full context is every turn q1 may see: t0 + t1 + t2
+
+
+def test_vectorised_metrics_equal_the_metric_functions():
+    rows = sweep(TRACE, CORPUS, SPECS, (0.2, 0.5, 0.9), TOKENS)
+    for r in rows.itertuples():
+        n_sel, n_cor, n_gold = r.n_selected, r.n_correct, r.n_gold
+        sel = [f"s{i}" for i in range(n_sel)]
+        gold = sel[:n_cor] + [f"g{i}" for i in range(n_gold - n_cor)]
+        for name in ("precision", "recall", "f1", "hit"):
+            want, got = getattr(metrics, name)(selected=sel, gold=gold), getattr(r, name)
+            assert (math.isnan(want) and math.isnan(got)) or want == got, (name, r)
+
+
+def test_trace_question_missing_from_corpus_is_an_error():
+    bad = Trace(TRACE.table.assign(question_id=["q1", "nope"]), TRACE.meta)
+    with pytest.raises(ValueError, match="trace question 'nope' is not in corpus 'tiny'"):
+        sweep(bad, CORPUS, SPECS, (0.5,), TOKENS)
+
+
+def test_format_tokens_table_prices_the_seed_settings():
+    table = F.token_table(CORPUS.turns(), chars)
+    recs = format_tokens_table(TRACE, CORPUS, SPECS, TOKENS, table)
+    got = {(r["strategy"], r["threshold"], r["format"]) for r in recs}
+    assert ("threshold", 0.5, "B") in got and ("threshold", 0.1, "C") in got and ("full_context", None, "A") in got
+    assert ("limit2", None, "A") not in got  # not a seed strategy name
+    fc = next(r for r in recs if r["strategy"] == "full_context" and r["format"] == "A")
+    assert fc["tokens_injected_mean"] == 60 and fc["token_savings"] == 0.0  # q1 only (q2 is adversarial)

@@ -23,6 +23,12 @@ Facts it is built on (FACTS.md, re-checked with pyseekdb 1.4.0.post1):
   backend on it is closed, the instance is shut down and the new path opened (~2 s). A closed
   backend leaves the instance running, so close()+open() on the same path is instant.
 - ``add`` has upsert semantics: a chunk with an id already stored is re-written (delete + insert).
+- Injection safety: pyseekdb writes ids and metadata as string literals escaped with
+  ``pymysql.escape_string`` (filter values are bound parameters in server mode and rendered with the
+  same escaping in embedded mode). That escaping is only safe while the session's ``sql_mode`` lacks
+  ``NO_BACKSLASH_ESCAPES`` (with it, a value holding a quote breaks out of its literal), so every
+  session this adapter opens removes that mode. Collection names are reduced to ``[A-Za-z0-9_]``
+  (``safe_collection_name``); only integers computed here are formatted into SQL.
 """
 
 from __future__ import annotations
@@ -234,6 +240,7 @@ class SeekdbBackend:
         server = self._client._server
         conn = server.get_raw_connection()
         if conn is not self._conn:
+            _backslash_escapes_on(server)
             server._execute(f"SET ob_query_timeout = {int(self.query_timeout_s * 1_000_000)}")
             server._execute(f"SET ob_hnsw_ef_search = {self.ef_search}")
             self._conn, self._ef_now = conn, self.ef_search
@@ -416,6 +423,21 @@ class SeekdbBackend:
             self._probes = []
             if not was_open:
                 self._disconnect()
+
+
+def _backslash_escapes_on(server) -> None:
+    """Remove NO_BACKSLASH_ESCAPES from the session's sql_mode (pyseekdb's literal escaping relies on it)."""
+    rows = server._execute("SELECT @@sql_mode AS sql_mode")
+    row = rows[0] if rows else ("",)
+    mode = str(next(iter(row.values())) if isinstance(row, dict) else row[0] or "")
+    parts = [m for m in mode.upper().split(",") if m]
+    if "NO_BACKSLASH_ESCAPES" not in parts:
+        return
+    safe = ",".join(m for m in parts if m != "NO_BACKSLASH_ESCAPES")
+    if not re.fullmatch(r"[A-Z_,]*", safe):
+        raise RuntimeError(f"seekdb: unexpected sql_mode {mode!r}; refusing to run with NO_BACKSLASH_ESCAPES")
+    server._execute(f"SET SESSION sql_mode = '{safe}'")
+    log.info("seekdb: removed NO_BACKSLASH_ESCAPES from the session sql_mode (string escaping relies on backslashes)")
 
 
 def _native_filter(where: Where) -> dict | None:

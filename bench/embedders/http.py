@@ -161,7 +161,8 @@ class HTTPEmbedder:
         norms = np.linalg.norm(out, axis=1, keepdims=True)
         zero = np.flatnonzero(norms[:, 0] == 0)
         if zero.size:
-            raise ValueError(f"http embedder {self.model}: item {int(zero[0])} is a zero vector")
+            raise ValueError(f"http embedder {self.model} (POST {_public_url(self.url)}): item {int(zero[0])}: "
+                             f"'embedding' is a zero vector")
         return (out / norms).astype(np.float32)
 
     def _embed_batch(self, batch: list[str], offset: int, key: str | None) -> np.ndarray:
@@ -209,7 +210,7 @@ class HTTPEmbedder:
             self._sleep(delay)
 
     def _parse(self, raw: bytes, n: int, offset: int, key: str | None) -> np.ndarray:
-        who = f"http embedder {self.model}"
+        who = f"http embedder {self.model} (POST {_public_url(self.url)})"  # the "file" of a bad reply
         try:
             data = json.loads(raw)
         except ValueError:

@@ -1,0 +1,357 @@
+"""bench.regress: the CI gate's rules on hand-worked tables, and end to end on the demo corpus
+(exact + sqlite_vec): a baseline, an identical second run that passes, an injected regression that fails."""
+
+import json
+import math
+import os
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from bench import regress as R
+from bench.backends.exact import ExactBackend
+from bench.types import Conversation, Corpus, MemoryBatch, Question, Turn
+
+REPO = Path(__file__).resolve().parent.parent
+DEMO = REPO / "datasets" / "demo"
+NAN = float("nan")
+CFG = R.GateConfig()  # tolerance 0.02, alpha 0.05, 10000 resamples, budget 1.10, latency 3.0
+
+
+def qrows(backend: str, strategy: str, threshold: float, recall, *, tokens=100, embedder="emb", dataset="ds") -> pd.DataFrame:
+    """Per-question rows of one configuration; precision = recall = F1 per question (hand-checkable)."""
+    recall = np.asarray(recall, float)
+    n = len(recall)
+    tok = np.broadcast_to(np.asarray(tokens, float), (n,))
+    return pd.DataFrame({
+        "dataset": dataset, "embedder": embedder, "backend": backend, "strategy": strategy, "threshold": threshold,
+        "format": "A", "question_id": [f"q{i}" for i in range(n)], "conversation_id": [f"c{i % 2}" for i in range(n)],
+        "category": "x", "adversarial": False, "n_gold": 1, "n_selected": 1, "n_correct": recall.astype(int),
+        "precision": recall, "recall": recall, "f1": recall, "hit": recall, "empty": 0.0,
+        "tokens_injected": tok, "tokens_full": 1000, "latency_ns": 1e6,
+    })
+
+
+def run_of(rows: pd.DataFrame, latency: pd.DataFrame | None = None, path="run") -> R.RunData:
+    from bench.sweep import summarise
+
+    rows = rows.assign(depth_saturated=False)
+    return R.RunData(Path(path), summarise(rows), rows, {}, latency)
+
+
+# --------------------------------------------------------------------------------------- settings
+
+def test_gate_config_rejects_unknown_and_mistyped_settings():
+    assert R.GateConfig.from_mapping({"tolerance": 0.05, "metrics": ["recall"]}).metrics == ("recall",)
+    with pytest.raises(ValueError, match=r"job0/config_resolved.yaml: regress: unknown regress setting\(s\) \['tolerence'\]"):
+        R.GateConfig.from_mapping({"tolerence": 0.05}, where="job0/config_resolved.yaml: regress")
+    with pytest.raises(ValueError, match="budget_ratio_max must be a number"):
+        R.GateConfig.from_mapping({"budget_ratio_max": "1.1"})
+    with pytest.raises(ValueError, match="latency_ratio_max must be a ratio >= 1"):
+        R.GateConfig(latency_ratio_max=0.5)
+    with pytest.raises(ValueError, match="metrics must be a non-empty subset"):
+        R.GateConfig(metrics=("tokens",))
+
+
+def test_the_experiment_config_gate_block_is_valid():
+    from omegaconf import OmegaConf
+
+    y = OmegaConf.load(REPO / "configs" / "experiment" / "regress.yaml")
+    cfg = R.GateConfig.from_mapping(OmegaConf.to_container(y.regress))
+    assert (cfg.tolerance, cfg.alpha, cfg.budget_ratio_max, cfg.latency_ratio_max, cfg.latency_repeats) == (0.02, 0.05, 1.10, 3.0, 3)
+    assert y.hydra.sweeper.params.backend == "exact,sqlite_vec,seekdb"
+
+
+# ---------------------------------------------------------------------------------------- points
+
+def test_operating_points_are_best_f1_thresholds_of_the_baseline_and_untresholded_strategies():
+    rows = pd.concat([
+        qrows("exact", "limit5", NAN, [1, 0, 1, 0]),          # f1 0.5
+        qrows("exact", "threshold", 0.3, [1, 0, 0, 0]),       # f1 0.25
+        qrows("exact", "threshold", 0.35, [1, 1, 1, 0]),      # f1 0.75 <- best
+        qrows("exact", "threshold", 0.4, [1, 1, 1, 0]),       # f1 0.75 (tie: the lower threshold wins)
+        qrows("sqlite_vec", "threshold", 0.3, [1, 1, 0, 0]),  # f1 0.5 <- best
+        qrows("sqlite_vec", "threshold", 0.35, [0, 0, 0, 0]),
+    ], ignore_index=True)
+    base = run_of(rows)
+    pts = R.operating_points(base.summary, base.rows)
+    assert [(b, s) for b, s, _ in pts] == [("exact", "limit5"), ("exact", "threshold"), ("sqlite_vec", "threshold")]
+    assert math.isnan(pts[0][2]) and pts[1][2] == 0.35 and pts[2][2] == 0.3
+    assert R.label(pts[1]) == "exact / threshold @ 0.35" and R.label(pts[0]) == "exact / limit5"
+
+
+# --------------------------------------------------------------------------------------- quality
+
+def _quality(cur_recall, base_recall=None):
+    base = qrows("exact", "limit5", NAN, base_recall if base_recall is not None else [1.0] * 20)
+    cur = qrows("exact", "limit5", NAN, cur_recall)
+    return R.quality_checks(base, cur, [("exact", "limit5", NAN)], CFG).set_index("metric")
+
+
+def test_identical_tables_pass_with_p_one():
+    q = _quality([1.0] * 20)
+    assert list(q.index) == ["recall", "f1", "precision"]
+    assert (q["delta"] == 0).all() and (q["p_holm"] == 1.0).all() and (q["verdict"] == "ok").all()
+
+
+def test_a_large_consistent_drop_fails_and_names_the_metric():
+    q = _quality([0.5] * 20)  # every question loses half its recall: 1.0 -> 0.5
+    r = q.loc["recall"]
+    assert (r["baseline"], r["current"], r["delta"]) == (1.0, 0.5, -0.5)
+    # 20 paired losses: sign-flip p ~ 2/10001, Holm x 3 checks -> ~6e-4
+    assert r["p_holm"] < 0.002 and r["verdict"] == "FAIL"
+    base, cur = run_of(qrows("exact", "limit5", NAN, [1.0] * 20), path="base"), run_of(qrows("exact", "limit5", NAN, [0.5] * 20))
+    res = R.gate(base, cur, CFG)
+    assert res.failed and res.verdict.startswith("regress FAIL: 3 regression(s) vs base: ")
+    assert "recall exact / limit5: 1.000 -> 0.500 (-0.500, Holm p" in res.verdict
+
+
+def test_a_drop_on_one_question_in_twenty_is_beyond_tolerance_but_not_significant():
+    q = _quality([0.0] + [1.0] * 19)  # mean 1.0 -> 0.95: delta -0.05 < -0.02, but one loss out of 20: p = 1
+    assert q.loc["recall", "delta"] == pytest.approx(-0.05)
+    assert q.loc["recall", "p_holm"] > 0.5 and q.loc["recall", "verdict"] == "ok (drop not significant)"
+
+
+def test_a_significant_drop_within_tolerance_passes():
+    q = _quality([0.49] * 20, base_recall=[0.5] * 20)  # -0.01 on every question: significant, but within 0.02
+    assert q.loc["recall", "delta"] == pytest.approx(-0.01) and q.loc["recall", "p_holm"] < 0.002
+    assert q.loc["recall", "verdict"] == "ok"
+
+
+def test_a_significant_gain_is_reported_as_improved():
+    q = _quality([1.0] * 20, base_recall=[0.5] * 20)
+    assert q.loc["recall", "verdict"] == "improved"
+
+
+# ---------------------------------------------------------------------------------------- tokens
+
+@pytest.mark.parametrize("base_tok, cur_tok, ratio, verdict", [
+    (100, 105, 1.05, "ok"),
+    (100, 110, 1.10, "ok"),       # at the budget: not above it
+    (100, 120, 1.20, "FAIL"),
+    ([100, 300], [100, 340], 1.10, "ok"),   # means 200 -> 220
+    ([100, 300], [100, 360], 1.15, "FAIL"),  # means 200 -> 230
+    (0, 0, 1.0, "ok"),
+    (0, 5, math.inf, "FAIL"),
+])
+def test_token_budget_ratio(base_tok, cur_tok, ratio, verdict):
+    n = 2
+    base = qrows("exact", "limit5", NAN, [1.0] * n, tokens=base_tok)
+    cur = qrows("exact", "limit5", NAN, [1.0] * n, tokens=cur_tok)
+    t = R.token_checks(base, cur, [("exact", "limit5", NAN)], CFG).iloc[0]
+    assert t["ratio"] == pytest.approx(ratio) and t["verdict"] == verdict
+    assert t["metric"] == "tokens_injected_mean"
+
+
+# --------------------------------------------------------------------------------------- latency
+
+def lat(rows) -> pd.DataFrame:
+    return pd.DataFrame(rows, columns=["backend", "repeat", "p50_ms"])
+
+
+def test_latency_ratio_is_the_median_over_passes_of_store_over_exact():
+    t = lat([("exact", 0, 1.0), ("seekdb", 0, 3.0),
+             ("exact", 1, 2.0), ("seekdb", 1, 6.0),     # a busy pass slows both: still 3x
+             ("exact", 2, 1.0), ("seekdb", 2, 30.0)])   # one outlier pass: 30x
+    r = R.latency_ratios(t).set_index("backend")
+    assert r.loc["seekdb", "ratio"] == 3.0  # median of 3, 3, 30
+    assert r.loc["seekdb", "p50_ms"] == 6.0 and r.loc["seekdb", "repeats"] == 3
+    assert "exact" not in r.index
+    with pytest.raises(ValueError, match="no 'exact' rows"):
+        R.latency_ratios(lat([("seekdb", 0, 1.0)]))
+
+
+def test_a_slow_machine_alone_cannot_fail_the_latency_gate():
+    base = lat([("exact", i, 0.1) for i in range(3)] + [("sqlite_vec", i, 0.2) for i in range(3)])  # 2x
+    slow = lat([("exact", i, 1.0) for i in range(3)] + [("sqlite_vec", i, 2.0) for i in range(3)])  # 10x slower, still 2x
+    c = R.latency_checks(base, slow, CFG).iloc[0]
+    assert (c["config"], c["baseline"], c["current"], c["ratio"], c["verdict"]) == ("sqlite_vec", 2.0, 2.0, 1.0, "ok")
+
+
+@pytest.mark.parametrize("cur_store_ms, ratio, verdict", [(0.5, 2.5, "ok"), (0.6, 3.0, "ok"), (0.7, 3.5, "FAIL")])
+def test_latency_fails_when_the_store_slows_relative_to_exact(cur_store_ms, ratio, verdict):
+    base = lat([("exact", 0, 0.1), ("seekdb", 0, 0.2)])  # 2x exact
+    cur = lat([("exact", 0, 0.1), ("seekdb", 0, cur_store_ms)])  # 5x, 6x, 7x exact
+    c = R.latency_checks(base, cur, CFG).iloc[0]
+    assert c["ratio"] == pytest.approx(ratio) and c["verdict"] == verdict
+
+
+def test_latency_checks_say_when_they_cannot_run():
+    c = R.latency_checks(None, lat([("exact", 0, 1.0)]), CFG).iloc[0]
+    assert c["verdict"] == "skipped (no latency.csv in the baseline)"
+
+
+class _Slow(ExactBackend):
+    name = "slow"
+
+    def search(self, vector, *, k, where):
+        time.sleep(0.002)
+        return super().search(vector, k=k, where=where)
+
+
+def test_time_searches_times_every_store_on_the_same_queries_per_pass():
+    turns = tuple(Turn("c", f"t{i}", "user", "u", "x", float(i), i) for i in range(6))
+    corpus = Corpus("tiny", (Conversation("c", turns),), tuple(Question(f"q{i}", "c", "?", 10.0, ("t0",)) for i in range(4)))
+    rng = np.random.default_rng(0)
+    v = rng.normal(size=(6, 4)).astype(np.float32)
+    v /= np.linalg.norm(v, axis=1, keepdims=True)
+    stores = {"exact": ExactBackend(), "slow": _Slow()}
+    for b in stores.values():
+        b.open(dim=4)
+        b.add(MemoryBatch(tuple(t.key for t in turns), v, ("c",) * 6, ("user",) * 6, tuple(float(i) for i in range(6))))
+        b.wait_ready()
+    t = R.time_searches(stores, corpus.questions, v[:4], depth=10, repeats=3, queries=3, warmup=1)
+    assert list(t["backend"]) == ["exact", "slow"] * 3 and list(t["repeat"]) == [0, 0, 1, 1, 2, 2]
+    assert (t["n"] == 3).all()  # the first 3 of 4 questions
+    assert (R.time_searches(stores, corpus.questions, v[:4], depth=10, repeats=1, queries=10, warmup=0)["n"] == 10).all()  # cycled
+    assert (t[t["backend"] == "slow"]["p50_ms"] >= 2.0).all()  # the 2 ms sleep is inside the timed call
+    assert R.latency_ratios(t).iloc[0]["ratio"] > 1.0
+
+
+# ------------------------------------------------------------------------------------ whole gate
+
+def test_a_store_missing_from_the_current_run_fails_coverage_with_the_job_failure():
+    base = run_of(pd.concat([qrows("exact", "limit5", NAN, [1.0] * 4), qrows("seekdb", "limit5", NAN, [1.0] * 4)]), path="base")
+    cur = run_of(qrows("exact", "limit5", NAN, [1.0] * 4))
+    failed = [{"reason": "BackendUnavailable: seekdb would not start", "overrides": ["backend=seekdb", "experiment=regress"]}]
+    res = R.gate(base, cur, CFG, failed_jobs=failed)
+    assert res.failed
+    row = res.checks[res.checks["check"] == "coverage"].iloc[0]
+    assert row["config"] == "seekdb / limit5" and row["verdict"] == "FAIL (BackendUnavailable: seekdb would not start)"
+    assert "rows seekdb / limit5: present -> missing" in res.verdict
+
+
+def test_runs_on_other_embedders_or_question_sets_are_not_compared_silently():
+    base = run_of(qrows("exact", "limit5", NAN, [1.0] * 4), path="base")
+    other = run_of(qrows("exact", "limit5", NAN, [1.0] * 4, embedder="other"))
+    res = R.gate(base, other, CFG)
+    assert res.skipped and not res.failed
+    assert res.verdict == "regress SKIPPED: baseline base was made with embedder 'emb', this run uses 'other'"
+    fewer = run_of(qrows("exact", "limit5", NAN, [1.0] * 3))
+    res = R.gate(base, fewer, CFG)
+    assert res.failed and "questions dataset: 4.0 -> 3.0" in res.verdict
+
+
+def test_markdown_lists_failures_first_with_baseline_current_delta_and_verdict():
+    base = run_of(qrows("exact", "limit5", NAN, [1.0] * 20), lat([("exact", 0, 1.0), ("sqlite_vec", 0, 2.0)]), path="base")
+    cur = run_of(qrows("exact", "limit5", NAN, [0.5] * 20, tokens=150), lat([("exact", 0, 1.0), ("sqlite_vec", 0, 2.2)]))
+    res = R.gate(base, cur, CFG)
+    md = R.render_markdown(res, CFG, base, cur)
+    lines = md.splitlines()
+    header = lines.index("| check | config | metric | baseline | current | delta | ratio | Holm p | verdict |")
+    body = lines[header + 2:]
+    assert body[0].startswith("| quality | exact / limit5 | recall | 1.000 | 0.500 | -0.500 | — |") and body[0].endswith("| **FAIL** |")
+    assert "| tokens | exact / limit5 | tokens_injected_mean | 100.0 | 150.0 | +50.0 | 1.50 | — | **FAIL** |" in body
+    assert body[-1] == "| latency | sqlite_vec | p50 / exact p50 | 2.00 | 2.20 | +0.20 | 1.10 | — | ok |"
+    assert md.count("**FAIL**") == 4  # recall, f1, precision, tokens
+    assert f"**{res.verdict}**" in md
+
+
+def test_gating_a_run_without_a_baseline_for_its_dataset_is_skipped(tmp_path, capsys):
+    run = tmp_path / "run"
+    run.mkdir()
+    rows = qrows("exact", "limit5", NAN, [1.0] * 4, dataset="mydata").assign(depth_saturated=False)
+    rows.to_parquet(run / "questions.parquet")
+    run_of(rows).summary.to_csv(run / "summary.csv", index=False)
+    (tmp_path / "base" / "demo").mkdir(parents=True)
+    code = R.main(["--run", str(run), "--baseline-root", str(tmp_path / "base"), "--out", str(tmp_path / "out")])
+    out = capsys.readouterr().out.strip().splitlines()
+    assert code == 0
+    assert out[-1].startswith("regress SKIPPED: no baseline for dataset 'mydata'")
+    assert "SKIPPED" in (tmp_path / "out" / "summary.md").read_text()
+
+
+def test_a_missing_run_is_a_clear_failure(tmp_path, capsys):
+    code = R.main(["--run", str(tmp_path / "nope"), "--out", str(tmp_path / "out")])
+    assert code == 1
+    assert capsys.readouterr().out.strip().endswith("nope/summary.csv: not found (is " + str(tmp_path / "nope") + " a finished regress run or a baseline?)")
+
+
+# ------------------------------------------------------------------------------ end to end (demo)
+
+def drop_best(hits, *, question=None, eligible=(), threshold=None, k=5):
+    """A deliberately broken limit-k: skips the best hit. Test-only (also usable as a Hydra _target_)."""
+    return tuple(hits[1:k + 1])
+
+
+def run_regress(tmp: Path, out: str, *args: str) -> subprocess.CompletedProcess:
+    env = {k: v for k, v in os.environ.items() if k not in ("BENCH_DATA_DIR",)}
+    env.update(HTTP_PROXY="http://127.0.0.1:9", HTTPS_PROXY="http://127.0.0.1:9", HF_HUB_OFFLINE="1",
+               GITHUB_STEP_SUMMARY=str(tmp / f"{out}.step.md"))
+    cmd = [sys.executable, "-m", "bench.regress", "--demo", "--out", str(tmp / out), "--baseline-root", str(tmp / "baseline"),
+           *args, f"paths.reports={tmp / 'reports'}", "backend=exact,sqlite_vec"]
+    return subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=900)
+
+
+@pytest.fixture(scope="module")
+def demo_runs(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("regress")
+    first = run_regress(tmp, "out1", "--write-baseline")
+    assert first.returncode == 0, first.stderr[-3000:]
+    second = run_regress(tmp, "out2")
+    return tmp, first, second
+
+
+def test_write_baseline_writes_the_demo_baseline_with_a_readme(demo_runs):
+    tmp, first, _ = demo_runs
+    base = tmp / "baseline" / "demo"
+    assert first.stdout.strip().splitlines()[-1] == f"regress BASELINE written: {base} (review and commit)"
+    assert sorted(p.name for p in base.iterdir()) == ["README.md", "latency.csv", "meta.json", "questions.parquet", "summary.csv"]
+    meta = json.loads((base / "meta.json").read_text())
+    assert meta["dataset"] == "demo" and meta["backends"] == ["exact", "sqlite_vec"] and meta["n_questions"] == 25
+    assert meta["strategies"] == ["limit5", "threshold", "hybrid5", "full_context"] and meta["gate"]["budget_ratio_max"] == 1.1
+    lat = pd.read_csv(base / "latency.csv")
+    assert sorted(set(lat["backend"])) == ["exact", "sqlite_vec"] and sorted(set(lat["repeat"])) == [0, 1, 2]
+    assert (lat["n"] == 200).all()  # 25 questions cycled to 200 timed searches per store and pass
+    assert "demo corpus ships in `datasets/demo/`" in (base / "README.md").read_text()
+    assert not (tmp / "out1.step.md").exists()  # writing a baseline is not a gate run
+
+
+def test_two_identical_runs_pass(demo_runs):
+    tmp, _, second = demo_runs
+    assert second.returncode == 0, second.stdout[-2000:] + second.stderr[-3000:]
+    last = second.stdout.strip().splitlines()[-1]
+    assert last.startswith("regress PASS: 24 quality, 8 token and 1 latency checks within limits vs ")
+    checks = pd.read_csv(tmp / "out2" / "checks.csv")
+    q = checks[checks["check"] == "quality"]
+    assert len(q) == 2 * 4 * 3 and (q["delta"] == 0).all()  # exact and sqlite_vec are deterministic
+    md = (tmp / "out2" / "summary.md").read_text()
+    assert md.startswith("# recallbench regression gate") and "| quality | exact / limit5 | recall |" in md
+    assert (tmp / "out2.step.md").read_text().strip() == md.strip()  # appended to $GITHUB_STEP_SUMMARY
+
+
+def test_an_injected_regression_fails_and_names_the_metric(demo_runs, tmp_path, capsys):
+    """The second run's limit5 rows re-swept from its own traces with a strategy that drops its best hit."""
+    from bench import formats as F
+    from bench import tokens
+    from bench.data.own import load_own
+    from bench.runner import Trace
+    from bench.sweep import StrategySpec, sweep
+
+    tmp, _, _ = demo_runs
+    broken = tmp_path / "broken"
+    shutil.copytree(tmp / "out2" / "run", broken)
+    corpus = load_own(path=DEMO, name="demo")
+    table = F.token_table(corpus.turns(), lambda texts: tokens.count_tokens_many(texts, "cl100k_base"), F.FORMATS)
+    rows = pd.read_parquet(broken / "questions.parquet")
+    parts = [rows[rows["strategy"] != "limit5"]]
+    for job in R.job_dirs(broken):
+        trace = Trace.load(job / "trace")
+        parts.append(sweep(trace, corpus, [StrategySpec("limit5", drop_best, thresholded=False)], (), dict(table.memory["A"]),
+                           embedder=rows["embedder"].iloc[0]))
+    pd.concat(parts, ignore_index=True).to_parquet(broken / "questions.parquet", index=False)
+
+    code = R.main(["--run", str(broken), "--baseline-root", str(tmp / "baseline"), "--out", str(tmp_path / "out")])
+    last = capsys.readouterr().out.strip().splitlines()[-1]
+    assert code == 1
+    assert last.startswith("regress FAIL: ") and "recall exact / limit5: 0.659 -> " in last
+    checks = pd.read_csv(tmp_path / "out" / "checks.csv")
+    bad = checks[checks["verdict"] == "FAIL"]
+    assert {(c, m) for c, m in zip(bad["config"], bad["metric"])} >= {("exact / limit5", "recall"), ("sqlite_vec / limit5", "recall")}
+    assert set(bad["config"]) == {"exact / limit5", "sqlite_vec / limit5"}  # nothing else moved

@@ -1,0 +1,128 @@
+"""bench.report on a real finished run (demo corpus, hashing embedder, exact store): the report starts
+with the recommendation, its numbers agree with the tables they come from, settings come from the
+run's config, and calibration/attribution degrade to a stated reason when the corpus is gone."""
+
+import json
+import math
+import re
+import shutil
+
+import pandas as pd
+import pytest
+import yaml
+from demo_run import demo_run
+
+from bench import report
+from bench.recommend import RecommendConfig, recommend
+
+
+@pytest.fixture(scope="module")
+def run(tmp_path_factory):
+    return demo_run(tmp_path_factory.getbasetemp())
+
+
+@pytest.fixture()
+def copy(run, tmp_path):
+    dst = tmp_path / "run"
+    shutil.copytree(run, dst)
+    return dst
+
+
+def sections(text: str) -> list[str]:
+    return re.findall(r"^## (.+)$", text, flags=re.MULTILINE)
+
+
+def test_report_starts_with_an_actionable_recommendation(run):
+    text = (run / "report.md").read_text()
+    heads = sections(text)
+    assert heads[0] == "Recommendation"
+    for name in ("Operating points (every configuration at its chosen threshold)", "Pareto frontier: recall vs injected tokens",
+                 "Does it transfer? Leave one conversation out", "Calibration: where relevant and irrelevant memories score",
+                 "Seed claims, re-measured", "Best threshold by F1 per strategy", "Full sweep"):
+        assert name in heads, name
+    best = pd.read_csv(run / "analysis" / "recommendation.csv").query("best").iloc[0]
+    rec = text.split("## Operating points")[0]
+    assert f"use **`{best['strategy']}` with similarity ≥ {best['threshold']:.2f}**" in rec
+    assert f"F1 {best['f1']:.3f} [{best['f1_lo']:.3f}, {best['f1_hi']:.3f}]" in rec
+    assert "LOCO gap" in rec and "How sure" in rec and "Runner-up" in rec and "Scores" in rec
+    assert "Plumbing run" in text.split("## Recommendation")[0]  # hashing embedder: flagged before anything else
+
+
+def test_recommendation_table_agrees_with_summary_and_recompute(run):
+    pts = pd.read_csv(run / "analysis" / "recommendation.csv")
+    summary = pd.read_csv(run / "summary.csv")
+    assert pts["best"].sum() == 1 and set(pts["strategy"]) == set(summary["strategy"])
+    for _, p in pts.iterrows():
+        s = summary[summary["strategy"] == p["strategy"]]
+        s = s[s["threshold"].isna()] if math.isnan(p["threshold"]) else s[(s["threshold"] - p["threshold"]).abs() < 1e-9]
+        assert len(s) == 1
+        assert p["f1"] == pytest.approx(s.iloc[0]["f1"]) and p["recall"] == pytest.approx(s.iloc[0]["recall"])
+        assert p["tokens"] == pytest.approx(s.iloc[0]["tokens_injected_mean"])
+        assert p["f1_lo"] <= p["f1"] <= p["f1_hi"]
+    thr = summary[summary["strategy"] == "threshold"]
+    assert pts.set_index("strategy").loc["threshold", "f1"] == pytest.approx(thr["f1"].max())  # max F1 objective
+    again = recommend(pd.read_parquet(run / "questions.parquet"), RecommendConfig())
+    assert again.points["threshold"].equals(pts["threshold"]) and again.points["f1_lo"].tolist() == pytest.approx(pts["f1_lo"].tolist())
+
+
+def test_analysis_tables_written(run):
+    a = run / "analysis"
+    for name in ("recommendation.csv", "curves.csv", "loco.csv", "loco_folds.csv", "categories.csv", "significance.csv",
+                 "attribution.parquet", "attribution_counts.csv"):
+        assert (a / name).exists(), name
+    folds = pd.read_csv(a / "loco_folds.csv")
+    assert set(folds["strategy"]) == {"threshold", "hybrid5"} and folds["conversation_id"].nunique() == 5
+    sig = pd.read_csv(a / "significance.csv")
+    assert len(sig) == 3 and (sig["p_holm"] >= sig["p"]).all()
+    cats = pd.read_csv(a / "categories.csv")
+    assert "adversarial" in set(cats["category"]) or cats["adversarial"].any()
+    misses = pd.read_parquet(a / "attribution.parquet")
+    rows = pd.read_parquet(run / "questions.parquet")
+    pts = pd.read_csv(a / "recommendation.csv")
+    for strategy in ("threshold", "hybrid5", "limit5"):  # every missed gold memory is attributed exactly once
+        t = pts.set_index("strategy").loc[strategy, "threshold"]
+        r = rows[(rows["strategy"] == strategy) & ~rows["adversarial"]]
+        r = r[r["threshold"].isna()] if math.isnan(t) else r[(r["threshold"] - t).abs() < 1e-9]
+        assert (misses["strategy"] == strategy).sum() == (r["n_gold"] - r["n_correct"]).sum(), strategy
+    assert set(misses["cause"]) <= {"filter", "embedding", "store", "threshold", "cap", "decay/tier"}
+    assert "full_context" not in set(misses["strategy"])  # ignores the store: not replayed
+
+
+def test_settings_come_from_the_runs_config(copy):
+    cfg_path = copy / "config_resolved.yaml"
+    cfg = yaml.safe_load(cfg_path.read_text())
+    cfg["recommend"] = {"objective": "max_recall", "token_budget": 50, "n_resamples": 200, "per_category": True}
+    cfg_path.write_text(yaml.safe_dump(cfg))
+    assert report.load_settings(copy) == RecommendConfig(objective="max_recall", token_budget=50, n_resamples=200,
+                                                         per_category=True, seed=cfg["seed"])
+    text = report.write_report(copy).read_text()
+    assert "maximise recall subject to mean injected tokens <= 50" in text and "200 resamples" in text
+    pts = pd.read_csv(copy / "analysis" / "recommendation.csv")
+    assert (pts.loc[pts["feasible"], "tokens"] <= 50).all() and not pts.set_index("strategy").loc["full_context", "feasible"]
+    assert "own_threshold" in pd.read_csv(copy / "analysis" / "categories.csv")
+    cfg["recommend"] = {"objectve": "max_f1"}
+    cfg_path.write_text(yaml.safe_dump(cfg))
+    with pytest.raises(ValueError, match=r"config_resolved.yaml: recommend has unknown key\(s\) \['objectve'\]"):
+        report.write_report(copy)
+
+
+def test_defaults_without_config(tmp_path):
+    assert report.load_settings(tmp_path) == RecommendConfig()
+
+
+def test_missing_corpus_is_stated_not_fatal(copy):
+    cfg_path = copy / "config_resolved.yaml"
+    cfg = yaml.safe_load(cfg_path.read_text())
+    cfg["dataset"]["path"] = str(copy / "no_such_corpus")
+    cfg_path.write_text(yaml.safe_dump(cfg))
+    (copy / "failed.json").write_text(json.dumps([{"job": "job1", "reason": "BackendUnavailable: no server", "overrides": ["backend=x"]}]))
+    text = report.write_report(copy).read_text()
+    assert sections(text)[0] == "Recommendation"
+    assert "Not available: could not reload the corpus" in text
+    assert "1 job(s) failed" in text and "BackendUnavailable: no server" in text
+    assert (copy / "report.html").exists()
+
+
+def test_rerun_cli(run, capsys):
+    assert report.main([str(run / "does-not-exist")]) == 2
+    assert "summary.csv not found" in capsys.readouterr().err

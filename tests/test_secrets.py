@@ -1,0 +1,107 @@
+"""Secrets: keys come only from the environment, and a planted key appears 0 times in anything written.
+
+The CLI runs a multirun with the HTTP embedder (loopback EmbeddingServer that REQUIRES the planted
+key) and the Pinecone backend (loopback protocol test double, tests/pinecone_server.py, that also
+requires its planted key); a second job's endpoint answers 401 echoing the key back. Every file
+under the temp reports dir (logs, .hydra/, config_resolved.yaml, reports, traces, parquet cells)
+and the console output are searched for the keys and their random parts.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pandas as pd
+import pytest
+import yaml
+
+from bench.harden import planted_secret_run, secret_hits
+from bench.results import REDACTED, SECRET_KEY, error_line
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+@pytest.fixture(scope="module")
+def planted(tmp_path_factory):
+    root = tmp_path_factory.mktemp("secrets")
+    return root, planted_secret_run(root)
+
+
+def test_planted_keys_appear_nowhere(planted):
+    _, figs = planted
+    assert figs.hits == {}
+    assert figs.tracebacks == 0
+
+
+def test_the_keys_were_really_used_and_the_echoing_job_failed_with_a_recorded_reason(planted):
+    root, figs = planted
+    assert figs.key_used  # the embedding server saw the planted key (it refuses any other)
+    assert figs.jobs_failed_as_planned
+    failed = [json.loads(p.read_text()) for p in (root / "reports" / "runs").glob("*/job*/failed.json")]
+    assert len(failed) == 1
+    assert failed[0]["reason"].startswith("EmbeddingHTTPError: http embedder: 401 Unauthorized")
+    assert failed[0]["reason"].endswith("Incorrect API key provided: [redacted]")
+
+
+def test_every_kind_of_output_was_scanned(planted):
+    root, _ = planted
+    reports = root / "reports"
+    names = {p.name for p in reports.rglob("*") if p.is_file()}
+    for must in ("cli.log", "config.yaml", "hydra.yaml", "overrides.yaml", "config_resolved.yaml", "report.md",
+                 "trace.parquet", "questions.parquet", "summary.csv", "failed.json", "meta.json"):
+        assert must in names, must
+    assert any(".hydra" in p.parts for p in reports.rglob("*.yaml"))
+    assert (root / "console.log").stat().st_size > 0
+    cfg = (next(reports.rglob("job0/config_resolved.yaml"))).read_text()
+    assert "api_key_env: RB_PLANTED_EMBED_API_KEY" in cfg  # the NAME of the variable, never its value
+    assert "backend" in pd.read_parquet(next(reports.rglob("job0/questions.parquet"))).columns
+
+
+def test_the_scan_finds_a_key_when_one_is_there(tmp_path):
+    """Positive control: a key in a log line, in a parquet cell (compressed) and in YAML is found."""
+    key = "sk-PLANTED-0123456789abcdef"
+    (tmp_path / "a.log").write_text(f"x {key} y {key}\n")
+    pd.DataFrame({"col": ["ok", f"leak {key}"]}).to_parquet(tmp_path / "t.parquet", compression="zstd")
+    (tmp_path / "sub").mkdir()
+    (tmp_path / "sub" / "c.yaml").write_text(yaml.safe_dump({"api_key": key}))
+    hits = secret_hits(tmp_path, [key])
+    assert sorted(hits) == [str(tmp_path / "a.log"), str(tmp_path / "sub" / "c.yaml"), str(tmp_path / "t.parquet")]
+    assert hits[str(tmp_path / "a.log")] == 2 and hits[str(tmp_path / "t.parquet")] >= 1  # raw bytes + decoded cell
+
+
+def test_error_line_scrubs_secret_env_values_and_unwraps(monkeypatch):
+    monkeypatch.setenv("SOME_SERVICE_API_KEY", "sk-PLANTED-abcdefgh12345678")
+    monkeypatch.setenv("SHORT_TOKEN", "abc")  # too short to scrub safely
+    try:
+        raise ValueError("server said:\n  bad key sk-PLANTED-abcdefgh12345678 (abc)")
+    except ValueError as e:
+        assert error_line(e) == f"ValueError: server said: bad key {REDACTED} (abc)"
+
+    class InstantiationException(Exception):  # what Hydra raises around a failing _target_
+        pass
+
+    try:
+        try:
+            raise FileNotFoundError("dataset path not found: /x")
+        except FileNotFoundError as inner:
+            raise InstantiationException("Error in call to target 'f':\nFileNotFoundError(...)\nfull_key: dataset") from inner
+    except InstantiationException as e:
+        assert error_line(e) == "FileNotFoundError: dataset path not found: /x"
+
+
+def test_configs_name_environment_variables_and_never_hold_keys():
+    """Every secret-looking config key names an environment variable (``*_env``) or is empty."""
+    for path in sorted((REPO / "configs").rglob("*.yaml")):
+        def walk(node, where):
+            if isinstance(node, dict):
+                for k, v in node.items():
+                    if SECRET_KEY.search(str(k)):
+                        assert str(k).endswith("_env") or v in (None, ""), f"{path}: {where}{k}"
+                    if isinstance(v, str):
+                        assert not v.startswith(("sk-", "pcsk_", "Bearer ")), f"{path}: {where}{k}"
+                    walk(v, f"{where}{k}.")
+            elif isinstance(node, list):
+                for i, v in enumerate(node):
+                    walk(v, f"{where}[{i}].")
+        walk(yaml.safe_load(path.read_text()), "")
