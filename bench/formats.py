@@ -121,9 +121,9 @@ class TokenTable:
             table = self.memory[fmt]
         except KeyError:
             raise ValueError(f"TokenTable: format {fmt!r} was not built (have {', '.join(self.memory)})") from None
-        n = sum(table[k] for k in keys) + self.fixed[fmt] + self.per_gap[fmt] * (len(keys) - 1)
+        n = sum(map(table.__getitem__, keys)) + self.fixed[fmt] + self.per_gap[fmt] * (len(keys) - 1)
         if fmt == "C":
-            n += sum(self.anchor[s] for s in {self.session_of[k] for k in keys})
+            n += sum(map(self.anchor.__getitem__, set(map(self.session_of.__getitem__, keys))))
         return n
 
 

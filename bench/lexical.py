@@ -20,6 +20,7 @@ implementation, so every store is compared on the same fusion.
 
 from __future__ import annotations
 
+import heapq
 import re
 from collections.abc import Sequence
 from functools import lru_cache
@@ -95,10 +96,23 @@ def _index(texts: tuple[str, ...], k1: float, b: float):
     return BM25Okapi(docs, k1=k1, b=b)
 
 
-def bm25_ranking(question: Question, eligible: Sequence[Turn], *, k1: float = 1.5, b: float = 0.75) -> list[Hit]:
-    """Every eligible memory with a positive BM25 score, best first (ties: conversation order)."""
-    ranked = _ranking(question.text, tuple(t.text for t in eligible), float(k1), float(b))
-    return [Hit(eligible[i].key, s) for i, s in ranked]
+def bm25_ranking(question: Question, eligible: Sequence[Turn], *, k1: float = 1.5, b: float = 0.75,
+                 limit: int | None = None) -> list[Hit]:
+    """Eligible memories with a positive BM25 score, best first (ties: conversation order), at most ``limit``."""
+    texts, keys = _texts_keys(eligible)
+    ranked = _ranking(question.text, texts, float(k1), float(b))
+    return [Hit(keys[i], s) for i, s in ranked[:limit]]
+
+
+def _texts_keys(eligible: Sequence[Turn]) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """Texts and keys of ``eligible``; remembers the last tuple seen (the sweep passes one per conversation)."""
+    global _LAST
+    if _LAST[0] is not eligible:
+        _LAST = (eligible, tuple(t.text for t in eligible), tuple(t.key for t in eligible))
+    return _LAST[1], _LAST[2]
+
+
+_LAST: tuple = (None, (), ())
 
 
 @lru_cache(maxsize=4096)
@@ -109,7 +123,8 @@ def _ranking(query: str, texts: tuple[str, ...], k1: float, b: float) -> tuple[t
         return ()
     scores = np.asarray(index.get_scores(q), dtype=float)
     order = np.argsort(-scores, kind="stable")
-    return tuple((int(i), float(scores[i])) for i in order if scores[i] > 0)
+    order = order[scores[order] > 0]
+    return tuple(zip(order.tolist(), scores[order].tolist()))
 
 
 def bm25(hits: Sequence[Hit], *, question: Question, eligible: Sequence[Turn] = (), threshold: float | None = None,
@@ -117,18 +132,21 @@ def bm25(hits: Sequence[Hit], *, question: Question, eligible: Sequence[Turn] = 
     """BM25 over the texts the question may see: the k best with a positive score."""
     if k < 0:
         raise ValueError(f"bm25: k must be >= 0 (got {k})")
-    return tuple(bm25_ranking(question, eligible, k1=k1, b=b)[:k])
+    return tuple(bm25_ranking(question, eligible, k1=k1, b=b, limit=k))
 
 
-def fuse(rankings: Sequence[Sequence[str]], *, k_rrf: int = 60) -> list[Hit]:
-    """Reciprocal rank fusion of id rankings (best first); ties keep first-seen order."""
+def fuse(rankings: Sequence[Sequence[str]], *, k_rrf: int = 60, limit: int | None = None) -> list[Hit]:
+    """Reciprocal rank fusion of id rankings (best first); ties keep first-seen order; at most ``limit``."""
     if k_rrf < 0:
         raise ValueError(f"fuse: k_rrf must be >= 0 (got {k_rrf})")
     score: dict[str, float] = {}
     for ranking in rankings:
         for rank, i in enumerate(dict.fromkeys(ranking), start=1):
             score[i] = score.get(i, 0.0) + 1.0 / (k_rrf + rank)
-    return [Hit(i, s) for i, s in sorted(score.items(), key=lambda kv: -kv[1])]
+    items = list(score.items())
+    n = len(items) if limit is None else limit
+    best = heapq.nsmallest(n, range(len(items)), key=lambda j: (-items[j][1], j))  # ties: first seen
+    return [Hit(*items[j]) for j in best]
 
 
 def rrf(hits: Sequence[Hit], *, question: Question, eligible: Sequence[Turn] = (), threshold: float | None = None,
@@ -137,5 +155,6 @@ def rrf(hits: Sequence[Hit], *, question: Question, eligible: Sequence[Turn] = (
     if k < 0:
         raise ValueError(f"rrf: k must be >= 0 (got {k})")
     vector = [h.id for h in hits if threshold is None or h.score >= threshold]
-    lexical = [h.id for h in bm25_ranking(question, eligible, k1=k1, b=b)]
-    return tuple(fuse([vector, lexical], k_rrf=k_rrf)[:k])
+    texts, keys = _texts_keys(eligible)
+    lexical = [keys[i] for i, _ in _ranking(question.text, texts, float(k1), float(b))]
+    return tuple(fuse([vector, lexical], k_rrf=k_rrf, limit=k))

@@ -244,30 +244,54 @@ def _mean(rows: pd.DataFrame, point, metric: str) -> float:
     return float(v.mean()) if v.notna().any() else NAN
 
 
+def _min_p(n_changed: int) -> float:
+    """Smallest two-sided p a sign-flip test can reach with ``n_changed`` non-tied pairs (2 / 2**n)."""
+    return min(1.0, 2.0 / 2.0 ** n_changed)
+
+
 def quality_checks(base: pd.DataFrame, cur: pd.DataFrame, points: Sequence[tuple[str, str, float]], cfg: GateConfig) -> pd.DataFrame:
-    """Per point and metric: baseline and current macro means, the paired test, Holm across all checks."""
+    """Per point and metric: baseline and current macro means, and the paired test of current vs baseline.
+
+    The Holm family is every check that CAN be significant: checks whose paired values have fewer
+    than the non-tied units needed for p <= alpha (2 / 2**n > alpha; e.g. nothing changed) cannot reject
+    and are left out (Tarone's rule), and checks with identical paired data (e.g. two exact stores)
+    are one test, counted once. Both keep the family-wise error at alpha and keep power for the
+    checks that did move.
+    """
     from bench import stats
 
     points = [p for p in points if _has(base, p) and _has(cur, p)]
     rows = pd.concat([base.assign(run="baseline"), cur.assign(run="current")], ignore_index=True)
-    out = []
+    out, tests = [], {}  # tests: data key -> raw p (None: cannot reach alpha)
     for metric in cfg.metrics:
-        pairs = [({"run": "current", **_where(p)}, {"run": "baseline", **_where(p)}) for p in points]
-        res = stats.compare_pairs(rows, pairs, metric=metric, alpha=cfg.alpha, unit=cfg.test_unit,
-                                  n_resamples=cfg.test_resamples, seed=cfg.seed) if pairs else pd.DataFrame(columns=["p"])
-        for p, (_, r) in zip(points, res.iterrows()):
-            b, c = _mean(base, p, metric), _mean(cur, p, metric)
-            out.append(_check("quality", label(p), metric, b, c, delta=c - b, p_holm=float(r["p"])))
-    df = pd.DataFrame(out, columns=CHECK_COLUMNS)
+        for p in points:
+            qc = stats.question_values(rows, {"run": "current", **_where(p)}, metric)
+            qb = stats.question_values(rows, {"run": "baseline", **_where(p)}, metric)
+            m = qc.merge(qb, on="question_id", suffixes=("_c", "_b")).dropna(subset=["value_c", "value_b"])
+            m = m.sort_values("question_id", kind="stable")
+            a, b, cl = m["value_c"].to_numpy(), m["value_b"].to_numpy(), m["conversation_id_c"].astype(str).to_numpy()
+            key = hashlib.sha256(np.concatenate([a, b]).tobytes() + "\n".join(m["question_id"].astype(str)).encode()).hexdigest()
+            if key not in tests:
+                d = a - b
+                units = d if cfg.test_unit == "question" else stats.cluster_sums(d, cl)[1] if len(d) else d
+                n_changed = int((np.abs(units) > stats.TIE_TOL).sum())
+                tests[key] = None if _min_p(n_changed) > cfg.alpha else stats.paired_test(
+                    a, b, clusters=cl, unit=cfg.test_unit, n_resamples=cfg.test_resamples, seed=cfg.seed).p_value
+            bm, cm = _mean(base, p, metric), _mean(cur, p, metric)
+            out.append({**_check("quality", label(p), metric, bm, cm, delta=cm - bm), "_key": key})
+    df = pd.DataFrame(out, columns=CHECK_COLUMNS + ["_key"])
     if df.empty:
-        return df
-    df["p_holm"] = stats.holm(df["p_holm"].to_numpy())  # raw p in, Holm-adjusted out (across every metric and point)
-    rule = f"fail if delta < -{cfg.tolerance:g} and Holm p < {cfg.alpha:g}"
-    df["rule"] = rule
+        return df.drop(columns="_key")
+    family = [k for k, v in tests.items() if v is not None]
+    adjusted = dict(zip(family, stats.holm([tests[k] for k in family]))) if family else {}
+    df["p_holm"] = df["_key"].map(lambda k: adjusted.get(k, NAN)).astype(float)
+    df["rule"] = f"fail if delta < -{cfg.tolerance:g} and Holm p < {cfg.alpha:g}"
     sig = df["p_holm"] < cfg.alpha
     drop, gain = df["delta"] < -cfg.tolerance, df["delta"] > cfg.tolerance
-    df["verdict"] = np.select([drop & sig, drop, gain & sig], [FAIL, "ok (drop not significant)", "improved"], OK)
-    return df
+    untestable = df["p_holm"].isna()
+    df["verdict"] = np.select([drop & sig, drop & untestable, drop, gain & sig],
+                              [FAIL, "ok (drop on too few questions to test)", "ok (drop not significant)", "improved"], OK)
+    return df.drop(columns="_key")
 
 
 def token_checks(base: pd.DataFrame, cur: pd.DataFrame, points: Sequence[tuple[str, str, float]], cfg: GateConfig) -> pd.DataFrame:

@@ -21,7 +21,7 @@ import logging
 import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
-from operator import attrgetter
+from operator import attrgetter, itemgetter
 from pathlib import Path
 
 import numpy as np
@@ -165,17 +165,17 @@ def build_trace(
         lat.append(clock() - start)
         hit_ids.append(list(map(_ids_of, hits)))
         hit_scores.append(list(map(_scores_of, hits)))
+        del hits  # freed here, not inside the next query's timed window
         qids.append(q.question_id)
         convs.append(q.conversation_id)
     loop_ns = clock() - loop_start
     store_ns = int(sum(lat))
 
     t_exact = time.perf_counter()
-    exact = exact_scores(corpus, tv, qv, hit_ids, progress=progress)
+    exact, store = _exact_pass(corpus, tv, qv, hit_ids, hit_scores, roles=roles, k=fidelity_k, depth=depth, progress=progress)
+    post_s = time.perf_counter() - t_exact
     table = pd.DataFrame({"question_id": qids, "conversation_id": convs, "latency_ns": np.asarray(lat, dtype=np.int64),
                           "hit_ids": hit_ids, "hit_scores": hit_scores, "exact_scores": exact}, columns=TRACE_COLUMNS)
-    store = store_metrics(table, corpus, tv, qv, roles=roles, k=fidelity_k, depth=depth)
-    post_s = time.perf_counter() - t_exact
     nq = len(questions)
     meta = {
         "dataset": corpus.name,
@@ -206,80 +206,123 @@ def build_trace(
     return Trace(table, meta)
 
 
-def _question_views(corpus: Corpus, tv: np.ndarray, qv: np.ndarray, *, progress: bool = False, desc: str = "exact"):
-    """Yield (question index, first row of its conversation, exact cosine of every row of that conversation).
+class _Rows:
+    """Per-row arrays of a corpus (corpus order) and where each conversation's rows start and end.
 
     ``corpus.turns()`` keeps each conversation's turns contiguous, so a conversation is a row range
-    and no per-question mask over the whole corpus is needed. Questions of a conversation without
-    turns get an empty vector.
+    and no per-question mask over the whole corpus is needed.
     """
-    spans, row = {}, 0
-    for c in corpus.conversations:
-        spans[c.conversation_id] = (row, row + len(c.turns))
-        row += len(c.turns)
-    by_conv: dict[str, list[int]] = {}
-    for qi, q in enumerate(corpus.questions):
-        by_conv.setdefault(q.conversation_id, []).append(qi)
-    with tqdm(total=len(corpus.questions), desc=desc, unit="q", disable=not progress) as bar:
-        for conv, qis in by_conv.items():
-            start, end = spans.get(conv, (0, 0))
-            block = tv[start:end]
-            for qi in qis:
-                yield qi, start, block @ qv[qi]  # same product as a brute-force store computes
-            bar.update(len(qis))
+
+    def __init__(self, corpus: Corpus, roles: tuple[str, ...] | None) -> None:
+        turns = corpus.turns()
+        self.keys = np.array([t.key for t in turns], dtype=object)
+        self.row_of = {k: i for i, k in enumerate(self.keys.tolist())}
+        self.ts = np.array([float(t.timestamp or 0.0) for t in turns])
+        role = np.array([t.role for t in turns], dtype=object)
+        self.role_ok = np.isin(role, list(roles)) if roles is not None else np.ones(len(turns), dtype=bool)
+        self.rank = np.empty(len(turns), dtype=np.int64)  # order of a key within its conversation (tie-break)
+        self.spans: dict[str, tuple[int, int]] = {}
+        row = 0
+        for c in corpus.conversations:
+            n = len(c.turns)
+            self.rank[row : row + n] = np.argsort(np.argsort(self.keys[row : row + n].astype(str), kind="stable"), kind="stable")
+            self.spans[c.conversation_id] = (row, row + n)
+            row += n
+
+    def views(self, corpus: Corpus, tv: np.ndarray, qv: np.ndarray, *, progress: bool = False, desc: str = "exact"):
+        """Yield (question index, first row of its conversation, exact cosine of each of that conversation's rows)."""
+        by_conv: dict[str, list[int]] = {}
+        for qi, q in enumerate(corpus.questions):
+            by_conv.setdefault(q.conversation_id, []).append(qi)
+        with tqdm(total=len(corpus.questions), desc=desc, unit="q", disable=not progress) as bar:
+            for conv, qis in by_conv.items():
+                start, end = self.spans.get(conv, (0, 0))
+                block = tv[start:end]
+                for qi in qis:
+                    yield qi, start, block @ qv[qi]  # the same product a brute-force store computes
+                bar.update(len(qis))
+
+    def lookup(self, ids: Sequence[str]) -> np.ndarray:
+        """Row of each id (-1 for ids not in the corpus)."""
+        try:
+            found = itemgetter(*ids)(self.row_of) if len(ids) > 1 else (self.row_of[ids[0]],)
+        except KeyError:
+            found = [self.row_of.get(i, -1) for i in ids]
+        return np.array(found, dtype=np.int64)
+
+    def eligible(self, q: Question, start: int, n: int) -> np.ndarray:
+        """Local indices (within the conversation) of the rows ``q`` may see."""
+        mask = self.role_ok[start : start + n]
+        if q.asked_at is not None:
+            mask = mask & (self.ts[start : start + n] <= q.asked_at)
+        return np.flatnonzero(mask)
+
+    def ranked(self, start: int, local: np.ndarray, sims: np.ndarray, k: int) -> np.ndarray:
+        """Keys of the best ``k`` of ``local``: similarity descending, then key (ties at the k-th kept exact)."""
+        if k < len(local):
+            s = sims[local]
+            kth = np.partition(-s, k - 1)[k - 1]
+            local = local[-s <= kth]
+        order = local[np.lexsort((self.rank[start + local], -sims[local]))][:k]
+        return self.keys[start + order]
+
+
+def _exact_pass(corpus: Corpus, tv: np.ndarray, qv: np.ndarray, hit_ids: Sequence[Sequence[str]],
+                hit_scores: Sequence[Sequence[float]] | None, *, roles, k: int, depth: int,
+                progress: bool = False) -> tuple[list[list[float]], dict]:
+    """One pass over the questions: exact cosine of every hit, and the store metrics (see store_metrics)."""
+    rows = _Rows(corpus, roles)
+    exact: list[list[float]] = [[] for _ in hit_ids]
+    fid, short, max_diff, mismatches, pairs = [], 0, float("nan"), 0, 0
+    questions = corpus.questions
+    for qi, start, sims in rows.views(corpus, tv, qv, progress=progress):
+        ids = hit_ids[qi]
+        if len(ids):
+            r = rows.lookup(ids)
+            local = r - start
+            inside = (r >= 0) & (local >= 0) & (local < len(sims))
+            vals = np.full(len(ids), np.nan)
+            vals[inside] = sims[local[inside]]
+            for j in np.flatnonzero(~inside & (r >= 0)):  # a hit from another conversation (a filter leak)
+                vals[j] = float(tv[r[j]] @ qv[qi])
+            exact[qi] = vals.tolist()
+            if hit_scores is not None:
+                d = np.abs(np.asarray(hit_scores[qi], dtype=float) - vals)
+                pairs += len(d)
+                mismatches += int(np.sum(d > 1e-4))
+                if not np.isnan(d).all():
+                    m = float(np.nanmax(d))
+                    max_diff = m if max_diff != max_diff else max(max_diff, m)
+        local = rows.eligible(questions[qi], start, len(sims))
+        want = rows.ranked(start, local, sims, k)
+        if len(want):
+            fid.append(len(set(ids[:k]).intersection(want.tolist())) / len(want))
+        if len(ids) < min(depth, len(local)):
+            short += 1
+    n = len(hit_ids)
+    metrics = {
+        f"fidelity_at_{k}": float(np.mean(fid)) if fid else float("nan"),
+        "short_result_rate": short / n if n else float("nan"),
+        "score_max_abs_diff": max_diff,
+        "score_mismatches_1e4": mismatches,
+        "score_pairs": pairs,
+    }
+    return exact, metrics
 
 
 def exact_scores(corpus: Corpus, tv: np.ndarray, qv: np.ndarray, hit_ids: Sequence[Sequence[str]], *,
                  progress: bool = False) -> list[list[float]]:
     """Exact cosine (from the cached vectors) of every hit, per question; NaN for ids not in the corpus."""
-    turns = corpus.turns()
-    row_of = {t.key: i for i, t in enumerate(turns)}
-    out: list[list[float]] = [[] for _ in hit_ids]
-    for qi, start, sims in _question_views(corpus, tv, qv, progress=progress, desc="exact scores"):
-        ids = hit_ids[qi]
-        if not len(ids):
-            continue
-        found = list(map(row_of.get, ids))
-        rows = np.array([-1 if r is None else r for r in found] if None in found else found, dtype=np.int64)
-        local = rows - start
-        inside = (rows >= 0) & (local < len(sims)) & (local >= 0)
-        vals = np.full(len(ids), np.nan)
-        vals[inside] = sims[local[inside]]
-        for j in np.flatnonzero(~inside & (rows >= 0)):  # a hit from another conversation (a filter leak)
-            vals[j] = float(tv[rows[j]] @ qv[qi])
-        out[qi] = vals.tolist()
-    return out
-
-
-def _eligible_ranked(corpus: Corpus, tv: np.ndarray, qv: np.ndarray, *, roles, progress: bool = False):
-    """Yield (question index, keys of the rows it may see, best first: similarity desc, then key)."""
-    turns = corpus.turns()
-    keys = np.array([t.key for t in turns], dtype=object)
-    role = np.array([t.role for t in turns], dtype=object)
-    ts = np.array([float(t.timestamp or 0.0) for t in turns])
-    rank = np.empty(len(turns), dtype=np.int64)  # order of keys within their conversation (tie-break)
-    row = 0
-    for c in corpus.conversations:
-        n = len(c.turns)
-        rank[row : row + n] = np.argsort(np.argsort(keys[row : row + n].astype(str), kind="stable"), kind="stable")
-        row += n
-    role_ok = np.isin(role, list(roles)) if roles is not None else np.ones(len(turns), dtype=bool)
-    for qi, start, sims in _question_views(corpus, tv, qv, progress=progress, desc="fidelity"):
-        end = start + len(sims)
-        mask = role_ok[start:end].copy()
-        q = corpus.questions[qi]
-        if q.asked_at is not None:
-            mask &= ts[start:end] <= q.asked_at
-        local = np.flatnonzero(mask)
-        order = local[np.lexsort((rank[start:end][local], -sims[local]))]
-        yield qi, keys[start + order]
+    return _exact_pass(corpus, tv, qv, hit_ids, None, roles=None, k=1, depth=1, progress=progress)[0]
 
 
 def exact_top(corpus: Corpus, tv: np.ndarray, qv: np.ndarray, *, roles: tuple[str, ...] | None, k: int) -> list[list[str]]:
     """The exact top-k keys per question (same filters as the store), from the cached vectors."""
+    rows = _Rows(corpus, roles)
     out: list[list[str]] = [[] for _ in corpus.questions]
-    for qi, ranked in _eligible_ranked(corpus, tv, qv, roles=roles):
-        out[qi] = [str(x) for x in ranked[:k]]
+    for qi, start, sims in rows.views(corpus, tv, qv):
+        local = rows.eligible(corpus.questions[qi], start, len(sims))
+        out[qi] = [str(x) for x in rows.ranked(start, local, sims, k)]
     return out
 
 
@@ -290,23 +333,7 @@ def store_metrics(table: pd.DataFrame, corpus: Corpus, tv: np.ndarray, qv: np.nd
     returned fewer than min(depth, matching) rows; score disagreement = |store sim - exact cos|.
     ``table`` rows are in ``corpus.questions`` order.
     """
-    fid, short = [], 0
-    diffs = np.concatenate([np.abs(np.asarray(s, float) - np.asarray(e, float)) for s, e in zip(table["hit_scores"], table["exact_scores"])] or [np.empty(0)])
-    hit_ids = table["hit_ids"].tolist()
-    for qi, ranked in _eligible_ranked(corpus, tv, qv, roles=roles):
-        ids = hit_ids[qi]
-        want = ranked[:k]
-        if len(want):
-            fid.append(len(set(ids[:k]) & set(want)) / len(want))
-        if len(ids) < min(depth, len(ranked)):
-            short += 1
-    return {
-        f"fidelity_at_{k}": float(np.mean(fid)) if fid else float("nan"),
-        "short_result_rate": short / len(table) if len(table) else float("nan"),
-        "score_max_abs_diff": float(np.nanmax(diffs)) if diffs.size and not np.isnan(diffs).all() else float("nan"),
-        "score_mismatches_1e4": int(np.sum(diffs > 1e-4)),
-        "score_pairs": int(diffs.size),
-    }
+    return _exact_pass(corpus, tv, qv, table["hit_ids"].tolist(), table["hit_scores"].tolist(), roles=roles, k=k, depth=depth)[1]
 
 
 def disk_bytes(path) -> int | None:

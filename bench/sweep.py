@@ -18,6 +18,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from decimal import Decimal
+from operator import attrgetter
 
 import numpy as np
 import pandas as pd
@@ -28,6 +29,7 @@ from bench.runner import Trace, question_filter, visible
 from bench.strategies import Selection
 from bench.types import ROLES, Corpus, Hit, memory_key
 
+_ID = attrgetter("id")
 SUMMARY_KEYS = ["dataset", "embedder", "backend", "strategy", "threshold", "format"]
 NAN = float("nan")
 
@@ -88,26 +90,42 @@ class LazyHits(Sequence):
     1000-deep trace up front would dominate the sweep. Built hits are kept for the next strategy.
     """
 
-    __slots__ = ("_ids", "_scores", "_made")
+    __slots__ = ("_ids", "_scores", "_made", "_prefix")
 
     def __init__(self, ids: Sequence[str], scores: Sequence[float]) -> None:
         self._ids, self._scores = ids, scores
         self._made: list[Hit | None] = [None] * len(ids)
+        self._prefix = 0  # self._made[:_prefix] are all built
 
     def __len__(self) -> int:
         return len(self._ids)
 
+    def _build(self, stop: int) -> None:
+        made, ids, scores = self._made, self._ids, self._scores
+        for j in range(self._prefix, stop):
+            if made[j] is None:
+                made[j] = Hit(ids[j], scores[j])
+        self._prefix = max(self._prefix, stop)
+
     def __getitem__(self, i):
         if isinstance(i, slice):
-            return [self[j] for j in range(*i.indices(len(self._ids)))]
+            start, stop, step = i.indices(len(self._ids))
+            if step == 1:
+                if stop > self._prefix:
+                    self._build(stop)
+                return self._made[start:stop]
+            return [self[j] for j in range(start, stop, step)]
         h = self._made[i]
         if h is None:
             h = self._made[i] = Hit(self._ids[i], self._scores[i])
         return h
 
     def __iter__(self):
-        for i in range(len(self._ids)):
-            yield self[i]
+        made = self._made
+        for j in range(len(made)):
+            if j >= self._prefix:
+                self._build(min(len(made), j + 64))
+            yield made[j]
 
 
 @dataclass(frozen=True)
@@ -159,7 +177,7 @@ def sweep(
 
     def cost(fmt: str, ids: Sequence[str]) -> int:
         if fmt == "A":
-            return sum(token_counts[i] for i in ids) + separator_tokens * max(len(ids) - 1, 0)
+            return sum(map(token_counts.__getitem__, ids)) + separator_tokens * max(len(ids) - 1, 0)
         return format_tokens.cost(fmt, ids)
 
     ctx: list[_Ctx] = []
@@ -199,7 +217,7 @@ def sweep(
                 results[i] = sel
             for i, sel in enumerate(results):
                 c = ctx[i]
-                ids = list(dict.fromkeys(h.id for h in sel.hits))
+                ids = list(dict.fromkeys(map(_ID, sel.hits)))
                 cols["strategy"].append(spec.name)
                 cols["threshold"].append(NAN if t is None else t)
                 cols["qi"].append(i)

@@ -94,28 +94,58 @@ def _quality(cur_recall, base_recall=None):
     return R.quality_checks(base, cur, [("exact", "limit5", NAN)], CFG).set_index("metric")
 
 
-def test_identical_tables_pass_with_p_one():
+def test_identical_tables_pass_and_unchanged_checks_are_not_tested():
     q = _quality([1.0] * 20)
     assert list(q.index) == ["recall", "f1", "precision"]
-    assert (q["delta"] == 0).all() and (q["p_holm"] == 1.0).all() and (q["verdict"] == "ok").all()
+    assert (q["delta"] == 0).all() and q["p_holm"].isna().all() and (q["verdict"] == "ok").all()
 
 
 def test_a_large_consistent_drop_fails_and_names_the_metric():
     q = _quality([0.5] * 20)  # every question loses half its recall: 1.0 -> 0.5
     r = q.loc["recall"]
     assert (r["baseline"], r["current"], r["delta"]) == (1.0, 0.5, -0.5)
-    # 20 paired losses: sign-flip p ~ 2/10001, Holm x 3 checks -> ~6e-4
-    assert r["p_holm"] < 0.002 and r["verdict"] == "FAIL"
+    # 20 paired losses: sign-flip p ~ 2/10001; recall, f1 and precision carry the same values here, so
+    # they are one test and Holm leaves its p as it is
+    assert r["p_holm"] < 0.0005 and r["verdict"] == "FAIL"
+    assert (q["p_holm"] == r["p_holm"]).all() and (q["verdict"] == "FAIL").all()
     base, cur = run_of(qrows("exact", "limit5", NAN, [1.0] * 20), path="base"), run_of(qrows("exact", "limit5", NAN, [0.5] * 20))
     res = R.gate(base, cur, CFG)
     assert res.failed and res.verdict.startswith("regress FAIL: 3 regression(s) vs base: ")
     assert "recall exact / limit5: 1.000 -> 0.500 (-0.500, Holm p" in res.verdict
 
 
-def test_a_drop_on_one_question_in_twenty_is_beyond_tolerance_but_not_significant():
-    q = _quality([0.0] + [1.0] * 19)  # mean 1.0 -> 0.95: delta -0.05 < -0.02, but one loss out of 20: p = 1
+def test_holm_counts_each_distinct_testable_check_once():
+    from bench.stats import paired_test
+
+    base = pd.concat([qrows("exact", "limit5", NAN, [1.0] * 20), qrows("sqlite_vec", "limit5", NAN, [1.0] * 20),
+                      qrows("exact", "full_context", NAN, [1.0] * 20)])
+    lost8 = [0.5] * 8 + [1.0] * 12  # 8 losses of 0.5: exact p = 2/2**8, randomised ~0.008
+    cur = pd.concat([qrows("exact", "limit5", NAN, [0.5] * 20), qrows("sqlite_vec", "limit5", NAN, [0.5] * 20),
+                     qrows("exact", "full_context", NAN, lost8)])
+    pts = [("exact", "limit5", NAN), ("sqlite_vec", "limit5", NAN), ("exact", "full_context", NAN)]
+    q = R.quality_checks(base, cur, pts, R.GateConfig(metrics=("recall",)))
+    p20 = paired_test(np.full(20, 0.5), np.ones(20), n_resamples=10000).p_value
+    by_id = np.argsort([f"q{i}" for i in range(20)])  # the gate pairs questions in question_id order
+    p8 = paired_test(np.asarray(lost8)[by_id], np.ones(20), n_resamples=10000).p_value
+    assert p20 < p8 < 0.02
+    # two distinct tests (exact and sqlite_vec limit5 are the same data): Holm = (2 * p20, max(2 * p20, p8))
+    assert q["p_holm"].tolist() == pytest.approx([2 * p20, 2 * p20, max(2 * p20, p8)])
+    assert q["verdict"].tolist() == ["FAIL", "FAIL", "FAIL"]
+    assert q["delta"].tolist() == pytest.approx([-0.5, -0.5, -0.2])
+
+
+def test_a_drop_on_too_few_questions_is_beyond_tolerance_but_cannot_be_significant():
+    q = _quality([0.0] + [1.0] * 19)  # mean 1.0 -> 0.95: delta -0.05 < -0.02, but one loss: p >= 2/2**1
     assert q.loc["recall", "delta"] == pytest.approx(-0.05)
-    assert q.loc["recall", "p_holm"] > 0.5 and q.loc["recall", "verdict"] == "ok (drop not significant)"
+    assert math.isnan(q.loc["recall", "p_holm"]) and q.loc["recall", "verdict"] == "ok (drop on too few questions to test)"
+    q = _quality([0.0] * 6 + [1.0] * 14)  # six losses: the smallest p (2/2**6) can pass alpha, so it is tested
+    assert q.loc["recall", "verdict"] == "FAIL" and q.loc["recall", "p_holm"] < 0.05
+
+
+def test_a_drop_that_is_not_significant_passes():
+    q = _quality([0.0] * 4 + [1.0] * 12 + [0.5] * 4, base_recall=[1.0] * 16 + [0.0] * 4)  # 4 losses of 1, 4 gains of 0.5
+    assert q.loc["recall", "delta"] == pytest.approx(-0.1)
+    assert q.loc["recall", "p_holm"] > 0.1 and q.loc["recall", "verdict"] == "ok (drop not significant)"
 
 
 def test_a_significant_drop_within_tolerance_passes():

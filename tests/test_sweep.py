@@ -221,3 +221,14 @@ def test_format_tokens_table_prices_the_seed_settings():
     assert ("limit2", None, "A") not in got  # not a seed strategy name
     fc = next(r for r in recs if r["strategy"] == "full_context" and r["format"] == "A")
     assert fc["tokens_injected_mean"] == 60 and fc["token_savings"] == 0.0  # q1 only (q2 is adversarial)
+
+
+def test_lazy_hits_behave_like_a_list_of_hits():
+    from bench.sweep import LazyHits
+
+    h = LazyHits(["a", "b", "c", "d"], [0.9, 0.8, 0.7, 0.1])
+    want = [Hit("a", 0.9), Hit("b", 0.8), Hit("c", 0.7), Hit("d", 0.1)]
+    assert len(h) == 4 and h[1] == want[1] and h[-1] == want[-1]
+    assert h[1:3] == want[1:3] and h[::2] == want[::2] and h[3:10] == want[3:] and h[:0] == []
+    assert list(h) == want and h[0] is h[0]  # built once, then reused
+    assert S.threshold(h, threshold=0.75) == tuple(want[:2]) and S.above(h, 0.1) == 4

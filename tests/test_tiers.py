@@ -58,7 +58,7 @@ def test_promotion_carries_over_to_the_next_question():
     assert second.state.memories["c|m2"] == MemoryState(pytest.approx(0.80), 2, 40 * DAY)
     assert first.state.memories["c|m2"].access_count == 1  # the old state is not mutated
     # importance is capped at 1
-    st = TierState({"c|m2": MemoryState(0.95, 5, 40 * DAY)}, {}, None)
+    st = TierState.fresh(ELIGIBLE, 0.5, {"c|m2": MemoryState(0.95, 5, 40 * DAY)})
     assert dual_tier(HITS, question=Q, eligible=ELIGIBLE, threshold=0.7, l1_turns=1, state=st).state.memories["c|m2"].importance == 1.0
 
 

@@ -1,0 +1,592 @@
+"""``make bench`` (``python -m bench.perfbench``): the five performance ratios, each with its target and PASS/FAIL.
+
+This machine is shared and noisy, so every figure is a ratio of two things measured in the same
+run (interleaved where they are short), never an absolute time held against a constant in a test.
+
+P1  wall time of the real pipeline (``python -m bench``, report included) with the 17-threshold grid
+    / the same run with one threshold. Same dataset, store, strategies; warm embedding cache;
+    ``trace_cache=false`` so both runs query the store (once per role set); fresh temporary store,
+    trace and job caches. Target <= 1.1: thresholds are post-processing, not store queries.
+P2  harness overhead per query / the exact store's own search time, on the synthetic corpus at
+    14,726 memories (``bench.runner.build_trace``: the wall time of the query loop minus the
+    summed store calls, plus the exact-cosine/fidelity pass after it). Target <= 5 %.
+P3a wall time of a warm-cache LoCoMo multirun over exact + sqlite_vec + seekdb + chroma x the main
+    strategies (the joblib launcher with 2 jobs when installed), stores queried. Target <= 120 s.
+P3b cold-cache embedding throughput (``CachedEmbedder(MiniLMEmbedder)`` on an empty cache) / a
+    hand-written loop over the raw onnxruntime session on the same texts (same tokenizer, batch 64,
+    length-sorted). Best of interleaved repeats. Target >= 0.9.
+P4  per store: adapter ``search`` time / a minimal hand-written query over the same client and
+    collection (same filters, k, ef), alternated query by query on one synthetic LoCoMo-shaped
+    workload. Target <= 1.2.
+P5  peak RSS of the whole pipeline (CLI subprocess, ``dataset=synthetic`` at 100,000 memories,
+    ``embedder=synthetic``): ``os.wait4`` max RSS of the process, and a /proc sample of its whole
+    process tree (store servers included). Target < 4 GB.
+
+Results are printed and written to ``<out>/perfbench.json`` and ``<out>/perfbench.md``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import logging
+import math
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from bench.results import write_atomic
+
+log = logging.getLogger("bench.perfbench")
+
+REPO = Path(__file__).resolve().parent.parent
+CONFIGS = REPO / "configs"
+P3_STORES = ("exact", "sqlite_vec", "seekdb", "chroma")
+P4_STORES = ("exact", "sqlite_vec", "seekdb", "chroma")
+MAIN_STRATEGIES = "[limit,threshold,hybrid,full_context]"
+OPS: dict[str, Callable[[float, float], bool]] = {"<=": lambda a, b: a <= b, "<": lambda a, b: a < b, ">=": lambda a, b: a >= b}
+
+
+@dataclass(frozen=True)
+class Ratio:
+    """One measured figure against its target."""
+
+    key: str  # "P1", "P3a", "P4/seekdb", ...
+    what: str
+    value: float
+    op: str  # "<=", "<" or ">="
+    limit: float
+    unit: str = ""  # "" for a plain ratio, "%", "s", "GB"
+    method: str = ""
+    details: dict = field(default_factory=dict)
+
+    @property
+    def passed(self) -> bool:
+        return check(self.value, self.op, self.limit)
+
+    def line(self) -> str:
+        return format_line(self)
+
+
+def check(value: float, op: str, limit: float) -> bool:
+    """value <op> limit; a NaN (not measured) never passes."""
+    if op not in OPS:
+        raise ValueError(f"perfbench: unknown comparison {op!r} (use one of {sorted(OPS)})")
+    return value == value and OPS[op](value, limit)
+
+
+def _fmt(value: float, unit: str) -> str:
+    if value != value:
+        return "n/a"
+    if unit == "%":
+        return f"{value:.1f} %"
+    if unit == "s":
+        return f"{value:.1f} s"
+    if unit == "GB":
+        return f"{value:.2f} GB"
+    return f"{value:.3f}"
+
+
+def format_line(r: Ratio) -> str:
+    verdict = "PASS" if r.passed else ("FAIL" if r.value == r.value else "NOT MEASURED")
+    return f"{r.key:<14} {_fmt(r.value, r.unit):>10}   target {r.op} {_fmt(r.limit, r.unit):<9} {verdict:<5}  {r.what}"
+
+
+# ----------------------------------------------------------------------------- helpers
+
+
+def compose(overrides: Sequence[str] = ()):
+    """The Hydra config of ``python -m bench`` (outside a Hydra run: paths.root = repo)."""
+    from hydra import compose as _compose
+    from hydra import initialize_config_dir
+
+    with initialize_config_dir(config_dir=str(CONFIGS), version_base="1.3"):
+        return _compose("config", overrides=[f"paths.root={REPO}", *overrides])
+
+
+def warm_embeddings(overrides: Sequence[str], cache_dir: Path) -> int:
+    """Embed every text of the configured dataset into the embedding cache; returns texts embedded now."""
+    from bench.config import build
+    from bench.embedders.cache import CachedEmbedder
+
+    cfg = compose(overrides)
+    corpus = build(cfg.dataset)
+    emb = CachedEmbedder(build(cfg.embedder), cache_dir)
+    emb.embed([t.text for t in corpus.turns()] + [q.text for q in corpus.questions])
+    return emb.embedded
+
+
+@contextlib.contextmanager
+def temp_cache(real_embeddings: Path | None):
+    """A temporary ``paths.cache`` (stores, traces, jobs) sharing the real embedding cache."""
+    with tempfile.TemporaryDirectory(prefix="rb-perf-") as tmp:
+        cache = Path(tmp) / "cache"
+        cache.mkdir()
+        if real_embeddings is not None:
+            real_embeddings.mkdir(parents=True, exist_ok=True)
+            (cache / "embeddings").symlink_to(real_embeddings.resolve(), target_is_directory=True)
+        yield Path(tmp), cache
+
+
+def tree_rss_bytes(pid: int) -> int:
+    """Resident bytes of ``pid`` and all its descendants now (Linux /proc; 0 when it is gone)."""
+    children: dict[int, list[int]] = {}
+    rss: dict[int, int] = {}
+    for d in os.listdir("/proc"):
+        if not d.isdigit():
+            continue
+        try:
+            with open(f"/proc/{d}/stat") as f:
+                stat = f.read()
+            with open(f"/proc/{d}/statm") as f:
+                pages = int(f.read().split()[1])
+        except (OSError, IndexError, ValueError):
+            continue
+        ppid = int(stat.rsplit(")", 1)[1].split()[1])
+        children.setdefault(ppid, []).append(int(d))
+        rss[int(d)] = pages * os.sysconf("SC_PAGE_SIZE")
+    total, todo = 0, [pid]
+    while todo:
+        p = todo.pop()
+        total += rss.get(p, 0)
+        todo += children.get(p, [])
+    return total
+
+
+@dataclass(frozen=True)
+class Proc:
+    returncode: int
+    wall_s: float
+    maxrss_bytes: int  # os.wait4: peak RSS of the process (and of its waited-for children)
+    tree_peak_bytes: int  # sampled peak RSS of the process tree (store servers included)
+    stderr_tail: str
+
+
+def run_measured(cmd: Sequence[str], *, env: dict | None = None, cwd: Path = REPO, sample_s: float = 0.2,
+                 timeout_s: float = 3600.0) -> Proc:
+    """Run ``cmd``; its wall time, peak RSS (wait4) and sampled process-tree peak RSS."""
+    with tempfile.TemporaryFile() as err:
+        t0 = time.perf_counter()
+        proc = subprocess.Popen(list(cmd), cwd=cwd, env=env, stdout=subprocess.DEVNULL, stderr=err)
+        peak, stop = [0], threading.Event()
+
+        def sample() -> None:
+            while not stop.is_set():
+                peak[0] = max(peak[0], tree_rss_bytes(proc.pid))
+                stop.wait(sample_s)
+
+        sampler = threading.Thread(target=sample, daemon=True)
+        sampler.start()
+        deadline = t0 + timeout_s
+        while True:
+            pid, status, usage = os.wait4(proc.pid, os.WNOHANG)
+            if pid:
+                break
+            if time.perf_counter() > deadline:
+                proc.kill()
+                pid, status, usage = os.wait4(proc.pid, 0)
+                break
+            time.sleep(0.05)
+        wall = time.perf_counter() - t0
+        stop.set()
+        sampler.join()
+        proc.returncode = os.waitstatus_to_exitcode(status)
+        err.seek(0)
+        tail = err.read()[-3000:].decode("utf-8", "replace")
+    return Proc(proc.returncode, wall, usage.ru_maxrss * 1024, peak[0], tail)
+
+
+def bench_cmd(*overrides: str, multirun: bool = False) -> list[str]:
+    return [sys.executable, "-m", "bench", *(["-m"] if multirun else []), "progress=false", "publish_latest=false",
+            "resume=false", "trace_cache=false", *overrides]
+
+
+def _failed(proc: Proc, what: str) -> str:
+    return f"{what} exited {proc.returncode}: {proc.stderr_tail.strip().splitlines()[-1] if proc.stderr_tail.strip() else ''}"
+
+
+# ----------------------------------------------------------------------------- P1
+
+
+def all_strategies() -> str:
+    return "[" + ",".join(sorted(p.stem for p in (CONFIGS / "strategy").glob("*.yaml"))) + "]"
+
+
+def p1_threshold_sweep(*, backend: str | None, strategies: str, data: list[str]) -> Ratio:
+    """Real CLI, twice: 17 thresholds vs 1, warm embeddings, no trace cache, fresh temp caches."""
+    common = [*data, f"strategy={strategies}"] + ([f"backend={backend}"] if backend else [])
+    real = REPO / "reports" / "cache" / "embeddings"
+    warmed = warm_embeddings(common, real)
+    walls: dict[str, float] = {}
+    errors = []
+    for label, grid in (("single", ["thresholds.start=0.5", "thresholds.stop=0.5"]), ("grid17", [])):
+        with temp_cache(real) as (tmp, cache):
+            proc = run_measured(bench_cmd(*common, *grid, f"paths.cache={cache}", f"hydra.run.dir={tmp / label}"))
+        walls[label] = proc.wall_s
+        if proc.returncode != 0:
+            errors.append(_failed(proc, label))
+    value = walls["grid17"] / walls["single"] if not errors else float("nan")
+    return Ratio("P1", "17-threshold sweep / single-threshold run (real CLI, store queried once per role set)", value, "<=", 1.1,
+                 method=("two `python -m bench` runs differing only in thresholds (0.10..0.90 step 0.05 vs 0.50); warm embedding "
+                         "cache, trace_cache=false, fresh temp store/trace/job caches, report included"),
+                 details={"wall_grid17_s": walls.get("grid17"), "wall_single_s": walls.get("single"), "strategies": strategies,
+                          "backend": backend or "config default", "texts_embedded_to_warm": warmed, "errors": errors})
+
+
+# ----------------------------------------------------------------------------- P2
+
+
+def harness_ratio(meta: dict, n_questions: int) -> tuple[float, float, float]:
+    """(loop overhead / store time, exact reference pass / store time, store ns per query) from a trace's meta."""
+    store_ns = meta["store_search_seconds"] * 1e9
+    if not store_ns or not n_questions:
+        return float("nan"), float("nan"), float("nan")
+    per_q_store = store_ns / n_questions
+    return meta["harness_ns_per_query"] / per_q_store, meta["postprocess_ns_per_query"] / per_q_store, per_q_store
+
+
+def p2_harness(n_memories: int = 14_726, *, depth: int = 1000, questions_per_conversation: int = 40) -> list[Ratio]:
+    from bench.backends.exact import ExactBackend
+    from bench.runner import build_trace
+    from bench.synth import SyntheticEmbedder, generate
+
+    corpus = generate(n_memories, questions_per_conversation=questions_per_conversation)
+    trace = build_trace(corpus, SyntheticEmbedder(), ExactBackend(), depth=depth, progress=False)
+    loop, post, per_q = harness_ratio(trace.meta, len(trace.table))
+    details = {"queries": len(trace.table), "store_us_per_query": per_q / 1e3,
+               "loop_overhead_us_per_query": trace.meta["harness_ns_per_query"] / 1e3,
+               "reference_pass_us_per_query": trace.meta["postprocess_ns_per_query"] / 1e3}
+    workload = f"synthetic corpus, exact store, conversation + time filter, k={depth}"
+    return [
+        Ratio("P2", f"harness overhead per query / exact store search time ({n_memories:,} memories)", 100 * loop, "<=", 5.0, "%",
+              method=(f"bench.runner.build_trace ({workload}): (wall time of the query loop - summed store calls) / summed "
+                      "store calls; the loop builds the filter, times the call, copies ids and scores out of the hits, frees them"),
+              details=details),
+        Ratio("P2/info", "exact reference pass (trace exact_scores + fidelity) / exact store search time", 100 * post, "<=", 100.0, "%",
+              method=("after the loop, one pass recomputes every question's exact ranking from the cached vectors (a second, "
+                      "reference search by design) to fill exact_scores and fidelity; information: it must stay below the "
+                      "store's own time, it cannot be ~0 against the exact store, which does the same work"),
+              details=details),
+    ]
+
+
+# ----------------------------------------------------------------------------- P3
+
+
+def p3_locomo_sweep(*, stores: Sequence[str], n_jobs: int, data: list[str]) -> Ratio:
+    real = REPO / "reports" / "cache" / "embeddings"
+    warm_embeddings(data, real)
+    launcher = []
+    if n_jobs > 1 and _has_joblib_launcher():
+        launcher = ["hydra/launcher=joblib", f"hydra.launcher.n_jobs={n_jobs}"]
+    with temp_cache(real) as (tmp, cache):
+        proc = run_measured(bench_cmd(*data, f"backend={','.join(stores)}", f"strategy={MAIN_STRATEGIES}",
+                                      f"paths.cache={cache}", f"hydra.sweep.dir={tmp / 'multirun'}", *launcher, multirun=True))
+        ok = proc.returncode == 0 and (tmp / "multirun" / "report.md").exists()
+        failed = sorted(str(p.parent.name) for p in (tmp / "multirun").glob("*/failed.json"))
+    return Ratio("P3a", f"warm-cache LoCoMo multirun: {' + '.join(stores)} x main strategies", proc.wall_s if ok and not failed else float("nan"),
+                 "<=", 120.0, "s",
+                 method=(f"`python -m bench -m backend={','.join(stores)} strategy={MAIN_STRATEGIES}` "
+                         + (f"with the joblib launcher, n_jobs={n_jobs}" if launcher else "with the basic (sequential) launcher")
+                         + "; warm embedding cache, trace_cache=false (every store ingested and queried), merged report included"),
+                 details={"wall_s": proc.wall_s, "launcher": "joblib" if launcher else "basic", "n_jobs": n_jobs if launcher else 1,
+                          "failed_jobs": failed, "error": "" if ok else _failed(proc, "multirun")})
+
+
+def _has_joblib_launcher() -> bool:
+    try:
+        import hydra_plugins.hydra_joblib_launcher  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+def throughput(embed: Callable[[Sequence[str]], object], texts: Sequence[str]) -> float:
+    """Texts per second of one call of ``embed(texts)``."""
+    t0 = time.perf_counter()
+    embed(texts)
+    return len(texts) / (time.perf_counter() - t0)
+
+
+class RawOnnx:
+    """The minimal hand-written loop over the raw onnxruntime session: tokenise, run, mean-pool, normalise."""
+
+    def __init__(self, batch_size: int = 64, threads: int = 0) -> None:
+        import onnxruntime as ort
+
+        from bench.embedders.minilm import _usable_cores, load_tokenizer, verified_model_path
+
+        opts = ort.SessionOptions()
+        opts.intra_op_num_threads = threads or _usable_cores()
+        opts.inter_op_num_threads = 1
+        self.session = ort.InferenceSession(verified_model_path(), sess_options=opts, providers=["CPUExecutionProvider"])
+        self.tokenizer = load_tokenizer()
+        self.batch_size = batch_size
+
+    def embed(self, texts: Sequence[str]) -> np.ndarray:
+        order = sorted(range(len(texts)), key=lambda i: len(texts[i]))
+        out = np.empty((len(texts), 384), dtype=np.float32)
+        for b in range(0, len(order), self.batch_size):
+            rows = order[b : b + self.batch_size]
+            encs = self.tokenizer.encode_batch([texts[i] for i in rows])
+            ids = np.array([e.ids for e in encs], dtype=np.int64)
+            mask = np.array([e.attention_mask for e in encs], dtype=np.int64)
+            (hidden,) = self.session.run(None, {"input_ids": ids, "attention_mask": mask, "token_type_ids": np.zeros_like(ids)})
+            m = mask[:, :, None].astype(np.float32)
+            pooled = (hidden * m).sum(1) / np.clip(m.sum(1), 1e-9, None)
+            out[rows] = pooled / np.linalg.norm(pooled, axis=1, keepdims=True)
+        return out
+
+
+def p3_embedding(texts: Sequence[str], *, repeats: int = 2) -> Ratio:
+    from bench.embedders.cache import CachedEmbedder
+    from bench.embedders.minilm import MiniLMEmbedder
+
+    inner = MiniLMEmbedder(progress=False)
+    inner.embed(["warm up the session"])  # model load is start-up, not throughput
+    raw = RawOnnx()
+    raw.embed(["warm up the session"])
+    ours, base = [], []
+    for _ in range(repeats):  # interleaved: drift hits both
+        with tempfile.TemporaryDirectory(prefix="rb-emb-") as tmp:
+            ours.append(throughput(CachedEmbedder(inner, tmp).embed, texts))
+        base.append(throughput(raw.embed, texts))
+    value = max(ours) / max(base)
+    return Ratio("P3b", f"cold-cache embedding throughput / raw ONNX session ({len(texts)} texts)", value, ">=", 0.9,
+                 method=("CachedEmbedder(MiniLMEmbedder) on an empty cache vs a hand-written tokenise+run+pool loop on the same "
+                         f"session options, batch 64, length-sorted; best of {repeats} interleaved repeats each"),
+                 details={"ours_texts_per_s": max(ours), "raw_texts_per_s": max(base), "all_ours": ours, "all_raw": base})
+
+
+def locomo_texts(data_dir: Path, n: int) -> list[str] | None:
+    path = data_dir / "locomo" / "locomo10.json"
+    if not path.is_file():
+        return None
+    from bench.data.locomo import load_locomo
+
+    turns = load_locomo(path=path, name="locomo").turns()
+    step = max(1, len(turns) // n)
+    return [t.text for t in turns[::step][:n]]
+
+
+# ----------------------------------------------------------------------------- P4
+
+
+def raw_search_fn(name: str, backend) -> Callable:
+    """A minimal hand-written query over the client and collection ``backend`` opened: (vector, k, where) -> [(id, sim)]."""
+    if name == "exact":
+        ids, vecs, ts, by_conv = backend._ids, backend._vectors, backend._ts, backend._by_conv
+
+        def exact(q, k, w):
+            rows = by_conv[w.conversation_id]
+            if w.before is not None:
+                rows = rows[ts[rows] <= w.before]
+            sims = vecs[rows] @ q
+            top = np.argsort(-sims, kind="stable")[:k]
+            return list(zip(ids[rows[top]].tolist(), sims[top].tolist()))
+
+        return exact
+    if name == "sqlite_vec":
+        conn = backend._conn
+        sql = ("WITH knn AS (SELECT rowid, distance FROM memories WHERE embedding MATCH ? AND k = ? AND conversation_id = ? "
+               "AND ts <= ?) SELECT memory_ids.memory_id, knn.distance FROM knn JOIN memory_ids ON memory_ids.rowid = knn.rowid")
+
+        def sqlite_vec(q, k, w):
+            rows = conn.execute(sql, (q.tobytes(), k, w.conversation_id, math.inf if w.before is None else w.before)).fetchall()
+            return [(i, 1.0 - d) for i, d in rows]
+
+        return sqlite_vec
+    if name.startswith("seekdb"):
+        col = backend._col
+
+        def seekdb(q, k, w):
+            where = {"conversation_id": {"$eq": w.conversation_id}}
+            if w.before is not None:
+                where = {"$and": [where, {"ts": {"$lte": w.before}}]}
+            res = col.query(query_embeddings=q.tolist(), n_results=k, where=where, include=[])
+            return [(i, 1.0 - d) for i, d in zip(res["ids"][0], res["distances"][0])]
+
+        return seekdb
+    if name.startswith("chroma"):
+        col = backend._col
+
+        def chroma(q, k, w):
+            where = {"conversation_id": {"$eq": w.conversation_id}}
+            if w.before is not None:
+                where = {"$and": [where, {"ts": {"$lte": w.before}}]}
+            res = col.query(query_embeddings=[q], n_results=k, where=where, include=["distances"])
+            return [(i, 1.0 - d) for i, d in zip(res["ids"][0], res["distances"][0])]
+
+        return chroma
+    raise ValueError(f"perfbench: no hand-written query loop for store {name!r}")
+
+
+def alternate(adapter: Callable[[int], object], raw: Callable[[int], object], n: int, *, warmup: int = 10) -> tuple[list[int], list[int]]:
+    """Time ``adapter(i)`` and ``raw(i)`` for i in 0..n-1, alternating which goes first; warm-up discarded."""
+    for i in range(min(warmup, n)):
+        adapter(i)
+        raw(i)
+    a, b = [], []
+    clock = time.perf_counter_ns
+    for i in range(n):
+        first, second, fa, fb = (adapter, raw, a, b) if i % 2 == 0 else (raw, adapter, b, a)
+        t = clock()
+        first(i)
+        fa.append(clock() - t)
+        t = clock()
+        second(i)
+        fb.append(clock() - t)
+    return a, b
+
+
+def p4_adapter(name: str, corpus, tv: np.ndarray, qv: np.ndarray, *, stores_dir: Path, depth: int = 1000) -> Ratio:
+    from bench.config import load_backend
+    from bench.runner import batches, question_filter
+
+    backend = load_backend(name, stores_dir=stores_dir, collection=f"perf_{name}")
+    k = min(depth, backend.capabilities.max_k)
+    try:
+        backend.drop()
+        backend.open(dim=int(tv.shape[1]))
+        for b in batches(corpus.turns(), tv, 1000):
+            backend.add(b)
+        backend.wait_ready(timeout_s=600)
+        raw = raw_search_fn(name, backend)
+        qs = corpus.questions
+        wheres = [question_filter(q) for q in qs]
+        a, b = alternate(lambda i: backend.search(qv[i], k=k, where=wheres[i]), lambda i: raw(qv[i], k, wheres[i]), len(qs))
+        same = sum(len(backend.search(qv[i], k=k, where=wheres[i])) == len(raw(qv[i], k, wheres[i])) for i in range(min(20, len(qs))))
+    finally:
+        with contextlib.suppress(Exception):
+            backend.drop()
+        with contextlib.suppress(Exception):
+            backend.close()
+    value = sum(a) / sum(b)
+    return Ratio(f"P4/{name}", f"{name} adapter search / hand-written query on the same client", value, "<=", 1.2,
+                 method=(f"{len(qs)} queries (conversation + time filter, k={k}) on {len(tv):,} synthetic memories, adapter and raw "
+                         "alternated query by query, 10 warm-up pairs discarded; ratio of summed times"),
+                 details={"adapter_median_ms": statistics.median(a) / 1e6, "raw_median_ms": statistics.median(b) / 1e6,
+                          "queries": len(qs), "k": k, "same_result_sizes_of_20": same})
+
+
+def p4_all(stores: Sequence[str], *, n_memories: int = 6000) -> list[Ratio]:
+    from bench.runner import embed_corpus
+    from bench.synth import SyntheticEmbedder, generate
+
+    corpus = generate(n_memories, questions_per_conversation=30, seed=4)
+    tv, qv, _ = embed_corpus(corpus, SyntheticEmbedder())
+    out = []
+    with tempfile.TemporaryDirectory(prefix="rb-p4-") as tmp:
+        for name in stores:
+            log.info("P4: %s", name)
+            try:
+                out.append(p4_adapter(name, corpus, tv, qv, stores_dir=Path(tmp)))
+            except Exception as exc:  # a store that cannot run here is reported, the others still run
+                log.error("P4 %s failed: %s", name, exc)
+                out.append(Ratio(f"P4/{name}", f"{name} adapter search / hand-written query on the same client", float("nan"),
+                                 "<=", 1.2, details={"error": f"{type(exc).__name__}: {exc}"[:300]}))
+    return out
+
+
+# ----------------------------------------------------------------------------- P5
+
+
+def p5_peak_rss(n_memories: int = 100_000, *, backend: str = "exact") -> Ratio:
+    with temp_cache(None) as (tmp, cache):
+        proc = run_measured(bench_cmd("dataset=synthetic", f"dataset.n_memories={n_memories}", "embedder=synthetic",
+                                      f"backend={backend}", f"paths.cache={cache}", f"hydra.run.dir={tmp / 'run'}"))
+    peak = max(proc.maxrss_bytes, proc.tree_peak_bytes) / 1e9
+    return Ratio("P5" if backend == "exact" else f"P5/{backend}", f"peak RSS, {n_memories:,} memories end to end ({backend} store)",
+                 peak if proc.returncode == 0 else float("nan"), "<", 4.0, "GB",
+                 method=("`python -m bench dataset=synthetic embedder=synthetic` in a subprocess (trace, sweep, report); max of "
+                         "os.wait4 ru_maxrss and a 0.2 s /proc sample of the process tree"),
+                 details={"maxrss_gb": proc.maxrss_bytes / 1e9, "tree_peak_gb": proc.tree_peak_bytes / 1e9, "wall_s": proc.wall_s,
+                          "error": "" if proc.returncode == 0 else _failed(proc, "run")})
+
+
+# ----------------------------------------------------------------------------- main
+
+
+PARTS = ("P1", "P2", "P3", "P4", "P5")
+
+
+def write_results(results: Sequence[Ratio], out: Path) -> None:
+    out.mkdir(parents=True, exist_ok=True)
+    rows = [{**asdict(r), "passed": r.passed} for r in results]
+    write_atomic(out / "perfbench.json", lambda p: p.write_text(json.dumps(rows, indent=2, default=str)))
+    lines = ["# make bench", "", "Ratios measured within one run (the machine is shared: absolute times drift).", "", "```",
+             *(r.line() for r in results), "```", ""]
+    for r in results:
+        lines += [f"- **{r.key}**: {r.method}", f"  details: `{json.dumps(r.details, default=str)}`"]
+    write_atomic(out / "perfbench.md", lambda p: p.write_text("\n".join(lines) + "\n"))
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m bench.perfbench", description=__doc__.splitlines()[0])
+    ap.add_argument("--only", default=",".join(PARTS), help="comma-separated subset of P1,P2,P3,P4,P5")
+    ap.add_argument("--p1-backend", default=None, help="store of the P1 runs (default: the config's default store)")
+    ap.add_argument("--p1-strategies", default="all", help="'all' (every configs/strategy/*.yaml) or a Hydra list")
+    ap.add_argument("--p3-stores", default=",".join(P3_STORES))
+    ap.add_argument("--n-jobs", type=int, default=2, help="joblib launcher jobs for P3a (needs hydra-joblib-launcher)")
+    ap.add_argument("--p4-stores", default=",".join(P4_STORES))
+    ap.add_argument("--p5-backends", default="exact", help="stores of the 100k end-to-end run(s), e.g. exact,seekdb")
+    ap.add_argument("--p5-memories", type=int, default=100_000)
+    ap.add_argument("--embed-texts", type=int, default=1500, help="texts of the P3b throughput comparison")
+    ap.add_argument("--out", default=str(REPO / "reports" / "runs" / "perfbench"))
+    args = ap.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    only = {p.strip().upper() for p in args.only.split(",") if p.strip()}
+    unknown = only - set(PARTS)
+    if unknown:
+        ap.error(f"--only: unknown part(s) {sorted(unknown)} (known: {', '.join(PARTS)})")
+    data_dir = Path(os.environ.get("BENCH_DATA_DIR", REPO / "datasets")).resolve()
+    has_locomo = (data_dir / "locomo" / "locomo10.json").is_file()
+    results: list[Ratio] = []
+    notes: list[str] = []
+    if "P1" in only:
+        strategies = all_strategies() if args.p1_strategies == "all" else args.p1_strategies
+        results.append(p1_threshold_sweep(backend=args.p1_backend, strategies=strategies, data=[]))
+    if "P2" in only:
+        results += p2_harness()
+    if "P3" in only:
+        if has_locomo:
+            results.append(p3_locomo_sweep(stores=[s for s in args.p3_stores.split(",") if s], n_jobs=args.n_jobs, data=[]))
+        else:
+            notes.append(f"P3a not measured: no LoCoMo under {data_dir} (set BENCH_DATA_DIR)")
+        texts = locomo_texts(data_dir, args.embed_texts) if has_locomo else None
+        if texts is None:
+            from bench.synth import generate
+
+            texts = [t.text for t in generate(args.embed_texts).turns()]
+            notes.append("P3b ran on synthetic texts (no LoCoMo found)")
+        results.append(p3_embedding(texts))
+    if "P4" in only:
+        results += p4_all([s for s in args.p4_stores.split(",") if s])
+    if "P5" in only:
+        for b in [s for s in args.p5_backends.split(",") if s]:
+            results.append(p5_peak_rss(args.p5_memories, backend=b))
+    print("\nmake bench: ratios measured within this run (targets from issue 7/7)\n")
+    for r in results:
+        print(r.line())
+        print(f"{'':<16}method: {r.method}")
+        print(f"{'':<16}details: {json.dumps(r.details, default=str)}")
+    for n in notes:
+        print(f"note: {n}")
+    write_results(results, Path(args.out))
+    print(f"\nwritten: {Path(args.out) / 'perfbench.md'}")
+    return 0 if all(r.passed for r in results) else 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

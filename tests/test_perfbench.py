@@ -1,0 +1,139 @@
+"""The measuring code of ``make bench`` on tiny inputs: verdicts, ratios, interleaving, hand-written loops, RSS.
+
+Functional only: nothing here asserts how fast anything is.
+"""
+
+import json
+import math
+import os
+import sys
+
+import numpy as np
+import pytest
+
+from bench import perfbench as P
+from bench.backends.exact import ExactBackend
+from bench.runner import batches, embed_corpus, question_filter
+from bench.synth import SyntheticEmbedder, generate
+
+
+def test_check_and_verdict_lines():
+    assert P.check(1.1, "<=", 1.1) and not P.check(1.11, "<=", 1.1)
+    assert P.check(0.9, ">=", 0.9) and not P.check(3.99, ">=", 4.0) and P.check(3.99, "<", 4.0)
+    assert not P.check(float("nan"), "<=", 1.0)  # not measured never passes
+    with pytest.raises(ValueError, match="unknown comparison"):
+        P.check(1.0, "==", 1.0)
+    ok = P.Ratio("P1", "sweep / single", 1.05, "<=", 1.1)
+    bad = P.Ratio("P5", "peak RSS", 4.2, "<", 4.0, "GB")
+    na = P.Ratio("P3a", "multirun", float("nan"), "<=", 120.0, "s")
+    assert ok.passed and "PASS" in ok.line() and "target <= 1.100" in ok.line()
+    assert not bad.passed and "FAIL" in bad.line() and "4.20 GB" in bad.line() and "target < 4.00 GB" in bad.line()
+    assert "NOT MEASURED" in na.line() and "n/a" in na.line()
+
+
+def test_harness_ratio_hand_worked():
+    # 1000 questions, store 2 s in total = 2 ms per query; loop overhead 100 us, reference pass 500 us per query
+    meta = {"store_search_seconds": 2.0, "harness_ns_per_query": 100_000.0, "postprocess_ns_per_query": 500_000.0}
+    loop, post, per_q = P.harness_ratio(meta, 1000)
+    assert (loop, post, per_q) == (pytest.approx(0.05), pytest.approx(0.25), pytest.approx(2e6))
+    assert all(math.isnan(x) for x in P.harness_ratio({**meta, "store_search_seconds": 0.0}, 1000))
+
+
+def test_alternate_interleaves_and_discards_warmup():
+    calls = []
+    a, b = P.alternate(lambda i: calls.append(("a", i)), lambda i: calls.append(("b", i)), 4, warmup=1)
+    assert calls[:2] == [("a", 0), ("b", 0)]  # warm-up pair, not timed
+    assert calls[2:] == [("a", 0), ("b", 0), ("b", 1), ("a", 1), ("a", 2), ("b", 2), ("b", 3), ("a", 3)]
+    assert len(a) == len(b) == 4 and all(x >= 0 for x in a + b)
+
+
+def test_throughput_counts_texts():
+    assert P.throughput(lambda texts: None, ["x"] * 10) > 0
+
+
+@pytest.fixture(scope="module")
+def tiny():
+    corpus = generate(120, conversation_size=40, session_size=8, questions_per_conversation=4, seed=3)
+    tv, qv, _ = embed_corpus(corpus, SyntheticEmbedder(dim=32))
+    return corpus, tv, qv
+
+
+def _ingest(backend, corpus, tv):
+    backend.open(dim=tv.shape[1])
+    for b in batches(corpus.turns(), tv, 50):
+        backend.add(b)
+    backend.wait_ready()
+    return backend
+
+
+@pytest.mark.parametrize("store", ["exact", "sqlite_vec"])
+def test_hand_written_loop_returns_what_the_adapter_returns(store, tiny, tmp_path):
+    from bench.config import load_backend
+
+    corpus, tv, qv = tiny
+    backend = _ingest(load_backend(store, stores_dir=tmp_path, collection="perf_t"), corpus, tv)
+    try:
+        raw = P.raw_search_fn(store, backend)
+        for i, q in enumerate(corpus.questions):
+            w = question_filter(q)
+            hits = backend.search(qv[i], k=15, where=w)
+            got = raw(qv[i], 15, w)
+            assert sorted(h.id for h in hits) == sorted(x[0] for x in got)
+            np.testing.assert_allclose(sorted(h.score for h in hits), sorted(x[1] for x in got), atol=1e-5)
+    finally:
+        backend.drop()
+
+
+def test_raw_loop_unknown_store():
+    with pytest.raises(ValueError, match="no hand-written query loop"):
+        P.raw_search_fn("pinecone", ExactBackend())
+
+
+def test_p4_adapter_ratio_on_the_exact_store(tiny, tmp_path):
+    corpus, tv, qv = tiny
+    r = P.p4_adapter("exact", corpus, tv, qv, stores_dir=tmp_path, depth=20)
+    assert r.key == "P4/exact" and r.op == "<=" and r.limit == 1.2
+    assert r.value > 0 and r.details["queries"] == len(corpus.questions) and r.details["same_result_sizes_of_20"] == 12
+
+
+def test_p2_on_a_small_corpus():
+    loop, info = P.p2_harness(600, depth=50, questions_per_conversation=20)
+    assert loop.key == "P2" and loop.unit == "%" and loop.limit == 5.0 and loop.value >= 0
+    assert info.key == "P2/info" and info.details["queries"] == 20 and info.details["store_us_per_query"] > 0
+
+
+def test_tree_rss_and_run_measured_see_a_child_allocation():
+    assert P.tree_rss_bytes(os.getpid()) > 10_000_000  # this interpreter with numpy loaded
+    assert P.tree_rss_bytes(2**22 + 12345) == 0  # no such process
+    code = "import time; b = bytearray(150_000_000); b[::4096] = b'x' * len(b[::4096]); time.sleep(0.6)"
+    proc = P.run_measured([sys.executable, "-c", code], sample_s=0.05, timeout_s=120)
+    assert proc.returncode == 0 and proc.wall_s > 0.5
+    assert proc.maxrss_bytes >= 150_000_000 and proc.tree_peak_bytes >= 150_000_000
+    failed = P.run_measured([sys.executable, "-c", "import sys; sys.stderr.write('boom'); sys.exit(3)"])
+    assert failed.returncode == 3 and "boom" in failed.stderr_tail
+
+
+def test_raw_onnx_loop_matches_the_embedder():
+    from bench.embedders.minilm import MiniLMEmbedder
+
+    texts = ["I went hiking last weekend.", "What is your favourite book?", "ok"]
+    raw = P.RawOnnx(threads=1).embed(texts)
+    ours = MiniLMEmbedder(threads=1, progress=False).embed(texts)
+    np.testing.assert_allclose((raw * ours).sum(axis=1), 1.0, atol=1e-5)  # the same computation
+
+
+def test_all_strategies_and_results_files(tmp_path):
+    s = P.all_strategies()
+    assert s.startswith("[") and "limit" in s and "threshold" in s and "full_context" in s
+    rs = [P.Ratio("P1", "x", 1.0, "<=", 1.1, method="m", details={"a": 1}), P.Ratio("P5", "y", 5.0, "<", 4.0, "GB")]
+    P.write_results(rs, tmp_path)
+    rows = json.loads((tmp_path / "perfbench.json").read_text())
+    assert [r["passed"] for r in rows] == [True, False]
+    md = (tmp_path / "perfbench.md").read_text()
+    assert "P1" in md and "FAIL" in md and "**P1**: m" in md
+
+
+def test_unknown_part_is_a_clear_error(capsys):
+    with pytest.raises(SystemExit):
+        P.main(["--only", "P9"])
+    assert "unknown part(s) ['P9']" in capsys.readouterr().err

@@ -1,0 +1,170 @@
+"""Runner on a tiny hand-built corpus: trace contents, filters, warm-up discarded, streaming ingest, store metrics."""
+
+import numpy as np
+import pytest
+
+from bench.backends.exact import ExactBackend
+from bench.runner import TRACE_COLUMNS, batches, build_trace, embed_texts, exact_top, store_metrics
+from bench.types import Conversation, Corpus, Hit, Question, Turn
+
+# 2-d unit vectors chosen by hand; cosines with q=(1,0) are the x components.
+VEC = {
+    "a0": (1.0, 0.0), "a1": (0.6, 0.8), "a2": (0.8, 0.6), "a3": (0.0, 1.0), "a4": (0.6, -0.8),
+    "b0": (1.0, 0.0), "b1": (0.8, -0.6),
+    "qa": (1.0, 0.0), "qb": (0.0, 1.0), "qlate": (1.0, 0.0),
+}
+
+
+class FakeEmbedder:
+    model_id = "fake-2d"
+    dim = 2
+    for_results = False
+
+    def __init__(self):
+        self.calls = []
+
+    def embed(self, texts):
+        self.calls.append(len(texts))
+        return np.array([VEC[t] for t in texts], dtype=np.float32)
+
+
+def t(conv, i, role, ts):
+    return Turn(conv, f"t{i}", role, role, f"{conv}{i}", ts, i)
+
+
+# ca: five turns at ts 1..5 (a4 is the latest); cb: two turns. q1 asked at ts 3 sees a0..a2 only.
+CORPUS = Corpus(
+    "tiny",
+    (Conversation("a", (t("a", 0, "user", 1.0), t("a", 1, "assistant", 2.0), t("a", 2, "user", 3.0),
+                        t("a", 3, "assistant", 4.0), t("a", 4, "user", 5.0))),
+     Conversation("b", (t("b", 0, "user", 1.0), t("b", 1, "assistant", 2.0)))),
+    (Question("q1", "a", "qa", 3.0, ("t2",)), Question("q2", "a", "qb", None, ("t3",)), Question("q3", "b", "qlate", None, ("t1",))),
+)
+
+
+class Spy(ExactBackend):
+    """The exact store, recording every add() batch size and every search() question vector."""
+
+    def __init__(self):
+        super().__init__()
+        self.added, self.searched = [], []
+
+    def add(self, batch):
+        self.added.append(len(batch.ids))
+        super().add(batch)
+
+    def search(self, vector, *, k, where):
+        self.searched.append((tuple(np.round(vector, 3)), where.conversation_id))
+        return super().search(vector, k=k, where=where)
+
+
+@pytest.fixture(scope="module")
+def traced():
+    spy = Spy()
+    trace = build_trace(CORPUS, FakeEmbedder(), spy, depth=3, warmup=2, batch_size=3, progress=False)
+    return trace, spy
+
+
+def test_trace_rows_hand_worked(traced):
+    trace, _ = traced
+    tab = trace.table.set_index("question_id")
+    assert list(trace.table.columns) == TRACE_COLUMNS and list(trace.table["question_id"]) == ["q1", "q2", "q3"]
+    # q1 = (1,0) at ts 3: a0 (1.0), a2 (0.8), a1 (0.6); a3/a4 are later, conversation b is filtered out
+    assert tab.loc["q1", "hit_ids"] == ["a|t0", "a|t2", "a|t1"]
+    np.testing.assert_allclose(tab.loc["q1", "hit_scores"], [1.0, 0.8, 0.6], atol=1e-6)
+    np.testing.assert_allclose(tab.loc["q1", "exact_scores"], [1.0, 0.8, 0.6], atol=1e-6)
+    # q2 = (0,1) after everything, depth 3: a3 (1.0), a1 (0.8), a2 (0.6)
+    assert tab.loc["q2", "hit_ids"] == ["a|t3", "a|t1", "a|t2"]
+    # q3 in conversation b only: b0 (1.0), b1 (0.8) -- fewer than depth because b has two turns
+    assert tab.loc["q3", "hit_ids"] == ["b|t0", "b|t1"]
+    assert (trace.table["latency_ns"] > 0).all()
+
+
+def test_warmup_queries_run_first_and_are_not_in_the_trace(traced):
+    trace, spy = traced
+    # 2 warm-up searches (questions 1 and 2) + 3 timed ones; the trace has 3 rows
+    assert len(spy.searched) == 5 and len(trace.table) == 3
+    assert spy.searched[:2] == spy.searched[2:4]
+    assert trace.meta["warmup_queries"] == 2
+
+
+def test_streaming_ingest_batches_and_meta(traced):
+    trace, spy = traced
+    assert spy.added == [3, 3, 1]  # 7 turns in batches of 3
+    m = trace.meta
+    assert m["ingest_batches"] == 3 and m["ingest_batch_size"] == 3 and m["n_memories"] == 7
+    assert m["store_search_seconds"] == pytest.approx(trace.table["latency_ns"].sum() / 1e9)
+    assert m["search_loop_seconds"] >= m["store_search_seconds"] and m["harness_ns_per_query"] >= 0
+    # fidelity@10 with depth 3: q1 3/3, q2 3 of its 5 visible rows, q3 2/2 -> (1 + 0.6 + 1) / 3; never short of min(depth, visible)
+    assert m["fidelity_at_10"] == pytest.approx(2.6 / 3) and m["short_result_rate"] == 0.0 and m["score_mismatches_1e4"] == 0
+    assert m["score_pairs"] == 8  # 3 + 3 + 2 hits
+
+
+def test_batches_are_lazy_views():
+    turns = CORPUS.turns()
+    vecs = np.arange(14, dtype=np.float32).reshape(7, 2)
+    gen = batches(turns, vecs, 3)
+    assert not isinstance(gen, (list, tuple))
+    first = next(gen)
+    assert first.ids == ("a|t0", "a|t1", "a|t2") and np.shares_memory(first.vectors, vecs)  # no copy
+    assert [len(b.ids) for b in gen] == [3, 1]
+    with pytest.raises(ValueError, match="batch size must be positive"):
+        list(batches(turns, vecs, 0))
+
+
+def test_role_filter_pushed_down():
+    trace = build_trace(CORPUS, FakeEmbedder(), ExactBackend(), depth=5, roles=("user",), warmup=0, progress=False)
+    tab = trace.table.set_index("question_id")
+    assert tab.loc["q1", "hit_ids"] == ["a|t0", "a|t2"]  # a1 is the assistant's
+    assert tab.loc["q2", "hit_ids"] == ["a|t2", "a|t0", "a|t4"]  # (0,1): a2 .6, a0 0, a4 -.8
+    assert trace.meta["roles"] == ["user"]
+
+
+def test_embed_texts_in_chunks():
+    e = FakeEmbedder()
+    out = embed_texts(e, ["a0", "a1", "a2", "a3", "a4"], chunk=2)
+    assert e.calls == [2, 2, 1]
+    np.testing.assert_array_equal(out, np.array([VEC[k] for k in ["a0", "a1", "a2", "a3", "a4"]], dtype=np.float32))
+
+
+def test_store_metrics_catch_a_bad_store():
+    """A store that drops the best row, misorders and mis-scores: fidelity, short results and score gaps show it."""
+    tv = np.array([VEC[x.text] for x in CORPUS.turns()], dtype=np.float32)
+    qv = np.array([VEC[q.text] for q in CORPUS.questions], dtype=np.float32)
+    import pandas as pd
+
+    table = pd.DataFrame({
+        "question_id": ["q1", "q2", "q3"], "conversation_id": ["a", "a", "b"], "latency_ns": [1, 1, 1],
+        "hit_ids": [["a|t2", "a|t1"], ["a|t3", "a|t1", "a|t2", "a|t0", "a|t4"], ["b|t1", "b|t0"]],
+        "hit_scores": [[0.8, 0.6], [1.0, 0.8, 0.6, 0.0, -0.8], [0.9, 1.0]],  # b|t1 is really 0.8
+        "exact_scores": [[0.8, 0.6], [1.0, 0.8, 0.6, 0.0, -0.8], [0.8, 1.0]],
+    })
+    m = store_metrics(table, CORPUS, tv, qv, roles=None, k=2, depth=5)
+    # q1: exact top-2 {a0, a2}, store top-2 {a2, a1} -> 1/2; q2 and q3 complete -> mean (0.5 + 1 + 1) / 3
+    assert m["fidelity_at_2"] == pytest.approx(2.5 / 3)
+    assert m["short_result_rate"] == pytest.approx(1 / 3)  # q1 returned 2 of the 3 rows it may see
+    assert m["score_max_abs_diff"] == pytest.approx(0.1, abs=1e-6) and m["score_mismatches_1e4"] == 1
+    assert m["score_pairs"] == 9
+
+
+def test_exact_top_breaks_ties_by_key():
+    tv = np.array([VEC[x.text] for x in CORPUS.turns()], dtype=np.float32)
+    qv = np.array([VEC[q.text] for q in CORPUS.questions], dtype=np.float32)
+    tv[2] = tv[0]  # a2 ties with a0 at cosine 1.0 for q1
+    assert exact_top(CORPUS, tv, qv, roles=None, k=2)[0] == ["a|t0", "a|t2"]
+    assert exact_top(CORPUS, tv, qv, roles=("assistant",), k=9)[1] == ["a|t3", "a|t1"]
+
+
+def test_hits_outside_the_corpus_get_nan_exact_scores():
+    class Leaky(ExactBackend):
+        def search(self, vector, *, k, where):
+            return [Hit("ghost|t9", 0.5), *super().search(vector, k=k, where=where)]
+
+    trace = build_trace(CORPUS, FakeEmbedder(), Leaky(), depth=1, warmup=0, progress=False)
+    first = trace.table["exact_scores"].iloc[0]
+    assert np.isnan(first[0]) and first[1] == pytest.approx(1.0)
+
+
+def test_bad_depth_is_a_clear_error():
+    with pytest.raises(ValueError, match="search depth must be positive"):
+        build_trace(CORPUS, FakeEmbedder(), ExactBackend(), depth=0, progress=False)
