@@ -16,6 +16,9 @@ Words: lower-cased ``\\w+`` runs; runs of CJK characters become overlapping char
 has no spaces); words in ``STOPWORDS`` or shorter than ``min_len`` characters are dropped (CJK bigrams
 are kept). seekdb's native ``hybrid_search`` is not used here: this is the store-independent
 implementation, so every store is compared on the same fusion.
+
+BM25 indexes and rankings are memoised (``lru_cache``; they are pure functions of the texts), so
+the questions of one conversation share one index and ``bm25`` and ``rrf`` share one ranking.
 """
 
 from __future__ import annotations
@@ -107,9 +110,12 @@ def bm25_ranking(question: Question, eligible: Sequence[Turn], *, k1: float = 1.
 def _texts_keys(eligible: Sequence[Turn]) -> tuple[tuple[str, ...], tuple[str, ...]]:
     """Texts and keys of ``eligible``; remembers the last tuple seen (the sweep passes one per conversation)."""
     global _LAST
-    if _LAST[0] is not eligible:
-        _LAST = (eligible, tuple(t.text for t in eligible), tuple(t.key for t in eligible))
-    return _LAST[1], _LAST[2]
+    if _LAST[0] is eligible:
+        return _LAST[1], _LAST[2]
+    texts, keys = tuple(t.text for t in eligible), tuple(t.key for t in eligible)
+    if isinstance(eligible, tuple):  # immutable, so the memo cannot go stale
+        _LAST = (eligible, texts, keys)
+    return texts, keys
 
 
 _LAST: tuple = (None, (), ())

@@ -11,10 +11,12 @@ The rules (settings: the ``regress:`` block of the experiment config):
 
 - Operating points, per store: ``limit5`` and ``full_context`` (no threshold) and ``threshold`` and
   ``hybrid5`` each at the threshold with the best F1 in the BASELINE (so both runs are compared at the
-  same point). Every point in the baseline must be in the current run (a failed store job fails).
+  same point). A baseline point missing because its store's job failed fails the gate; one the run
+  did not ask for (an override) is reported as skipped. Both runs must ask the same questions.
 - Quality: per point and metric (recall, F1, precision: macro means over non-adversarial questions),
   fail when current - baseline < -tolerance AND the paired sign-flip test on the same questions
-  (``bench.stats.compare_pairs``) is significant after Holm's correction across every quality check.
+  (``bench.stats.paired_test``) is significant after Holm's correction (``bench.stats.holm``) over the
+  quality checks that can be significant (see ``quality_checks``).
 - Tokens: per point, fail when mean injected tokens / baseline's > ``budget_ratio_max``.
 - Latency: in one process, each store is timed right after the exact store on the same queries
   (``latency_repeats`` passes); a store's number is the median over passes of p50(store) / p50(exact)
@@ -52,7 +54,7 @@ RUN_FLAGS = ("trace_cache=false", "resume=false", "publish_latest=false", "progr
 QUALITY_METRICS = ("recall", "f1", "precision", "hit")
 BASELINE_FILES = ("summary.csv", "questions.parquet", "meta.json", "latency.csv")
 CHECK_COLUMNS = ["check", "config", "metric", "baseline", "current", "delta", "ratio", "p_holm", "rule", "verdict"]
-FAIL, OK = "FAIL", "ok"
+FAIL, OK, SKIPPED = "FAIL", "ok", "skipped"
 NAN = float("nan")
 
 
@@ -158,9 +160,23 @@ def load_run(path: Path) -> RunData:
     summary = pd.read_csv(path / "summary.csv")
     if "format" in summary:
         summary = summary[summary["format"] == rows["format"].iloc[0]] if "format" in rows else summary
-    meta = json.loads((path / "meta.json").read_text()) if (path / "meta.json").is_file() else {}
+    try:
+        meta = json.loads((path / "meta.json").read_text()) if (path / "meta.json").is_file() else {}
+    except ValueError as e:
+        raise RegressError(f"{path / 'meta.json'}: not valid JSON ({e})") from None
     latency = pd.read_csv(path / "latency.csv") if (path / "latency.csv").is_file() else None
     return RunData(path, summary, rows, meta, latency)
+
+
+def show(path: Path) -> str:
+    """A path as the user should read it: relative to the repo when inside it."""
+    path = Path(path)
+    if not path.is_absolute():
+        return str(path)
+    try:
+        return str(path.relative_to(REPO))
+    except ValueError:
+        return str(path)
 
 
 def question_set_id(rows: pd.DataFrame) -> str:
@@ -218,18 +234,28 @@ def _check(check, config, metric, baseline, current, *, delta=NAN, ratio=NAN, p_
 
 def coverage_checks(base: pd.DataFrame, cur: pd.DataFrame, points: Sequence[tuple[str, str, float]],
                     failed_jobs: Sequence[dict] = ()) -> pd.DataFrame:
-    """Every baseline point must be in the current run; both runs must ask the same questions."""
+    """Both runs must ask the same questions, and a baseline point missing from the current run fails
+    when its store's job failed; a store, strategy or threshold that this run did not ask for (a
+    deliberate override) is reported as skipped."""
     out = []
     reasons = {}  # backend override of a failed job -> its one-line reason
     for f in failed_jobs:
         for o in f.get("overrides") or []:
             if str(o).startswith("backend="):
-                reasons[str(o).split("=", 1)[1]] = str(f.get("reason", ""))
+                reasons[str(o).split("=", 1)[1]] = str(f.get("reason", "")) or "job failed"
     for p in points:
-        if not _has(cur, p):
-            why = reasons.get(p[0], "")
-            out.append(_check("coverage", label(p), "rows", "present", "missing", rule="baseline point must be measured",
-                              verdict=FAIL + (f" ({why})" if why else "")))
+        if _has(cur, p):
+            continue
+        backend, strategy, _ = p
+        if backend in reasons:
+            verdict = f"{FAIL} ({reasons[backend]})"
+        elif backend not in set(cur["backend"]):
+            verdict = SKIPPED + " (store not in this run)"
+        elif strategy not in set(cur.loc[cur["backend"] == backend, "strategy"]):
+            verdict = SKIPPED + " (strategy not in this run)"
+        else:
+            verdict = SKIPPED + " (threshold not in this run's grid)"
+        out.append(_check("coverage", label(p), "rows", "present", "missing", rule="baseline point measured", verdict=verdict))
     qb, qc = set(base["question_id"].astype(str)), set(cur["question_id"].astype(str))
     if qb != qc:
         out.append(_check("coverage", "dataset", "questions", float(len(qb)), float(len(qc)), delta=float(len(qc - qb) + len(qb - qc)),
@@ -378,7 +404,7 @@ def gate(baseline: RunData, current: RunData, cfg: GateConfig, *, failed_jobs: S
         b, c = getattr(baseline, what), getattr(current, what)
         if b != c:
             return GateResult(pd.DataFrame(columns=CHECK_COLUMNS),
-                              f"regress SKIPPED: baseline {baseline.path} was made with {what} {b!r}, this run uses {c!r}", False, True)
+                              f"regress SKIPPED: baseline {show(baseline.path)} was made with {what} {b!r}, this run uses {c!r}", False, True)
     points = operating_points(baseline.summary, baseline.rows)
     parts = [coverage_checks(baseline.rows, current.rows, points, failed_jobs), quality_checks(baseline.rows, current.rows, points, cfg),
              token_checks(baseline.rows, current.rows, points, cfg), latency_checks(baseline.latency, current.latency, cfg)]
@@ -388,11 +414,13 @@ def gate(baseline: RunData, current: RunData, cfg: GateConfig, *, failed_jobs: S
     if len(bad):
         whys = [_why(r) for _, r in bad.iterrows()]
         more = f" (+{len(whys) - 3} more in summary.md)" if len(whys) > 3 else ""
-        verdict = f"regress FAIL: {len(whys)} regression(s) vs {baseline.path}: " + "; ".join(whys[:3]) + more
+        verdict = f"regress FAIL: {len(whys)} regression(s) vs {show(baseline.path)}: " + "; ".join(whys[:3]) + more
         return GateResult(checks, verdict, True)
     n = checks["check"].value_counts()
+    skipped = int(((checks["check"] == "coverage") & checks["verdict"].astype(str).str.startswith(SKIPPED)).sum())
     verdict = (f"regress PASS: {n.get('quality', 0)} quality, {n.get('tokens', 0)} token and {n.get('latency', 0)} latency checks "
-               f"within limits vs {baseline.path} ({baseline.dataset}, {len(points)} operating points)")
+               f"within limits vs {show(baseline.path)} ({baseline.dataset}, {len(points) - skipped} operating points"
+               + (f"; {skipped} baseline points not in this run, skipped" if skipped else "") + ")")
     return GateResult(checks, verdict, False)
 
 
@@ -403,14 +431,15 @@ def render_markdown(result: GateResult, cfg: GateConfig, baseline: RunData | Non
     lines = ["# recallbench regression gate", "", f"**{result.verdict}**", ""]
     if baseline is not None and current is not None:
         bm = baseline.meta
-        lines += [f"- Baseline: `{baseline.path}` — dataset {baseline.dataset}, embedder {baseline.embedder}, "
+        lines += [f"- Baseline: `{show(baseline.path)}` — dataset {baseline.dataset}, embedder {baseline.embedder}, "
                   f"made {bm.get('made_at', '?')} on commit {str(bm.get('git_commit') or '?')[:12]}",
-                  f"- Current: `{current.path}` — made {current.meta.get('made_at', '?')} on commit "
+                  f"- Current: `{show(current.path)}` — made {current.meta.get('made_at', '?')} on commit "
                   f"{str(current.meta.get('git_commit') or '?')[:12]}", ""]
     lines += ["Rules: operating points = each store's limit5 and full_context, and threshold/hybrid5 at the baseline's "
               f"best-F1 threshold. Quality fails when current − baseline < −{cfg.tolerance:g} and the paired sign-flip "
               f"test over the same questions ({cfg.test_resamples} resamples, unit {cfg.test_unit}) is significant at "
-              f"{cfg.alpha:g} after Holm's correction across every quality check. Tokens fail when mean injected tokens / "
+              f"{cfg.alpha:g} after Holm's correction over the checks that can be (Holm p — = too few changed questions to "
+              "ever reach significance; identical comparisons, e.g. two exact stores, count once). Tokens fail when mean injected tokens / "
               f"baseline > {cfg.budget_ratio_max:g}. Latency fails when (store p50 / {REFERENCE} p50, median of "
               f"{cfg.latency_repeats} passes over the same queries in this run) / the baseline's ratio > {cfg.latency_ratio_max:g}.", ""]
     if result.checks.empty:
@@ -622,7 +651,8 @@ def write_baseline(run_dir: Path, baseline_root: Path) -> Path:
     stage.mkdir(parents=True)
     for name in BASELINE_FILES:
         if (run_dir / name).is_file():
-            shutil.copy2(run_dir / name, stage / name)
+            shutil.copyfile(run_dir / name, stage / name)
+            os.chmod(stage / name, 0o644)
     m = run.meta
     needs = ("Needs LoCoMo (original release) at `$BENCH_DATA_DIR/locomo/locomo10.json`; without it `make regress` "
              "runs on the demo corpus and is gated against `reports/baseline/demo/`."
@@ -660,7 +690,7 @@ def regress(run_dir: Path, baseline_root: Path, out: Path) -> GateResult:
     if not (base_dir / "questions.parquet").is_file():
         have = sorted(p.name for p in Path(baseline_root).glob("*") if (p / "questions.parquet").is_file())
         result = GateResult(pd.DataFrame(columns=CHECK_COLUMNS),
-                            f"regress SKIPPED: no baseline for dataset {current.dataset!r} in {baseline_root} "
+                            f"regress SKIPPED: no baseline for dataset {current.dataset!r} in {show(baseline_root)} "
                             f"(baselines: {', '.join(have) or 'none'}); `make baseline` writes one", False, True)
         report(result, cfg, None, current, out)
         return result

@@ -171,7 +171,8 @@ def recommendation_section(rec: Recommendation, sig: pd.DataFrame, summary: pd.D
             lines.append(f"- **Does it transfer** (leave one conversation out, {r['n_folds']} folds): thresholds chosen "
                          f"{r['threshold_min']:.2f}–{r['threshold_max']:.2f}; held-out {name} {r['pooled_held_out']:.3f} vs "
                          f"{r['in_sample']:.3f} tuned in-sample; LOCO gap (tuned minus held-out, mean over folds) "
-                         f"{r['mean_gap']:+.3f} (folds {r['gap_min']:+.3f} to {r['gap_max']:+.3f}).")
+                         f"{r['mean_gap']:+.3f} (folds {r['gap_min']:+.3f} to {r['gap_max']:+.3f}); tuning each held-out conversation "
+                         f"on itself would gain {r['mean_regret']:.3f} on average.")
         s = sig[sig["dataset"] == ds] if len(sig) else sig
         if len(s):
             s = s.reindex(s["mean_b"].sub(s["mean_a"]).abs().sort_values().index)

@@ -87,9 +87,12 @@ def hybrid(hits: Sequence[Hit], *, question: Question | None = None, eligible: S
 def full_context(hits: Sequence[Hit], *, question: Question | None = None, eligible: Sequence[Turn] = (), threshold: float | None = None) -> tuple[Hit, ...]:
     """Baseline: inject every memory the question may see (every earlier turn), no store involved."""
     global _FULL
-    if _FULL[0] is not eligible:  # memo of the last answer: the sweep hands a conversation's questions the same tuple
-        _FULL = (eligible, tuple(Hit(t.key, float("nan")) for t in eligible))
-    return _FULL[1]
+    if _FULL[0] is eligible:  # memo of the last answer: the sweep hands a conversation's questions the same tuple
+        return _FULL[1]
+    out = tuple(Hit(t.key, float("nan")) for t in eligible)
+    if isinstance(eligible, tuple):  # immutable, so the memo cannot go stale
+        _FULL = (eligible, out)
+    return out
 
 
 _FULL: tuple = (None, ())

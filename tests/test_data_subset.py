@@ -1,5 +1,6 @@
 """bench.data.subset: a corpus cut to named conversations, and the CI dataset (LoCoMo subset or demo)."""
 
+import shutil
 from pathlib import Path
 
 import pytest
@@ -59,3 +60,21 @@ def test_ci_subset_is_two_locomo_conversations_when_locomo_is_there():
     assert {q.conversation_id for q in c.questions} == {"conv-26", "conv-30"}
     forced = load_ci_subset(datasets_dir=data_dir(), demo_dir=DEMO, conversations=["conv-26"], force_demo=True)
     assert forced.name == "demo"
+
+
+def test_the_locomo_ci_hydra_config_cuts_the_file_it_finds(tmp_path):
+    from hydra.utils import instantiate
+    from omegaconf import OmegaConf
+
+    (tmp_path / "locomo").mkdir()
+    shutil.copyfile(REPO / "tests" / "fixtures" / "data" / "locomo_tiny.json", tmp_path / "locomo" / "locomo10.json")
+    node = OmegaConf.load(REPO / "configs" / "dataset" / "locomo_ci.yaml")
+    cfg = OmegaConf.create({"paths": {"datasets": str(tmp_path), "root": str(REPO)}, "dataset": node})
+    cfg.dataset.conversations = ["conv-2"]
+    c = instantiate(cfg.dataset)
+    assert c.name == "locomo_ci" and [x.conversation_id for x in c.conversations] == ["conv-2"]
+    assert [q.question_id for q in c.questions] == ["conv-2/q0"] and len(c.turns()) == 2
+    assert c.defects == ()  # the tiny file's defects are all in conv-1
+    cfg.dataset.force_demo = True
+    assert instantiate(cfg.dataset).name == "demo"
+    assert list(OmegaConf.load(REPO / "configs" / "dataset" / "locomo_ci.yaml").conversations) == ["conv-26", "conv-30"]

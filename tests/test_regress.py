@@ -257,6 +257,16 @@ def test_a_store_missing_from_the_current_run_fails_coverage_with_the_job_failur
     assert "rows seekdb / limit5: present -> missing" in res.verdict
 
 
+def test_a_store_left_out_on_purpose_is_skipped_not_failed():
+    base = run_of(pd.concat([qrows("exact", "limit5", NAN, [1.0] * 4), qrows("seekdb", "limit5", NAN, [1.0] * 4)]), path="base")
+    cur = run_of(qrows("exact", "limit5", NAN, [1.0] * 4))  # e.g. make regress ARGS="hydra.sweeper.params.backend=exact"
+    res = R.gate(base, cur, CFG)
+    assert not res.failed
+    row = res.checks[res.checks["check"] == "coverage"].iloc[0]
+    assert (row["config"], row["verdict"]) == ("seekdb / limit5", "skipped (store not in this run)")
+    assert res.verdict.endswith("(ds, 1 operating points; 1 baseline points not in this run, skipped)")
+
+
 def test_runs_on_other_embedders_or_question_sets_are_not_compared_silently():
     base = run_of(qrows("exact", "limit5", NAN, [1.0] * 4), path="base")
     other = run_of(qrows("exact", "limit5", NAN, [1.0] * 4, embedder="other"))

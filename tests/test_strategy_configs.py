@@ -96,3 +96,10 @@ def test_all_configs_together_have_unique_names_and_hand_worked_values():
     assert (dt.l1_selected, dt.n_selected, dt.n_correct) == (5.0, 7, 2)
     assert sel("full_context", "q_adv").n_selected == 8
     assert math.isnan(sel("full_context", "q_dog").latency_ns)
+
+
+def test_the_strategies_experiment_runs_every_strategy_in_every_format():
+    with initialize_config_dir(config_dir=str(REPO / "configs"), version_base="1.3"):
+        cfg = compose(config_name="config", overrides=["experiment=strategies"])
+    assert sorted(cfg.strategy) == CONFIGS  # a new configs/strategy/*.yaml must be added to the experiment too
+    assert list(cfg.formats) == ["A", "B", "C"]
