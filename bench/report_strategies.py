@@ -207,3 +207,29 @@ def units_section(s: pd.DataFrame) -> list[str]:
     return ["## Per dataset / memory unit (raw turns, LoCoMo observations, session summaries)", "",
             "Unit corpora map gold through their pointers (bench/units.py); `scored` = questions with gold on that unit type.", "",
             *_table(["dataset", "store", "strategy", "threshold", "scored", *METRIC_HEADER], rows), ""]
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m bench.report_strategies RUN_DIR``: write RUN_DIR/strategies.md from a finished run."""
+    import argparse
+    import json
+    from pathlib import Path
+
+    from bench.results import write_atomic
+
+    ap = argparse.ArgumentParser(prog="python -m bench.report_strategies", description=main.__doc__)
+    ap.add_argument("run_dir", nargs="?", default="reports/latest")
+    run_dir = Path(ap.parse_args(argv).run_dir)
+    if not (run_dir / "summary.csv").exists():
+        ap.error(f"{run_dir}/summary.csv not found")
+    summary = pd.read_csv(run_dir / "summary.csv")
+    meta = run_dir / ("jobs.json" if (run_dir / "jobs.json").exists() else "meta.json")
+    jobs = json.loads(meta.read_text()) if meta.exists() else []
+    jobs = jobs if isinstance(jobs, list) else [jobs]
+    text = "\n".join(["# recallbench: strategies", "", *strategy_sections(summary, jobs)])
+    print(write_atomic(run_dir / "strategies.md", lambda p: p.write_text(text)))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

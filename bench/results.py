@@ -57,7 +57,8 @@ MAX_ERROR_CHARS = 600
 def secret_values(environ=None) -> list[str]:
     """Values of environment variables whose NAME looks secret (API_KEY, TOKEN, PASSWORD, ...), longest first."""
     env = os.environ if environ is None else environ
-    vals = {v.strip() for k, v in env.items() if SECRET_KEY.search(k) and len(v.strip()) >= MIN_SECRET_LEN}
+    vals = {v.strip() for k, v in env.items()
+            if SECRET_KEY.search(k) and not k.upper().endswith("_ENV") and len(v.strip()) >= MIN_SECRET_LEN}
     return sorted(vals, key=len, reverse=True)
 
 

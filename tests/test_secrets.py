@@ -105,3 +105,18 @@ def test_configs_name_environment_variables_and_never_hold_keys():
                 for i, v in enumerate(node):
                     walk(v, f"{where}[{i}].")
         walk(yaml.safe_load(path.read_text()), "")
+
+
+def test_redact_hides_secret_strings_but_keeps_token_counts_and_variable_names(monkeypatch):
+    from bench.results import redact, secret_values
+
+    monkeypatch.setenv("RB_TEST_API_KEY", "sk-PLANTED-zyxwvuts9876")
+    cfg = {"embedder": {"api_key_env": "RB_TEST_API_KEY", "api_key": "typed-by-mistake", "base_url": "http://h/?k=sk-PLANTED-zyxwvuts9876"},
+           "strategy": {"b": {"needs_tokens": True, "fn": {"max_tokens": 256}}}, "tokens": {"encoding": "cl100k_base"},
+           "backend": {"password_env": "SEEKDB_PASSWORD", "password": ""}, "hf_token": "hf_abcdefgh"}
+    assert redact(cfg) == {
+        "embedder": {"api_key_env": "RB_TEST_API_KEY", "api_key": REDACTED, "base_url": f"http://h/?k={REDACTED}"},
+        "strategy": {"b": {"needs_tokens": True, "fn": {"max_tokens": 256}}}, "tokens": {"encoding": "cl100k_base"},
+        "backend": {"password_env": "SEEKDB_PASSWORD", "password": ""}, "hf_token": REDACTED}
+    env = {"X_API_KEY": "abcdefghij", "PASSWORD_ENV": "SEEKDB_PASSWORD", "PATH": "/usr/local/bin:/usr/bin", "A_TOKEN": "short"}
+    assert secret_values(env) == ["abcdefghij"]
