@@ -21,6 +21,7 @@ SEEKDB_THRESHOLD = 0.65  # the seekdb agent-memory article's threshold
 DUAL_TIER_THRESHOLDS = (0.70, 0.75)  # grid points around the L1/L2 article's 0.72
 CODE_AGENT_THRESHOLDS = (0.1, 0.3, 0.5, 0.7)  # the code-agent article's threshold table
 CLAIMED_NOISE_CUT = 0.34  # "34 % less noise" (L1/L2 article)
+RAW_TURNS = "locomo"  # the raw-turn dataset the unit corpora are compared with
 
 
 def _f(x, digits: int = 3) -> str:
@@ -45,7 +46,7 @@ def _fmt_a(summary: pd.DataFrame) -> pd.DataFrame:
         s = s[s["format"].fillna("A") == "A"]
     if "route" not in s:
         s["route"] = ""
-    s["route"] = s["route"].fillna("")
+    s["route"] = s["route"].astype(object).where(s["route"].notna(), "")
     return s
 
 
@@ -197,16 +198,21 @@ def units_section(s: pd.DataFrame) -> list[str]:
     if s["dataset"].nunique() < 2:
         return []
     rows = []
+    raw = s[(s["dataset"] == RAW_TURNS) & (s["strategy"] == "full_context")]["tokens_injected_mean"]
+    raw_full = float(raw.iloc[0]) if len(raw) else float("nan")
     for (ds, emb, be), g in s.groupby(GROUP, sort=False):
-        for name in ("limit5", "hybrid5", "threshold", "full_context"):
+        for name in ("limit5", "hybrid5", "threshold", "full_context", "bm25_5"):
             r = _best(g, name) if name in ("hybrid5", "threshold") else _row(g, name)
             if r is not None:
-                rows.append([ds, be, name, _f(r["threshold"], 2), str(int(r["n_scored"])), *_metrics(r)])
+                rows.append([ds, be, name, _f(r["threshold"], 2), str(int(r["n_scored"])), *_metrics(r),
+                             _f(r["tokens_injected_mean"] / raw_full, 4)])
     if not rows:
         return []
     return ["## Per dataset / memory unit (raw turns, LoCoMo observations, session summaries)", "",
-            "Unit corpora map gold through their pointers (bench/units.py); `scored` = questions with gold on that unit type.", "",
-            *_table(["dataset", "store", "strategy", "threshold", "scored", *METRIC_HEADER], rows), ""]
+            "Unit corpora map gold through their pointers (bench/units.py): recall is over units, and `scored` = questions "
+            "whose gold turns some unit points at (the others are undefined, not zero). Token savings are against that unit "
+            f"type's own full context; the last column is against the raw-turn full context (`{RAW_TURNS}`).", "",
+            *_table(["dataset", "store", "strategy", "threshold", "scored", *METRIC_HEADER, "tokens / raw full context"], rows), ""]
 
 
 def main(argv: list[str] | None = None) -> int:

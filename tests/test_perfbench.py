@@ -137,3 +137,15 @@ def test_unknown_part_is_a_clear_error(capsys):
     with pytest.raises(SystemExit):
         P.main(["--only", "P9"])
     assert "unknown part(s) ['P9']" in capsys.readouterr().err
+
+
+def test_job_breakdown_reads_each_job(tmp_path):
+    job = tmp_path / "job0"
+    job.mkdir()
+    (job / "meta.json").write_text(json.dumps({"backend": "exact", "traces": [
+        {"ingest_seconds": 1.0, "ready_seconds": 0.5, "search_loop_seconds": 2.0, "store_search_seconds": 1.5},
+        {"ingest_seconds": 1.0, "ready_seconds": 0.5, "search_loop_seconds": 3.0, "store_search_seconds": 2.5}]}))
+    (job / "cli.log").write_text("[2026-01-01 10:00:00,000][bench][INFO] - start\nnoise line\n[2026-01-01 10:01:30,500][bench][INFO] - end\n")
+    (tmp_path / "job1").mkdir()  # a failed job has no meta.json: skipped
+    assert P.job_breakdown(tmp_path) == [{"job": "job0", "backend": "exact", "ingest_seconds": 2.0, "ready_seconds": 1.0,
+                                          "search_loop_seconds": 5.0, "store_search_seconds": 4.0, "job_wall_s": 90.5}]

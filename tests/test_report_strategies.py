@@ -55,3 +55,13 @@ def test_sections_skip_strategies_that_were_not_run():
     text = "\n".join(strategy_sections(only, []))
     assert "limit5" in text and "Dual-tier" not in text and "Query routing" not in text and "Injection formats" not in text
     assert "(none of the seed strategies were run)" in "\n".join(strategy_sections(SUMMARY[SUMMARY.strategy == "routing/other"], []))
+
+
+def test_units_section_compares_with_the_raw_turn_full_context():
+    both = pd.concat([SUMMARY.assign(dataset="locomo"),
+                      pd.DataFrame([row("limit5", dataset="locomo_observations", n_scored=8, tokens_injected_mean=50.0),
+                                    row("full_context", dataset="locomo", tokens_injected_mean=1000.0)])], ignore_index=True)
+    text = "\n".join(strategy_sections(both, []))
+    assert "## Per dataset / memory unit" in text
+    # 50 tokens of observations / 1000 tokens of raw-turn full context = 0.0500; 8 scored questions
+    assert "| locomo_observations | exact | limit5 | n/a | 8 |" in text and text.rstrip().endswith("| 0.0500 |")
