@@ -7,7 +7,7 @@ STAMP := $(VENV)/.installed-stamp
 ARGS ?=
 
 .DEFAULT_GOAL := help
-.PHONY: help sweep test report data install clean-cache compare
+.PHONY: help sweep test report data install clean-cache compare regress baseline harden load
 
 help: ## List the targets
 	@grep -E '^[a-zA-Z_-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-12s %s\n", $$1, $$2}'
@@ -37,3 +37,15 @@ clean-cache: ## Delete cached embeddings, traces and store files (derived data o
 
 compare: $(STAMP) ## Compare every local store (LoCoMo + synthetic 14,726/100k x 384/1536) -> reports/compare/
 	$(BIN)/python -m bench.storebench $(ARGS)
+
+regress: $(STAMP) ## Run the CI-sized experiment and gate it against reports/baseline/<dataset>/ -> reports/regress/summary.md
+	$(BIN)/python -m bench.regress $(ARGS)
+
+baseline: $(STAMP) ## Rewrite the committed regression baselines in reports/baseline/ (deliberate: review and commit)
+	$(BIN)/python -m bench.regress --write-baseline $(ARGS)
+
+harden: $(STAMP) ## Hardening suite: bad input, planted secrets, store faults, short load; prints the figures
+	$(BIN)/python -m bench.harden $(ARGS)
+
+load: $(STAMP) ## 8 threads x 1,000 queries on every local store and the real seekdb/chroma servers
+	$(BIN)/python -m bench.loadtest $(ARGS)

@@ -20,7 +20,7 @@ from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf
 
 from bench.config import build, fingerprint, redacted_yaml, to_plain
-from bench.results import publish_latest, write_atomic
+from bench.results import error_line, publish_latest, write_atomic
 
 log = logging.getLogger("bench")
 
@@ -45,6 +45,8 @@ def get_trace(cfg: DictConfig, corpus, embedder, roles: tuple[str, ...] | None):
     finally:
         try:
             backend.drop()
+        except Exception as exc:  # e.g. the server died: keep the real error, not the drop's
+            log.warning("could not drop collection rb_%s: %s", key, error_line(exc))
         finally:
             backend.close()
     trace.meta.update(trace_key=key, dataset_source=corpus.source)
@@ -63,8 +65,29 @@ def plain_partial(fn):
     return functools.partial(fn.func, *fn.args, **fn.keywords) if isinstance(fn, functools.partial) else fn
 
 
+def _number(name: str, value, *, integer: bool = False, lo: float | None = None, hi: float | None = None) -> float:
+    try:
+        x = float(value)
+        if integer and (isinstance(value, bool) or x != int(x)):
+            raise ValueError
+    except (TypeError, ValueError, OverflowError):
+        raise ValueError(f"config {name}: expected {'an integer' if integer else 'a number'}, got {value!r}") from None
+    if x != x or (lo is not None and x < lo) or (hi is not None and x > hi):
+        raise ValueError(f"config {name}: {value!r} is outside " + (f"[{lo:g}, {hi:g}]" if hi is not None else f">= {lo:g}"))
+    return x
+
+
+def check_settings(cfg: DictConfig) -> None:
+    """Reject bad top-level settings with a one-line message naming the key."""
+    _number("depth", cfg.depth, integer=True, lo=1)
+    _number("warmup", cfg.warmup, integer=True, lo=0)
+    for k in ("start", "stop", "step"):
+        _number(f"thresholds.{k}", cfg.thresholds[k], lo=0, hi=1)
+
+
 def run_job(cfg: DictConfig, out_dir: Path) -> pd.DataFrame:
     """Run one job into ``out_dir``; returns its summary table."""
+    check_settings(cfg)
     from collections import Counter
 
     from bench import formats as F
@@ -125,8 +148,11 @@ class CollectRuns(Callback):
         from bench.report import collect_jobs
 
         sweep_dir = Path(config.hydra.sweep.dir)
-        if collect_jobs(sweep_dir):
-            finish_run(sweep_dir, Path(config.paths.reports) / "latest" if config.publish_latest else None)
+        try:
+            if collect_jobs(sweep_dir):
+                finish_run(sweep_dir, Path(config.paths.reports) / "latest" if config.publish_latest else None)
+        except Exception as exc:
+            log.error("report failed: %s", error_line(exc))
 
 
 JOB_KEY_IGNORES = ("hydra", "paths", "progress", "publish_latest", "resume")
@@ -156,7 +182,7 @@ def run_or_resume(cfg: DictConfig, out_dir: Path) -> bool:
     try:
         run_job(cfg, out_dir)
     except Exception as exc:  # recorded, reported, never a traceback for the user
-        reason = f"{type(exc).__name__}: {exc}"
+        reason = error_line(exc)
         log.error("job failed: %s", reason)
         log.debug("job failure details", exc_info=True)
         out_dir.mkdir(parents=True, exist_ok=True)
@@ -182,7 +208,11 @@ def main() -> None:
         if hc.mode != RunMode.MULTIRUN:
             if not ok:
                 sys.exit(1)
-            finish_run(out_dir, Path(cfg.paths.reports) / "latest" if cfg.publish_latest else None)
+            try:
+                finish_run(out_dir, Path(cfg.paths.reports) / "latest" if cfg.publish_latest else None)
+            except Exception as exc:
+                log.error("report failed: %s", error_line(exc))
+                sys.exit(1)
 
     _app()
 

@@ -24,7 +24,7 @@ body{font-family:system-ui,-apple-system,Segoe UI,Roboto,sans-serif;max-width:12
 h1{border-bottom:2px solid #333}h2{border-bottom:1px solid #ccc;margin-top:2em}
 table{border-collapse:collapse;margin:1em 0;font-size:.85em;display:block;overflow-x:auto}
 th,td{border:1px solid #ccc;padding:.25em .5em;text-align:right}th{background:#f3f3f3}
-td:first-child,th:first-child{text-align:left}
+td:nth-child(-n+2),th:nth-child(-n+2){text-align:left}
 img{max-width:100%;height:auto;display:block;margin:.5em 0}
 blockquote{background:#fff6d6;border-left:4px solid #e0b000;margin:1em 0;padding:.5em 1em}
 code{background:#f3f3f3;padding:0 .2em}

@@ -59,7 +59,8 @@ def tokens_vs_threshold(summary: pd.DataFrame, title: str, path: Path) -> Path:
     for _, r in summary[summary["threshold"].isna() & (summary["strategy"] != "full_context")].iterrows():
         ax.axhline(r["tokens_injected_mean"], ls=":", lw=1, color="gray")
         ax.annotate(r["strategy"], (0.1, r["tokens_injected_mean"]), fontsize=8, color="gray")
-    ax.set_yscale("log")
+    if (summary["tokens_injected_mean"] > 0).any():  # a log axis needs a positive value
+        ax.set_yscale("log")
     ax.set_xlabel("similarity threshold")
     ax.set_ylabel("injected tokens per question (mean, log)")
     ax.grid(alpha=0.3, which="both")
@@ -77,7 +78,8 @@ def recall_vs_tokens(summary: pd.DataFrame, title: str, path: Path) -> Path:
     for name, s in summary.groupby("strategy", sort=False):
         s = s.sort_values("tokens_injected_mean")
         ax.plot(s["tokens_injected_mean"], s["recall"], "-o" if len(s) > 1 else "D", ms=4, label=name)
-    ax.set_xscale("log")
+    if (summary["tokens_injected_mean"] > 0).any():
+        ax.set_xscale("log")
     ax.set_xlabel("injected tokens per question (mean, log)")
     ax.set_ylabel("recall (macro)")
     ax.set_ylim(0, 1.02)
@@ -105,7 +107,8 @@ def pareto(points: pd.DataFrame, front: pd.Series, best: pd.DataFrame, title: st
     ax.step(f["tokens_injected_mean"], f["recall"], where="post", color="k", lw=1.5, label="Pareto frontier")
     if len(best):
         ax.plot(best["tokens"], best["recall"], "*", ms=16, color="gold", mec="k", label="recommended")
-    ax.set_xscale("log")
+    if (points["tokens_injected_mean"] > 0).any():
+        ax.set_xscale("log")
     ax.set_xlabel("injected tokens per question (mean, log)")
     ax.set_ylabel("recall (macro)")
     ax.set_ylim(0, 1.02)

@@ -392,19 +392,23 @@ def categories(grid: Grid, cfg: RecommendConfig, point: dict) -> pd.DataFrame:
         hit = np.flatnonzero(np.isclose(grid.thresholds, t)) if not math.isnan(t) else []
         j = int(hit[0]) if len(hit) else -1
     p = cfg.primary
-    for label in dict.fromkeys(grid.groups):
+    labels = list(dict.fromkeys(grid.groups))
+    # one bootstrap for every category: values split into a category axis (NaN outside the category)
+    col = grid.values[:, :, max(j, 0)]
+    stacked = np.stack([np.where((grid.groups == label)[:, None], col, NAN) for label in labels], axis=1)  # (Q, K, M)
+    _, sums, counts = cluster_sums(stacked, grid.conversations)
+    means = ratio(sums.sum(0), counts.sum(0))
+    boot = cluster_bootstrap(sums, counts, confidence=cfg.confidence, n_resamples=cfg.n_resamples, seed=cfg.seed,
+                             method=cfg.ci_method) if j >= 0 and len(sums) else None
+    for k, label in enumerate(labels):
         mask = grid.groups == label
         adv = bool(grid.adversarial[mask].all())
         row = {**grid.where(), "category": label, "adversarial": adv, "n": int(mask.sum()), "threshold": t}
-        _, sums, counts = cluster_sums(grid.values[mask], grid.conversations[mask])
-        means = ratio(sums.sum(0), counts.sum(0))
-        boot = None if adv or j < 0 else cluster_bootstrap(sums, counts, confidence=cfg.confidence, n_resamples=cfg.n_resamples,
-                                                            seed=cfg.seed, method=cfg.ci_method)
         for m in ("f1", "recall", "precision", "tokens", "abstained", "f1_abstain"):
-            row[m] = means[M[m], j] if j >= 0 else NAN
+            row[m] = means[k, M[m]] if j >= 0 else NAN
         for m in ("f1", "recall"):
-            row[f"{m}_lo"] = boot.low[M[m], j] if boot is not None else NAN
-            row[f"{m}_hi"] = boot.high[M[m], j] if boot is not None else NAN
+            row[f"{m}_lo"] = boot.low[k, M[m]] if boot is not None and not adv else NAN
+            row[f"{m}_hi"] = boot.high[k, M[m]] if boot is not None and not adv else NAN
         if cfg.per_category and grid.thresholded:
             own = analyse(grid, cfg, mask)[0] if not adv else {"threshold": NAN, p: NAN}
             row["own_threshold"] = own["threshold"]

@@ -184,10 +184,13 @@ def test_loco_with_a_constraint_reports_violations():
 
 
 def test_categories_with_and_without_own_thresholds():
-    rec = recommend(ROWS, RecommendConfig(per_category=True, n_resamples=50))
+    rec = recommend(ROWS, RecommendConfig(per_category=True, n_resamples=400))
     c = rec.categories[rec.categories["strategy"] == "thr"].set_index("category")
     assert c.loc["single-hop", "f1"] == pytest.approx(0.55) and c.loc["multi-hop", "f1"] == pytest.approx(0.4)  # at 0.3
     assert c.loc["single-hop", "n"] == 2 and c.loc["adversarial", "abstained"] == 0.0
+    # single-hop: q1 (c1) .5, q3 (c2) .6 -> resamples c1c1 .5, c1c2 .55, c2c2 .6; multi-hop only in c1 -> [.4, .4]
+    assert (c.loc["single-hop", "f1_lo"], c.loc["single-hop", "f1_hi"]) == pytest.approx((0.5, 0.6))
+    assert (c.loc["multi-hop", "f1_lo"], c.loc["multi-hop", "f1_hi"]) == pytest.approx((0.4, 0.4))
     assert math.isnan(c.loc["adversarial", "f1"]) and bool(c.loc["adversarial", "adversarial"])
     # single-hop on its own: 0.3 -> .55, 0.5 -> (1 + .2)/2 = .6: own threshold 0.5, gain .05; multi-hop keeps 0.3
     assert (c.loc["single-hop", "own_threshold"], c.loc["single-hop", "own_f1"]) == (0.5, pytest.approx(0.6))
