@@ -54,17 +54,23 @@ class ExactBackend:
     def search(self, vector: np.ndarray, *, k: int, where: Where) -> list[Hit]:
         if k <= 0:
             raise ValueError(f"exact: k must be positive (got {k})")
-        if where.conversation_id is not None:
-            rows = self._by_conv.get(where.conversation_id, np.empty(0, dtype=np.int64))
+        q = np.asarray(vector, dtype=np.float32)
+        if len(self._ids) == 0:
+            return []
+        if where == Where():  # no filter: score the matrix in place (no copy)
+            rows, sims = np.arange(len(self._ids)), self._vectors @ q
         else:
-            rows = np.arange(len(self._ids))
-        if where.roles is not None:
-            rows = rows[np.isin(self._roles[rows], list(where.roles))]
-        if where.before is not None:
-            rows = rows[self._ts[rows] <= where.before]
+            if where.conversation_id is not None:
+                rows = self._by_conv.get(where.conversation_id, np.empty(0, dtype=np.int64))
+            else:
+                rows = np.arange(len(self._ids))
+            if where.roles is not None:
+                rows = rows[np.isin(self._roles[rows], list(where.roles))]
+            if where.before is not None:
+                rows = rows[self._ts[rows] <= where.before]
+            sims = self._vectors[rows] @ q
         if rows.size == 0:
             return []
-        sims = self._vectors[rows] @ np.asarray(vector, dtype=np.float32)
         kk = min(k, rows.size)
         top = np.argpartition(-sims, kk - 1)[:kk] if kk < rows.size else np.arange(rows.size)
         top = top[np.lexsort((self._ids[rows[top]].astype(str), -sims[top]))]
