@@ -19,6 +19,7 @@ import pandas as pd
 
 from bench import plots, stats
 from bench.recommend import CONFIG_KEYS, Recommendation, RecommendConfig, neighbours, one_format, pareto_front, recommend
+from bench.report_strategies import strategy_sections
 from bench.results import write_atomic
 
 log = logging.getLogger(__name__)
@@ -479,6 +480,7 @@ def write_report(run_dir: Path, settings: RecommendConfig | None = None) -> Path
     if len(fixed):
         lines += ["## Strategies without a threshold", "", _table(fixed, main_cols), ""]
     lines += ["## Seed claims, re-measured", "", seed_claims(summary), ""]
+    lines += strategy_sections(summary, jobs)
     lat = summary[summary["latency_p50_ms"].notna()].drop_duplicates(["dataset", "embedder", "backend"])
     if len(lat):
         lines += ["## Store latency (per query, store call only, warm-up discarded)", "",

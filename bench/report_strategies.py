@@ -16,6 +16,8 @@ from collections.abc import Sequence
 
 import pandas as pd
 
+from bench.sweep import FORMAT_SEED
+
 GROUP = ["dataset", "embedder", "backend"]
 SEEKDB_THRESHOLD = 0.65  # the seekdb agent-memory article's threshold
 DUAL_TIER_THRESHOLDS = (0.70, 0.75)  # grid points around the L1/L2 article's 0.72
@@ -99,7 +101,9 @@ def seed_table(g: pd.DataFrame, fmt_records: Sequence[dict]) -> list[str]:
         parts = [f"{route}: share {_f(p['question_share'], 2)}, recall {_f(p['recall'])}"
                  for route in ("profile", "other") if (p := _row(g, f"routing/{route}")) is not None]
         add("seekdb agent-memory", "route profile questions to limit-3, others to >= 0.65 cap 5 (user-only)", "routing", r, "; ".join(parts))
-    for t in DUAL_TIER_THRESHOLDS:
+    best = _best(g, "dual_tier")
+    extra = () if best is None or any(abs(best["threshold"] - t) < 1e-9 for t in DUAL_TIER_THRESHOLDS) else (float(best["threshold"]),)
+    for t in DUAL_TIER_THRESHOLDS + extra:  # the article's 0.72 lies between two grid points; plus dual tier's best-F1 threshold
         d, th = _row(g, "dual_tier", t), _row(g, "threshold", t)
         if d is None:
             continue
@@ -175,7 +179,8 @@ def dual_tier_section(g: pd.DataFrame) -> list[str]:
 def format_section(summary: pd.DataFrame, fmt_records: Sequence[dict], key) -> list[str]:
     if "format" in summary and summary["format"].nunique() > 1:
         g = summary[(summary[GROUP] == pd.Series(dict(zip(GROUP, key)))).all(axis=1)]
-        recs = g[["strategy", "threshold", "format", "tokens_injected_mean", "tokens_full_mean"]].to_dict("records")
+        recs = [r for r in g[["strategy", "threshold", "format", "tokens_injected_mean", "tokens_full_mean"]].to_dict("records")
+                if r["strategy"] in FORMAT_SEED and (r["threshold"] != r["threshold"] or round(r["threshold"], 2) in FORMAT_SEED[r["strategy"]])]
     else:
         recs = list(fmt_records)
     if not recs:

@@ -195,6 +195,57 @@ def test_async_index_wait_makes_new_rows_searchable(embedded_dir):
         b.close()
 
 
+def test_is_timeout_recognises_both_error_shapes():
+    import pylibseekdb
+    import pymysql
+
+    assert seekdb_module._is_timeout(pylibseekdb.SeekdbError("Timeout failed: code=4012"))  # embedded
+    assert seekdb_module._is_timeout(pymysql.err.OperationalError(4012, "Timeout, query has reached the maximum"))
+    assert not seekdb_module._is_timeout(pymysql.err.OperationalError(1064, "syntax error near 4012"))
+    assert not seekdb_module._is_timeout(RuntimeError("code=4013"))
+
+
+def test_wait_ready_survives_refresh_index_timeouts(embedded_dir):
+    """Regression: CALL dbms_index_manager.refresh() gives up with 4012 after ~30 s (server-side limit)
+    while a large load is still being indexed (14,726 x 1536 under load); wait_ready must keep going.
+    The two timeouts are injected (a real one takes 30 s); the row they hide is written by the third call."""
+    import pylibseekdb
+    import pymysql
+
+    b = SeekdbBackend(path=embedded_dir, collection="refresh_timeouts", refresh_after_s=0.0)
+    b.drop()
+    b.open(dim=DIM)
+    try:
+        late = clustered(seed=3, n=4)
+        b.add(MemoryBatch(ids=late.ids[:3], vectors=late.vectors[:3], conversation_ids=late.conversation_ids[:3],
+                          roles=late.roles[:3], timestamps=late.timestamps[:3]))
+        b._probes.append((late.ids[3], late.vectors[3].tolist()))  # not written until the 3rd refresh
+        real_refresh, calls = b._col.refresh_index, []
+
+        def flaky_refresh():
+            calls.append(1)
+            if len(calls) == 1:
+                raise pylibseekdb.SeekdbError("Timeout failed: code=4012")
+            if len(calls) == 2:
+                raise pymysql.err.OperationalError(4012, "Timeout, query has reached the maximum query timeout")
+            b._col.add(ids=[late.ids[3]], embeddings=[late.vectors[3].tolist()],
+                       metadatas=[{"conversation_id": "x", "role": "user", "ts": 0.0}])
+            real_refresh()
+
+        b._col.refresh_index = flaky_refresh
+        b.wait_ready(timeout_s=120)
+        assert len(calls) == 3 and b._probes == []
+        assert b.search(late.vectors[3], k=1, where=Where())[0].id == late.ids[3]
+        # any other error from refresh_index is not swallowed
+        b._probes.append(("never|written", late.vectors[0].tolist()))
+        b._col.refresh_index = lambda: (_ for _ in ()).throw(RuntimeError("boom"))
+        with pytest.raises(RuntimeError, match="boom"):
+            b.wait_ready(timeout_s=120)
+    finally:
+        b.drop()
+        b.close()
+
+
 def test_upsert_replaces_a_stored_id(embedded_dir):
     b = SeekdbBackend(path=embedded_dir, collection="upsert_case")
     b.drop()
