@@ -149,3 +149,15 @@ def test_job_breakdown_reads_each_job(tmp_path):
     (tmp_path / "job1").mkdir()  # a failed job has no meta.json: skipped
     assert P.job_breakdown(tmp_path) == [{"job": "job0", "backend": "exact", "ingest_seconds": 2.0, "ready_seconds": 1.0,
                                           "search_loop_seconds": 5.0, "store_search_seconds": 4.0, "job_wall_s": 90.5}]
+
+
+def test_p1_by_pieces_on_the_demo_corpus(tmp_path):
+    demo = P.REPO / "datasets" / "demo"
+    r = P.p1_threshold_sweep(backend="exact", strategies="[limit,threshold]", embeddings_dir=tmp_path / "emb",
+                             data=["dataset=own", f"dataset.path={demo}", "embedder=hashing"])
+    d = r.details
+    assert r.key == "P1" and r.limit == 1.1 and r.value > 0
+    assert d["traces"] == 1 and d["texts_embedded_to_warm"] > 0 and d["store_search_s"] > 0
+    assert d["cold_single_job_s"] > 0 and d["warm_grid17_s"] > 0 and d["warm_single_s"] > 0
+    # the ratio is exactly (trace + warm 17) / (trace + warm 1)
+    assert r.value == pytest.approx((d["trace_s"] + d["warm_grid17_s"]) / (d["trace_s"] + d["warm_single_s"]))
