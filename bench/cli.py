@@ -155,7 +155,7 @@ class CollectRuns(Callback):
             log.error("report failed: %s", error_line(exc))
 
 
-JOB_KEY_IGNORES = ("hydra", "paths", "progress", "publish_latest", "resume")
+JOB_KEY_IGNORES = ("hydra", "paths", "progress", "publish_latest", "resume", "recommend")
 
 
 def job_key(cfg: DictConfig) -> str:

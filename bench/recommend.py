@@ -292,6 +292,9 @@ def analyse(grid: Grid, cfg: RecommendConfig, mask: np.ndarray | None = None) ->
     if grid.thresholded and len(sums) >= 2:
         stab = threshold_stability(sums, counts, grid.thresholds, cfg)
         point.update(stab)
+    if grid.thresholded and len(grid.thresholds) > 1 and idx in (0, len(grid.thresholds) - 1):
+        point["note"] = (f"{grid.thresholds[idx]:.2f} is the {'lowest' if idx == 0 else 'highest'} threshold swept: "
+                         "the optimum may lie beyond it (widen `thresholds`)")
     return point, curve
 
 

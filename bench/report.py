@@ -164,7 +164,8 @@ def recommendation_section(rec: Recommendation, sig: pd.DataFrame, summary: pd.D
         if not math.isnan(b["threshold_share"]):
             lines.append(f"- **How sure**: bootstrap resamples choose {b['threshold']:.2f} in {b['threshold_share']:.0%} of cases "
                          f"({cfg.confidence:.0%} range of the chosen threshold {b['threshold_lo']:.2f}–{b['threshold_hi']:.2f}); "
-                         f"{b['n_questions']} questions in {b['n_conversations']} conversations.")
+                         f"{b['n_questions']} questions (+{b['n_adversarial']} adversarial) in {b['n_conversations']} conversations."
+                         + (f" Note: {b['note']}." if b["note"] else ""))
         lo = rec.loco
         lo = lo[(lo[CONFIG_KEYS] == b[CONFIG_KEYS]).all(axis=1)] if len(lo) else lo
         if len(lo) and lo.iloc[0]["n_folds"] >= 2 and not math.isnan(lo.iloc[0]["mean_gap"]):

@@ -234,3 +234,10 @@ def test_one_format_keeps_format_a():
     kept = one_format(rows)
     assert set(kept["format"]) == {"A"} and len(kept) == len(ROWS)
     assert recommend(rows, RecommendConfig(n_resamples=20)).points["tokens"].tolist() == pytest.approx([50, 40])
+
+
+def test_edge_of_grid_is_flagged():
+    rec = recommend(ROWS, RecommendConfig(n_resamples=20))
+    # thr chooses 0.3, the lowest threshold swept
+    assert point(rec, "thr")["note"] == "0.30 is the lowest threshold swept: the optimum may lie beyond it (widen `thresholds`)"
+    assert point(rec, "lim")["note"] == ""
