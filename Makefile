@@ -7,7 +7,7 @@ STAMP := $(VENV)/.installed-stamp
 ARGS ?=
 
 .DEFAULT_GOAL := help
-.PHONY: help sweep test report data install clean-cache compare regress baseline harden load
+.PHONY: help sweep test report data install clean-cache compare regress baseline harden load bench
 
 help: ## List the targets
 	@grep -E '^[a-zA-Z_-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-12s %s\n", $$1, $$2}'
@@ -49,3 +49,6 @@ harden: $(STAMP) ## Hardening suite: bad input, planted secrets, store faults, s
 
 load: $(STAMP) ## 8 threads x 1,000 queries on every local store and the real seekdb/chroma servers
 	$(BIN)/python -m bench.loadtest $(ARGS)
+
+bench: $(STAMP) ## Performance ratios P1-P5 with targets and PASS/FAIL, measured in one run
+	$(BIN)/python -m bench.perfbench $(ARGS)
