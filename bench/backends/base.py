@@ -12,6 +12,7 @@ function, and returns hits sorted by similarity, descending, without duplicates.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
@@ -62,3 +63,22 @@ class Backend(Protocol):
 def check_metric(metric: str) -> None:
     if metric != "cosine":
         raise ValueError(f"only metric='cosine' is supported (got {metric!r}); vectors are L2-normalised")
+
+
+def mongo_filter(where: Where, store: str) -> dict | None:
+    """Where -> a Mongo-style metadata filter (``$eq``/``$in``/``$lte``, ``$and``), as chroma and
+    pyseekdb take it; applied inside the store, before top-k. None when nothing is filtered."""
+    conds: list[dict] = []
+    if where.conversation_id is not None:
+        conds.append({"conversation_id": {"$eq": str(where.conversation_id)}})
+    if where.roles is not None:
+        conds.append({"role": {"$in": [str(r) for r in where.roles]}})
+    if where.before is not None:
+        before = float(where.before)
+        if math.isnan(before):
+            raise ValueError(f"{store}: Where.before is NaN")
+        if before != math.inf:
+            conds.append({"ts": {"$lte": max(before, -1e300)}})
+    if not conds:
+        return None
+    return conds[0] if len(conds) == 1 else {"$and": conds}

@@ -30,7 +30,7 @@ import warnings
 
 import numpy as np
 
-from bench.backends.base import FILTER_KINDS, BackendUnavailable, Capabilities, check_metric
+from bench.backends.base import BackendUnavailable, Capabilities, FILTER_KINDS, check_metric, mongo_filter
 from bench.types import Hit, MemoryBatch, Where
 
 log = logging.getLogger(__name__)
@@ -273,18 +273,4 @@ class ChromaBackend:
 
 
 def _native_filter(where: Where) -> dict | None:
-    """Where -> chroma ``where`` (applied inside the store, before top-k)."""
-    conds: list[dict] = []
-    if where.conversation_id is not None:
-        conds.append({"conversation_id": {"$eq": str(where.conversation_id)}})
-    if where.roles is not None:
-        conds.append({"role": {"$in": [str(r) for r in where.roles]}})
-    if where.before is not None:
-        before = float(where.before)
-        if math.isnan(before):
-            raise ValueError("chroma: Where.before is NaN")
-        if before != math.inf:
-            conds.append({"ts": {"$lte": max(before, -1e300)}})
-    if not conds:
-        return None
-    return conds[0] if len(conds) == 1 else {"$and": conds}
+    return mongo_filter(where, "chroma")

@@ -50,7 +50,7 @@ import weakref
 
 import numpy as np
 
-from bench.backends.base import FILTER_KINDS, BackendUnavailable, Capabilities, check_metric
+from bench.backends.base import BackendUnavailable, Capabilities, FILTER_KINDS, check_metric, mongo_filter
 from bench.types import Hit, MemoryBatch, Where
 
 log = logging.getLogger(__name__)
@@ -468,18 +468,4 @@ def _backslash_escapes_on(server) -> None:
 
 
 def _native_filter(where: Where) -> dict | None:
-    """Where -> pyseekdb metadata filter (a SQL pre-filter on the JSON metadata column)."""
-    conds: list[dict] = []
-    if where.conversation_id is not None:
-        conds.append({"conversation_id": {"$eq": str(where.conversation_id)}})
-    if where.roles is not None:
-        conds.append({"role": {"$in": [str(r) for r in where.roles]}})
-    if where.before is not None:
-        before = float(where.before)
-        if math.isnan(before):
-            raise ValueError("seekdb: Where.before is NaN")
-        if before != math.inf:
-            conds.append({"ts": {"$lte": max(before, -1e300)}})
-    if not conds:
-        return None
-    return conds[0] if len(conds) == 1 else {"$and": conds}
+    return mongo_filter(where, "seekdb")
