@@ -98,7 +98,8 @@ def run_job(cfg: DictConfig, out_dir: Path) -> pd.DataFrame:
 
     corpus = build(cfg.dataset)
     inner = build(cfg.embedder)
-    embedder = CachedEmbedder(inner, Path(cfg.paths.cache) / "embeddings")
+    # an embedder that computes faster than the cache reads (synthetic) is not cached: at 1M texts the cache would cost GBs
+    embedder = CachedEmbedder(inner, Path(cfg.paths.cache) / "embeddings") if getattr(inner, "cacheable", True) else inner
     strategies = [spec_from_config(to_plain(s), plain_partial(build(s.fn))) for s in cfg.strategy.values()]
     dupes = sorted(n for n, c in Counter(s.name for s in strategies).items() if c > 1)
     if dupes:
@@ -127,7 +128,7 @@ def run_job(cfg: DictConfig, out_dir: Path) -> pd.DataFrame:
     write_atomic(out_dir / "config_resolved.yaml", lambda p: p.write_text(redacted_yaml(cfg)))
     meta = {**metas[0], "traces": metas, "tokens_encoding": cfg.tokens.encoding, "thresholds": list(grid),
             "strategies": [s.name for s in strategies], "formats": list(formats), "format_tokens": by_format,
-            "embed_cache": {"hits": embedder.hits, "misses": embedder.misses}}
+            "embed_cache": {"hits": getattr(embedder, "hits", None), "misses": getattr(embedder, "misses", None)}}
     write_atomic(out_dir / "meta.json", lambda p: p.write_text(json.dumps(meta, indent=2, default=str)))
     return summary
 

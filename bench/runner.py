@@ -21,7 +21,7 @@ import logging
 import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
-from operator import attrgetter, itemgetter
+from operator import itemgetter
 from pathlib import Path
 
 import numpy as np
@@ -37,8 +37,6 @@ log = logging.getLogger(__name__)
 
 TRACE_COLUMNS = ["question_id", "conversation_id", "latency_ns", "hit_ids", "hit_scores", "exact_scores"]
 EMBED_CHUNK = 16_384  # texts per embedder call (bounds the embedder's working memory; one cache shard each)
-_ids_of = attrgetter("id")
-_scores_of = attrgetter("score")
 
 
 @dataclass(frozen=True)
@@ -163,9 +161,12 @@ def build_trace(
         start = clock()
         hits = search(qv[qi], k=depth, where=where)
         lat.append(clock() - start)
-        hit_ids.append(list(map(_ids_of, hits)))
-        hit_scores.append(list(map(_scores_of, hits)))
-        del hits  # freed here, not inside the next query's timed window
+        try:  # columnar Hits: two references, no per-hit work in the loop
+            hit_ids.append(hits.ids)
+            hit_scores.append(hits.scores)
+        except AttributeError:
+            raise TypeError(f"{backend.name}: search() returned {type(hits).__name__}, not bench.types.Hits "
+                            "(the store contract, bench/backends/base.py)") from None
         qids.append(q.question_id)
         convs.append(q.conversation_id)
     loop_ns = clock() - loop_start
@@ -175,7 +176,8 @@ def build_trace(
     exact, store = _exact_pass(corpus, tv, qv, hit_ids, hit_scores, roles=roles, k=fidelity_k, depth=depth, progress=progress)
     post_s = time.perf_counter() - t_exact
     table = pd.DataFrame({"question_id": qids, "conversation_id": convs, "latency_ns": np.asarray(lat, dtype=np.int64),
-                          "hit_ids": hit_ids, "hit_scores": hit_scores, "exact_scores": exact}, columns=TRACE_COLUMNS)
+                          "hit_ids": list(map(list, hit_ids)), "hit_scores": list(map(list, hit_scores)), "exact_scores": exact},
+                         columns=TRACE_COLUMNS)
     nq = len(questions)
     meta = {
         "dataset": corpus.name,

@@ -6,6 +6,7 @@ Ids are strings. Times are POSIX seconds (UTC) as floats, or None when the sourc
 
 from __future__ import annotations
 
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -82,6 +83,43 @@ class Hit:
 
     id: str
     score: float
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class Hits(Sequence):
+    """A store's answer to one search, best first, as two parallel tuples (ids, similarities).
+
+    Columnar so that the replay loop copies two references per query instead of building and
+    freeing one object per hit; indexing and iterating still give ``Hit`` objects, and it equals
+    any sequence of the same hits.
+    """
+
+    ids: tuple[str, ...] = ()
+    scores: tuple[float, ...] = ()
+
+    def __post_init__(self) -> None:
+        if len(self.ids) != len(self.scores):
+            raise ValueError(f"Hits: {len(self.ids)} ids but {len(self.scores)} scores")
+
+    def __len__(self) -> int:
+        return len(self.ids)
+
+    def __getitem__(self, i):
+        if isinstance(i, slice):
+            return Hits(self.ids[i], self.scores[i])
+        return Hit(self.ids[i], self.scores[i])
+
+    def __iter__(self) -> Iterator[Hit]:
+        return map(Hit, self.ids, self.scores)
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, Hits):
+            return self.ids == other.ids and self.scores == other.scores
+        if isinstance(other, Sequence) and not isinstance(other, str):
+            return list(self) == list(other)
+        return NotImplemented
+
+    __hash__ = None  # type: ignore[assignment]
 
 
 @dataclass(frozen=True, slots=True)

@@ -25,7 +25,7 @@ from omegaconf import OmegaConf
 
 from bench.backends.base import FILTER_KINDS, BackendUnavailable, Capabilities
 from bench.backends.exact import ExactBackend
-from bench.types import MemoryBatch, Where, memory_key
+from bench.types import Hits, MemoryBatch, Where, memory_key
 
 REPO = Path(__file__).resolve().parent.parent
 CONFIG_DIR = REPO / "configs" / "backend"
@@ -174,7 +174,9 @@ def loaded(maker):
 
 # ---------------------------------------------------------------- helpers
 def assert_well_formed(hits, query: np.ndarray, label: str) -> None:
-    """Check 5: sorted descending, no duplicate ids, similarities match exact cosine."""
+    """Check 5: columnar Hits, sorted descending, no duplicate ids, similarities match exact cosine."""
+    assert isinstance(hits, Hits), f"{label}: search returned {type(hits).__name__}, not Hits"
+    assert all(type(i) is str for i in hits.ids) and all(type(s) is float for s in hits.scores), f"{label}: {hits!r}"
     ids = [h.id for h in hits]
     assert len(ids) == len(set(ids)), f"{label}: duplicate ids {ids}"
     scores = [h.score for h in hits]

@@ -5,7 +5,7 @@ import pytest
 
 from bench.backends.exact import ExactBackend
 from bench.runner import TRACE_COLUMNS, batches, build_trace, embed_texts, exact_top, store_metrics
-from bench.types import Conversation, Corpus, Hit, Question, Turn
+from bench.types import Conversation, Corpus, Hits, Question, Turn
 
 # 2-d unit vectors chosen by hand; cosines with q=(1,0) are the x components.
 VEC = {
@@ -158,11 +158,21 @@ def test_exact_top_breaks_ties_by_key():
 def test_hits_outside_the_corpus_get_nan_exact_scores():
     class Leaky(ExactBackend):
         def search(self, vector, *, k, where):
-            return [Hit("ghost|t9", 0.5), *super().search(vector, k=k, where=where)]
+            inner = super().search(vector, k=k, where=where)
+            return Hits(("ghost|t9", *inner.ids), (0.5, *inner.scores))
 
     trace = build_trace(CORPUS, FakeEmbedder(), Leaky(), depth=1, warmup=0, progress=False)
     first = trace.table["exact_scores"].iloc[0]
     assert np.isnan(first[0]) and first[1] == pytest.approx(1.0)
+
+
+def test_a_store_returning_a_plain_list_is_a_clear_error():
+    class Old(ExactBackend):
+        def search(self, vector, *, k, where):
+            return list(super().search(vector, k=k, where=where))
+
+    with pytest.raises(TypeError, match="exact: search\\(\\) returned list, not bench.types.Hits"):
+        build_trace(CORPUS, FakeEmbedder(), Old(), depth=1, warmup=0, progress=False)
 
 
 def test_bad_depth_is_a_clear_error():

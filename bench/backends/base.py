@@ -18,7 +18,9 @@ from typing import Protocol, runtime_checkable
 
 import numpy as np
 
-from bench.types import Hit, MemoryBatch, Where
+from collections.abc import Iterable
+
+from bench.types import Hits, MemoryBatch, Where
 
 FILTER_KINDS = frozenset({"conversation", "role", "before"})
 
@@ -50,14 +52,24 @@ class Backend(Protocol):
     def wait_ready(self, timeout_s: float = 300.0) -> None:
         """Block until every row written so far is returned by search()."""
 
-    def search(self, vector: np.ndarray, *, k: int, where: Where) -> list[Hit]:
-        """Top-k by similarity among rows matching ``where``, best first."""
+    def search(self, vector: np.ndarray, *, k: int, where: Where) -> Hits:
+        """Top-k by similarity among rows matching ``where``, best first (``best_first`` orders them)."""
 
     def close(self) -> None:
         """Release resources, keep data (a persistent store reopens it). Idempotent."""
 
     def drop(self) -> None:
         """Delete this collection and its data. Idempotent; works after close()."""
+
+
+def best_first(ids: Iterable[str], similarities: Iterable[float]) -> Hits:
+    """Hits by similarity descending, ties by id; a repeated id keeps its best similarity."""
+    best: dict[str, float] = {}
+    for i, s in zip(ids, similarities, strict=True):
+        if i not in best or s > best[i]:
+            best[i] = s
+    order = sorted(best, key=lambda i: (-best[i], i))
+    return Hits(tuple(order), tuple(map(best.__getitem__, order)))
 
 
 def check_metric(metric: str) -> None:

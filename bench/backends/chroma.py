@@ -30,8 +30,8 @@ import warnings
 
 import numpy as np
 
-from bench.backends.base import BackendUnavailable, Capabilities, FILTER_KINDS, check_metric, mongo_filter
-from bench.types import Hit, MemoryBatch, Where
+from bench.backends.base import BackendUnavailable, Capabilities, FILTER_KINDS, best_first, check_metric, mongo_filter
+from bench.types import Hits, MemoryBatch, Where
 
 log = logging.getLogger(__name__)
 
@@ -230,7 +230,7 @@ class ChromaBackend:
             return True
         return len(ids) == _PROBE_K and float(dists[-1]) <= 1e-6  # crowded out by exact duplicates
 
-    def search(self, vector: np.ndarray, *, k: int, where: Where) -> list[Hit]:
+    def search(self, vector: np.ndarray, *, k: int, where: Where) -> Hits:
         self._require_open()
         if not isinstance(k, (int, np.integer)) or k <= 0:
             raise ValueError(f"chroma: k must be a positive integer (got {k!r})")
@@ -240,15 +240,10 @@ class ChromaBackend:
         if q.shape[0] != self._dim:
             raise ValueError(f"chroma: query dim {q.shape[0]} != collection dim {self._dim}")
         if where.roles is not None and len(where.roles) == 0:
-            return []
+            return Hits()
         res = self._col.query(query_embeddings=[q], n_results=int(k), where=_native_filter(where),
                               include=["distances"])
-        best: dict[str, float] = {}
-        for mid, dist in zip(res["ids"][0], res["distances"][0], strict=True):
-            s = _similarity(dist)
-            if mid not in best or s > best[mid]:
-                best[mid] = s
-        return [Hit(i, s) for i, s in sorted(best.items(), key=lambda kv: (-kv[1], kv[0]))]
+        return best_first(res["ids"][0], map(_similarity, res["distances"][0]))
 
     def close(self) -> None:
         self._probes = []

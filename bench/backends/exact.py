@@ -9,7 +9,7 @@ from __future__ import annotations
 import numpy as np
 
 from bench.backends.base import FILTER_KINDS, Capabilities, check_metric
-from bench.types import Hit, MemoryBatch, Where
+from bench.types import Hits, MemoryBatch, Where
 
 
 class ExactBackend:
@@ -26,6 +26,7 @@ class ExactBackend:
         self._roles = np.empty(0, dtype=object)
         self._ts = np.empty(0, dtype=np.float64)
         self._by_conv: dict[str, np.ndarray] = {}
+        self._id_rank = np.empty(0, dtype=np.int64)  # position of each id in sorted id order (tie-break)
 
     def open(self, *, dim: int, metric: str = "cosine") -> None:
         check_metric(metric)
@@ -50,13 +51,15 @@ class ExactBackend:
         for i, c in enumerate(self._conv):
             self._by_conv.setdefault(c, []).append(i)
         self._by_conv = {c: np.array(ix, dtype=np.int64) for c, ix in self._by_conv.items()}
+        self._id_rank = np.empty(len(self._ids), dtype=np.int64)
+        self._id_rank[np.argsort(self._ids.astype(str), kind="stable")] = np.arange(len(self._ids))
 
-    def search(self, vector: np.ndarray, *, k: int, where: Where) -> list[Hit]:
+    def search(self, vector: np.ndarray, *, k: int, where: Where) -> Hits:
         if k <= 0:
             raise ValueError(f"exact: k must be positive (got {k})")
         q = np.asarray(vector, dtype=np.float32)
         if len(self._ids) == 0:
-            return []
+            return Hits()
         if where == Where():  # no filter: score the matrix in place (no copy)
             rows, sims = np.arange(len(self._ids)), self._vectors @ q
         else:
@@ -70,11 +73,11 @@ class ExactBackend:
                 rows = rows[self._ts[rows] <= where.before]
             sims = self._vectors[rows] @ q
         if rows.size == 0:
-            return []
+            return Hits()
         kk = min(k, rows.size)
         top = np.argpartition(-sims, kk - 1)[:kk] if kk < rows.size else np.arange(rows.size)
-        top = top[np.lexsort((self._ids[rows[top]].astype(str), -sims[top]))]
-        return [Hit(str(self._ids[rows[i]]), float(sims[i])) for i in top]
+        top = top[np.lexsort((self._id_rank[rows[top]], -sims[top]))]  # similarity descending, then id
+        return Hits(tuple(self._ids[rows[top]].tolist()), tuple(sims[top].tolist()))
 
     def close(self) -> None:
         self._chunks = []

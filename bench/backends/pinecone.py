@@ -21,8 +21,8 @@ from urllib.parse import quote, unquote
 
 import numpy as np
 
-from bench.backends.base import FILTER_KINDS, BackendUnavailable, Capabilities, check_metric
-from bench.types import Hit, MemoryBatch, Where
+from bench.backends.base import FILTER_KINDS, BackendUnavailable, Capabilities, best_first, check_metric
+from bench.types import Hits, MemoryBatch, Where
 
 log = logging.getLogger(__name__)
 
@@ -213,7 +213,7 @@ class PineconeBackend:
         )
         return any(m.id == vid for m in res.matches)
 
-    def search(self, vector: np.ndarray, *, k: int, where: Where) -> list[Hit]:
+    def search(self, vector: np.ndarray, *, k: int, where: Where) -> Hits:
         index = self._require_open()
         if not 0 < k <= MAX_K:
             raise ValueError(f"pinecone: k must be in 1..{MAX_K} (got {k})")
@@ -221,7 +221,7 @@ class PineconeBackend:
         if q.shape[0] != self._dim:
             raise ValueError(f"pinecone: query dim {q.shape[0]} != index dim {self._dim}")
         if where.roles is not None and len(where.roles) == 0:
-            return []
+            return Hits()
         res = index.query(
             top_k=int(k),
             vector=q.tolist(),
@@ -230,13 +230,7 @@ class PineconeBackend:
             include_values=False,
             include_metadata=False,
         )
-        hits, seen = [], set()
-        for m in res.matches:
-            if m.id not in seen:
-                seen.add(m.id)
-                hits.append(Hit(_from_pinecone_id(m.id), _similarity(m.score)))
-        hits.sort(key=lambda h: (-h.score, h.id))
-        return hits
+        return best_first([_from_pinecone_id(m.id) for m in res.matches], [_similarity(m.score) for m in res.matches])
 
     def close(self) -> None:
         index, self._index = self._index, None

@@ -50,8 +50,8 @@ import weakref
 
 import numpy as np
 
-from bench.backends.base import BackendUnavailable, Capabilities, FILTER_KINDS, check_metric, mongo_filter
-from bench.types import Hit, MemoryBatch, Where
+from bench.backends.base import BackendUnavailable, Capabilities, FILTER_KINDS, best_first, check_metric, mongo_filter
+from bench.types import Hits, MemoryBatch, Where
 
 log = logging.getLogger(__name__)
 
@@ -404,7 +404,7 @@ class SeekdbBackend:
         # Crowded out by >= _PROBE_K exact duplicates of its vector: those rows are searchable.
         return len(ids) == _PROBE_K and float(dists[-1]) <= 1e-6
 
-    def search(self, vector: np.ndarray, *, k: int, where: Where) -> list[Hit]:
+    def search(self, vector: np.ndarray, *, k: int, where: Where) -> Hits:
         self._require_open()
         if not isinstance(k, (int, np.integer)) or k <= 0:
             raise ValueError(f"seekdb: k must be a positive integer (got {k!r})")
@@ -414,16 +414,11 @@ class SeekdbBackend:
         if q.shape[0] != self._dim:
             raise ValueError(f"seekdb: query dim {q.shape[0]} != collection dim {self._dim}")
         if where.roles is not None and len(where.roles) == 0:
-            return []
+            return Hits()
         self._set_ef(max(self.ef_search, int(k)))
         res = self._col.query(query_embeddings=q.tolist(), n_results=int(k), where=_native_filter(where), include=[])
-        best: dict[str, float] = {}
-        for mid, dist in zip(res["ids"][0], res["distances"][0], strict=True):
-            mid = mid.decode() if isinstance(mid, bytes) else str(mid)
-            s = _similarity(dist)
-            if mid not in best or s > best[mid]:
-                best[mid] = s
-        return [Hit(i, s) for i, s in sorted(best.items(), key=lambda kv: (-kv[1], kv[0]))]
+        ids = [m.decode() if isinstance(m, bytes) else str(m) for m in res["ids"][0]]
+        return best_first(ids, map(_similarity, res["distances"][0]))
 
     def close(self) -> None:
         self._probes = []

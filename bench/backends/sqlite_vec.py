@@ -26,7 +26,7 @@ from pathlib import Path
 import numpy as np
 
 from bench.backends.base import FILTER_KINDS, Capabilities, check_metric
-from bench.types import Hit, MemoryBatch, Where
+from bench.types import Hits, MemoryBatch, Where
 
 log = logging.getLogger(__name__)
 
@@ -141,7 +141,7 @@ class SqliteVecBackend:
         """Writes are committed and searchable when add() returns."""
         self._require_open()
 
-    def search(self, vector: np.ndarray, *, k: int, where: Where) -> list[Hit]:
+    def search(self, vector: np.ndarray, *, k: int, where: Where) -> Hits:
         conn = self._require_open()
         if not 0 < k <= MAX_K:
             raise ValueError(f"sqlite_vec: k must be in 1..{MAX_K} (got {k})")
@@ -149,7 +149,7 @@ class SqliteVecBackend:
         if q.shape[0] != self._dim:
             raise ValueError(f"sqlite_vec: query dim {q.shape[0]} != collection dim {self._dim}")
         if where.roles is not None and len(where.roles) == 0:
-            return []
+            return Hits()
         clauses, params = ["embedding MATCH ?", "k = ?"], [q.tobytes(), int(k)]
         if where.conversation_id is not None:
             clauses.append("conversation_id = ?")
@@ -167,7 +167,10 @@ class SqliteVecBackend:
         )
         with self._lock:
             rows = conn.execute(sql, params).fetchall()
-        return [Hit(mid, _similarity(d)) for mid, d in rows]
+        if not rows:
+            return Hits()
+        ids, distances = zip(*rows)  # already best first: ORDER BY distance, then id
+        return Hits(ids, tuple(map(_similarity, distances)))
 
     def count(self) -> int:
         conn = self._require_open()
