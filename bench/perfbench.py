@@ -11,7 +11,7 @@ P1  wall time of a job (``bench.cli.run_job`` + its report) with the 17-threshol
     (trace + post 17) / (trace + post 1). Target <= 1.1: thresholds are post-processing.
 P2  harness overhead per query / the exact store's own search time, on the synthetic corpus at
     14,726 memories (``bench.runner.build_trace``: wall time of the query loop minus the summed
-    store calls). Target <= 5 %. Printed beside it (P2/info): the exact reference pass after the
+    store calls). Target <= 5 %. Printed beside it, as information (P2/info): the exact reference pass after the
     loop (trace ``exact_scores`` + fidelity), itself an exact search, relative to the same store time.
 P3a wall time of a warm-cache LoCoMo multirun over exact + sqlite_vec + seekdb + chroma x the main
     strategies (the joblib launcher with 2 jobs when installed), stores queried. Target <= 120 s.
@@ -73,10 +73,11 @@ class Ratio:
     unit: str = ""  # "" for a plain ratio, "%", "s", "GB"
     method: str = ""
     details: dict = field(default_factory=dict)
+    info: bool = False  # printed for context, not a target: never fails the run
 
     @property
     def passed(self) -> bool:
-        return check(self.value, self.op, self.limit)
+        return self.info or check(self.value, self.op, self.limit)
 
     def line(self) -> str:
         return format_line(self)
@@ -102,6 +103,8 @@ def _fmt(value: float, unit: str) -> str:
 
 
 def format_line(r: Ratio) -> str:
+    if r.info:
+        return f"{r.key:<14} {_fmt(r.value, r.unit):>10}   {'(information, no target)':<28}  {r.what}"
     verdict = "PASS" if r.passed else ("FAIL" if r.value == r.value else "NOT MEASURED")
     return f"{r.key:<14} {_fmt(r.value, r.unit):>10}   target {r.op} {_fmt(r.limit, r.unit):<9} {verdict:<5}  {r.what}"
 
@@ -296,10 +299,11 @@ def p2_harness(n_memories: int = 14_726, *, depth: int = 1000, questions_per_con
                       "store calls; the loop builds the filter, times the call, copies ids and scores out of the hits, frees them"),
               details=details),
         Ratio("P2/info", "exact reference pass (trace exact_scores + fidelity) / exact store search time", 100 * post, "<=", 100.0, "%",
-              method=("after the loop, one pass recomputes every question's exact ranking from the cached vectors (a second, "
-                      "reference search by design) to fill exact_scores and fidelity; information: it must stay below the "
-                      "store's own time, it cannot be ~0 against the exact store, which does the same work"),
-              details=details),
+              method=("after the timed loop, one pass recomputes every question's exact ranking from the cached vectors (a "
+                      "second, reference search by design) to fill exact_scores and fidelity; not part of the per-query "
+                      "harness overhead and not a target: against the exact store, which does the same brute-force work, it "
+                      "cannot be ~0"),
+              details=details, info=True),
     ]
 
 

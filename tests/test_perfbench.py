@@ -29,6 +29,8 @@ def test_check_and_verdict_lines():
     assert ok.passed and "PASS" in ok.line() and "target <= 1.100" in ok.line()
     assert not bad.passed and "FAIL" in bad.line() and "4.20 GB" in bad.line() and "target < 4.00 GB" in bad.line()
     assert "NOT MEASURED" in na.line() and "n/a" in na.line()
+    info = P.Ratio("P2/info", "reference pass", 171.9, "<=", 100.0, "%", info=True)  # over its limit, yet information only
+    assert info.passed and "information, no target" in info.line() and "FAIL" not in info.line() and "171.9 %" in info.line()
 
 
 def test_harness_ratio_hand_worked():
