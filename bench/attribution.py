@@ -254,21 +254,14 @@ def _job_dirs(run_dir: Path) -> list[Path]:
 
 
 def build_strategies(strategy_cfg) -> list:
-    """StrategySpecs from a ``strategy:`` config node, as the CLI builds them (every StrategySpec
-    field the node sets is passed through, so new flags such as ``stateful`` keep working)."""
-    from omegaconf import OmegaConf
+    """StrategySpecs from a ``strategy:`` config node, as the CLI builds them; a strategy that no longer
+    builds (its config changed since the run) is skipped with a warning, not fatal to the others."""
+    from bench import config
 
-    from bench.config import build
-    from bench.sweep import StrategySpec
-
-    extra_fields = [f.name for f in dataclasses.fields(StrategySpec) if f.name not in ("name", "fn", "thresholded", "uses_store", "roles")]
     out = []
     for name, s in strategy_cfg.items():
         try:
-            extra = {f: OmegaConf.to_object(s[f]) if OmegaConf.is_config(s[f]) else s[f] for f in extra_fields if s.get(f) is not None}
-            out.append(StrategySpec(name=s.name, fn=build(s.fn), thresholded=bool(s.thresholded),
-                                    uses_store=bool(s.get("uses_store", True)), roles=tuple(s.roles) if s.get("roles") else None,
-                                    **extra))
+            out += config.build_strategies({name: s})
         except Exception as e:  # noqa: BLE001  (one strategy we cannot rebuild must not hide the others)
             log.warning("attribution: cannot rebuild strategy %s (%s: %s); skipped", name, type(e).__name__, e)
     return out

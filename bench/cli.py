@@ -19,7 +19,7 @@ from hydra.experimental.callback import Callback
 from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf
 
-from bench.config import build, fingerprint, redacted_yaml, to_plain
+from bench.config import build, build_strategies, fingerprint, redacted_yaml, to_plain
 from bench.results import error_line, publish_latest, write_atomic
 
 log = logging.getLogger("bench")
@@ -54,17 +54,6 @@ def get_trace(cfg: DictConfig, corpus, embedder, roles: tuple[str, ...] | None):
     return trace
 
 
-def plain_partial(fn):
-    """The instantiated strategy as a plain ``functools.partial`` of the same target and arguments.
-
-    Hydra's ``_partial_`` result re-validates its target policy on every call (~0.3 ms); a sweep
-    calls each strategy ~10^5 times, so the already-instantiated target is called directly.
-    """
-    import functools
-
-    return functools.partial(fn.func, *fn.args, **fn.keywords) if isinstance(fn, functools.partial) else fn
-
-
 def _number(name: str, value, *, integer: bool = False, lo: float | None = None, hi: float | None = None) -> float:
     try:
         x = float(value)
@@ -94,13 +83,13 @@ def run_job(cfg: DictConfig, out_dir: Path) -> pd.DataFrame:
     from bench import tokens
     from bench.data.card import dataset_card
     from bench.embedders.cache import CachedEmbedder
-    from bench.sweep import format_tokens_table, spec_from_config, summarise, sweep, threshold_grid
+    from bench.sweep import format_tokens_table, summarise, sweep, threshold_grid
 
     corpus = build(cfg.dataset)
     inner = build(cfg.embedder)
     # an embedder that computes faster than the cache reads (synthetic) is not cached: at 1M texts the cache would cost GBs
     embedder = CachedEmbedder(inner, Path(cfg.paths.cache) / "embeddings") if getattr(inner, "cacheable", True) else inner
-    strategies = [spec_from_config(to_plain(s), plain_partial(build(s.fn))) for s in cfg.strategy.values()]
+    strategies = build_strategies(cfg.strategy)
     dupes = sorted(n for n, c in Counter(s.name for s in strategies).items() if c > 1)
     if dupes:
         raise ValueError(f"strategy names must be unique within a run: {', '.join(dupes)} used twice (configs/strategy/*.yaml 'name')")

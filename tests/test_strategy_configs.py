@@ -8,11 +8,9 @@ import pandas as pd
 import pytest
 from hydra import compose, initialize_config_dir
 
-from bench.cli import plain_partial
-from bench.config import build
-from bench.config import to_plain
+from bench.config import build_strategies
 from bench.runner import Trace
-from bench.sweep import spec_from_config, summarise, sweep
+from bench.sweep import summarise, sweep
 from bench.types import Conversation, Corpus, Question, Turn
 
 REPO = Path(__file__).resolve().parent.parent
@@ -47,7 +45,7 @@ def trace(roles):
 def specs(names):
     with initialize_config_dir(config_dir=str(REPO / "configs"), version_base="1.3"):
         cfg = compose(config_name="config", overrides=[f"strategy=[{','.join(names)}]"])
-    return [spec_from_config(to_plain(s), plain_partial(build(s.fn))) for s in cfg.strategy.values()]
+    return build_strategies(cfg.strategy)
 
 
 @pytest.mark.parametrize("name", CONFIGS)
