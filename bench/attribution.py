@@ -168,21 +168,21 @@ def attribute(
         vis = set(vis_of(q, roles).tolist())
         ids = list(rec.hit_ids)
         scores = np.asarray(rec.hit_scores, np.float64)
-        pos = {k: i for i, k in enumerate(ids)}
-        passing = [k for k, s in zip(ids, scores) if t is None or s >= t]
-        ppos = {k: i for i, k in enumerate(passing)}
         qranks = ranks.get(q.question_id, {})
         for g in missed:
-            r = pos.get(g)
+            r = ids.index(g) if g in ids else None  # first occurrence, as a store's hits have no duplicates
+            score = float(scores[r]) if r is not None else NAN
+            passes = r is not None and (t is None or score >= t)
+            # 0-based position among the hits that pass the threshold (None when g itself does not pass)
+            rank_passing = (r if t is None else int(np.count_nonzero(scores[:r] >= t))) if passes else None
             cause = classify(visible_=g in vis, uses_store=spec.uses_store, exact_rank=qranks.get(g), top_n=top_n,
-                             store_rank=r, store_score=float(scores[r]) if r is not None else NAN, threshold=t,
-                             cap_k=cap_k, rank_passing=ppos.get(g))
+                             store_rank=r, store_score=score, threshold=t, cap_k=cap_k, rank_passing=rank_passing)
             out.append({
                 "dataset": trace.meta.get("dataset"), "embedder": embedder or trace.meta.get("embedder"),
                 "backend": trace.meta.get("backend"), "strategy": spec.name, "threshold": NAN if t is None else t,
                 "question_id": q.question_id, "conversation_id": q.conversation_id, "category": q.category,
                 "memory": g, "exact_rank": qranks.get(g), "store_rank": None if r is None else r + 1,
-                "store_score": float(scores[r]) if r is not None else NAN, "cause": cause,
+                "store_score": score, "cause": cause,
             })
     cols = ["dataset", "embedder", "backend", "strategy", "threshold", "question_id", "conversation_id", "category",
             "memory", "exact_rank", "store_rank", "store_score", "cause"]
@@ -355,7 +355,11 @@ def attribute_job(job: JobInputs, chosen: Mapping[tuple[str, str, str, str], flo
             continue
         grid = sorted({t for t in want.values() if t is not None}) or [0.5]
         seen = replay(trace, job.corpus, specs, grid, token_counts, embedder=job.embedder)
-        ranks = exact_ranks(job.corpus, *vectors, roles=roles) if vectors else trace_ranks(trace.table, job.corpus, roles=roles)
+        if vectors:  # the same for every store of a multirun on this corpus: computed once
+            key = ("ranks", id(job.corpus), job.embedder, str(job.cache_dir), roles)
+            ranks = memo[key] if key in memo else memo.setdefault(key, exact_ranks(job.corpus, *vectors, roles=roles))
+        else:
+            ranks = trace_ranks(trace.table, job.corpus, roles=roles)
         for s in specs:
             sel = seen.get((s.name, want[s.name]))
             if sel is None:
