@@ -1,7 +1,7 @@
 """Recall strategies: pure selection functions over a question's scored candidates.
 
 Every strategy has the signature
-``fn(hits, *, question, eligible, threshold, **params) -> tuple[Hit, ...]``:
+``fn(hits, *, question, eligible, threshold, **params) -> Sequence[Hit]``:
 ``hits`` are the store's candidates for one question, best first (similarity, higher is better);
 ``question`` is the Question; ``eligible`` are the Turns the question may see, in conversation
 order (for baselines that ignore the store, and for text/time based policies); ``threshold`` is
@@ -21,11 +21,12 @@ from __future__ import annotations
 
 import bisect
 import re
+from operator import neg
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from bench.types import Hit, Question, Turn
+from bench.types import Hit, Hits, Question, Turn
 
 # The seekdb agent-memory article's profile-question detector (English and Chinese), as regexes
 # searched case-insensitively; configurable per strategy config.
@@ -39,7 +40,7 @@ PROFILE_PATTERNS = (
 class Selection:
     """What a strategy selected, plus what the sweep reports beside it."""
 
-    hits: tuple[Hit, ...]
+    hits: Sequence[Hit]  # a tuple, or a store's columnar Hits (a prefix of them)
     route: str = ""  # the route a router took ("" for strategies without routes)
     tiers: tuple[str, ...] = ()  # per hit, e.g. "L1"/"L2"; () for strategies without tiers
     state: Any = None  # stateful policies: the state after this question, fed to the next one
@@ -51,37 +52,40 @@ class Selection:
         return len(self.hits)
 
 
-def limit(hits: Sequence[Hit], *, question: Question | None = None, eligible: Sequence[Turn] = (), threshold: float | None = None, k: int = 5) -> tuple[Hit, ...]:
+def prefix(hits: Sequence[Hit], n: int) -> Sequence[Hit]:
+    """The first ``n`` hits: a ``Hits`` slice (no per-hit objects) for a store's columnar hits, else a tuple."""
+    out = hits[:n]
+    return out if isinstance(out, Hits) else tuple(out)
+
+
+def limit(hits: Sequence[Hit], *, question: Question | None = None, eligible: Sequence[Turn] = (), threshold: float | None = None, k: int = 5) -> Sequence[Hit]:
     """Top-k ("limit"): the k best candidates, whatever their similarity."""
     if k < 0:
         raise ValueError(f"limit: k must be >= 0 (got {k})")
-    return tuple(hits[:k])
+    return prefix(hits, k)
 
 
-def threshold(hits: Sequence[Hit], *, question: Question | None = None, eligible: Sequence[Turn] = (), threshold: float | None = None) -> tuple[Hit, ...]:
+def threshold(hits: Sequence[Hit], *, question: Question | None = None, eligible: Sequence[Turn] = (), threshold: float | None = None) -> Sequence[Hit]:
     """Every candidate with similarity >= threshold (bounded only by the search depth)."""
     if threshold is None:
         raise ValueError("threshold: a threshold is required")
-    return tuple(hits[:above(hits, threshold)])
+    return prefix(hits, above(hits, threshold))
 
 
 def above(hits: Sequence[Hit], threshold: float) -> int:
     """How many of ``hits`` (best first, as every store returns them) have similarity >= threshold."""
+    if isinstance(hits, Hits):
+        return bisect.bisect_right(hits.scores, -threshold, key=neg)
     return bisect.bisect_right(hits, -threshold, key=lambda h: -h.score)
 
 
-def hybrid(hits: Sequence[Hit], *, question: Question | None = None, eligible: Sequence[Turn] = (), threshold: float | None = None, k: int = 5) -> tuple[Hit, ...]:
+def hybrid(hits: Sequence[Hit], *, question: Question | None = None, eligible: Sequence[Turn] = (), threshold: float | None = None, k: int = 5) -> Sequence[Hit]:
     """Threshold, then cap at k."""
     if k < 0:
         raise ValueError(f"hybrid: k must be >= 0 (got {k})")
     if threshold is None:
         raise ValueError("hybrid: a threshold is required")
-    out = []
-    for h in hits:
-        if h.score < threshold or len(out) >= k:
-            break
-        out.append(h)
-    return tuple(out)
+    return prefix(hits, min(k, above(hits, threshold)))
 
 
 def full_context(hits: Sequence[Hit], *, question: Question | None = None, eligible: Sequence[Turn] = (), threshold: float | None = None) -> tuple[Hit, ...]:

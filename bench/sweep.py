@@ -27,7 +27,7 @@ from bench import metrics
 from bench.formats import TokenTable, check_formats
 from bench.runner import Trace, question_filter, visible
 from bench.strategies import Selection
-from bench.types import ROLES, Corpus, Hit, memory_key
+from bench.types import ROLES, Corpus, Hit, Hits, memory_key
 
 _ID = attrgetter("id")
 SUMMARY_KEYS = ["dataset", "embedder", "backend", "strategy", "threshold", "format"]
@@ -83,63 +83,18 @@ def threshold_grid(start: float | str, stop: float | str, step: float | str) -> 
     return tuple(out)
 
 
-class LazyHits(Sequence):
-    """One question's store candidates, best first; each Hit object is built when a strategy first reads it.
-
-    Most strategies read a short prefix (limit, hybrid, a high threshold), so building every Hit of a
-    1000-deep trace up front would dominate the sweep. Built hits are kept for the next strategy.
-    """
-
-    __slots__ = ("_ids", "_scores", "_made", "_prefix")
-
-    def __init__(self, ids: Sequence[str], scores: Sequence[float]) -> None:
-        self._ids, self._scores = ids, scores
-        self._made: list[Hit | None] = [None] * len(ids)
-        self._prefix = 0  # self._made[:_prefix] are all built
-
-    def __len__(self) -> int:
-        return len(self._ids)
-
-    def _build(self, stop: int) -> None:
-        made, ids, scores = self._made, self._ids, self._scores
-        for j in range(self._prefix, stop):
-            if made[j] is None:
-                made[j] = Hit(ids[j], scores[j])
-        self._prefix = max(self._prefix, stop)
-
-    def __getitem__(self, i):
-        if isinstance(i, slice):
-            start, stop, step = i.indices(len(self._ids))
-            if step == 1:
-                if stop > self._prefix:
-                    self._build(stop)
-                return self._made[start:stop]
-            return [self[j] for j in range(start, stop, step)]
-        h = self._made[i]
-        if h is None:
-            h = self._made[i] = Hit(self._ids[i], self._scores[i])
-        return h
-
-    def __iter__(self):
-        made = self._made
-        for j in range(len(made)):
-            if j >= self._prefix:
-                self._build(min(len(made), j + 64))
-            yield made[j]
-
-
 @dataclass(frozen=True)
 class _Ctx:
     question: object
     eligible: tuple
     gold: frozenset
-    hits: list
+    hits: Hits
     latency_ns: float
     full: dict
 
 
 def _as_selection(out) -> Selection:
-    return out if isinstance(out, Selection) else Selection(tuple(out))
+    return out if isinstance(out, Selection) else Selection(out if isinstance(out, Hits) else tuple(out))
 
 
 def replay_order(questions: Sequence) -> list[int]:
@@ -194,7 +149,7 @@ def sweep(
             keys = [t.key for t in seen]
             view = views[(q.conversation_id, q.asked_at)] = (eligible, {f: cost(f, keys) for f in formats})
         ctx.append(_Ctx(q, view[0], frozenset(memory_key(q.conversation_id, e) for e in q.evidence),
-                        LazyHits(list(rec.hit_ids), np.asarray(rec.hit_scores, dtype=float).tolist()), float(rec.latency_ns), view[1]))
+                        Hits(tuple(rec.hit_ids), tuple(np.asarray(rec.hit_scores, dtype=float).tolist())), float(rec.latency_ns), view[1]))
 
     cols: dict[str, list] = {c: [] for c in ("strategy", "threshold", "qi", "n_selected", "n_correct", "latency_ns",
                                              "depth_saturated", "route", "l1_selected", "l1_correct")}
@@ -217,7 +172,7 @@ def sweep(
                 results[i] = sel
             for i, sel in enumerate(results):
                 c = ctx[i]
-                ids = list(dict.fromkeys(map(_ID, sel.hits)))
+                ids = list(dict.fromkeys(sel.hits.ids if isinstance(sel.hits, Hits) else map(_ID, sel.hits)))
                 cols["strategy"].append(spec.name)
                 cols["threshold"].append(NAN if t is None else t)
                 cols["qi"].append(i)

@@ -223,12 +223,14 @@ def test_format_tokens_table_prices_the_seed_settings():
     assert fc["tokens_injected_mean"] == 60 and fc["token_savings"] == 0.0  # q1 only (q2 is adversarial)
 
 
-def test_lazy_hits_behave_like_a_list_of_hits():
-    from bench.sweep import LazyHits
+def test_store_strategies_slice_columnar_hits_like_a_list():
+    from bench.types import Hits
 
-    h = LazyHits(["a", "b", "c", "d"], [0.9, 0.8, 0.7, 0.1])
+    h = Hits(("a", "b", "c", "d"), (0.9, 0.8, 0.7, 0.1))
     want = [Hit("a", 0.9), Hit("b", 0.8), Hit("c", 0.7), Hit("d", 0.1)]
-    assert len(h) == 4 and h[1] == want[1] and h[-1] == want[-1]
-    assert h[1:3] == want[1:3] and h[::2] == want[::2] and h[3:10] == want[3:] and h[:0] == []
-    assert list(h) == want and h[0] is h[0]  # built once, then reused
-    assert S.threshold(h, threshold=0.75) == tuple(want[:2]) and S.above(h, 0.1) == 4
+    # threshold 0.75 keeps a, b; hybrid k=1 caps that at a; limit 3 takes a, b, c -- each a Hits slice, no Hit objects built
+    for got, expect in ((S.threshold(h, threshold=0.75), want[:2]), (S.hybrid(h, threshold=0.75, k=1), want[:1]),
+                        (S.limit(h, k=3), want[:3]), (S.threshold(h, threshold=0.95), [])):
+        assert isinstance(got, Hits) and got == expect
+    assert S.above(h, 0.1) == 4 and S.above(h, 0.8) == 2 and S.above(h, 0.95) == 0
+    assert S.hybrid(want, threshold=0.75, k=1) == tuple(want[:1]) and S.threshold(want, threshold=0.75) == tuple(want[:2])  # plain list: tuples
