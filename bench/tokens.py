@@ -138,7 +138,21 @@ def count_tokens_many(texts: Sequence[str], encoding: str = DEFAULT_ENCODING) ->
     for i, t in enumerate(texts):
         if not isinstance(t, str):
             raise ValueError(f"count_tokens_many: texts[{i}] is {type(t).__name__}, expected str")
-    return [len(ids) for ids in get_encoding(encoding).encode_ordinary_batch(texts)]
+    enc = get_encoding(encoding)
+
+    def count(part: list[str]) -> list[int]:
+        return [len(enc.encode_ordinary(t)) for t in part]
+
+    # tiktoken's encode_ordinary_batch submits one thread-pool task per text, which costs more than
+    # encoding a short chat line; a few large chunks (the encoder releases the GIL) is 2-3x faster.
+    workers = min(len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1), 8)
+    if workers < 2 or len(texts) < 4096:
+        return count(texts)
+    size = -(-len(texts) // workers)
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(workers) as pool:
+        return [n for part in pool.map(count, [texts[i : i + size] for i in range(0, len(texts), size)]) for n in part]
 
 
 def format_memory(role: str, text: str) -> str:

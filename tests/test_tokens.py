@@ -78,6 +78,12 @@ def test_count_many_and_special_tokens_as_text():
         count_tokens_many(["a", None])
 
 
+def test_count_many_in_chunks_keeps_order():
+    # 5,000 texts take the chunked (threaded) path; "hello world" = 2 tokens, "a b c" = 3, "" = 0, in input order
+    texts = ["hello world", "a b c", ""] * 1667
+    assert count_tokens_many(texts) == [2, 3, 0] * 1667
+
+
 def test_format_memory_is_the_counted_string():
     assert format_memory("user", "hello world") == "user: hello world"
     assert format_memories([("user", "hi"), ("assistant", "hello there")]) == "user: hi\nassistant: hello there"
