@@ -7,18 +7,18 @@ local stores accept ``path: str`` (a directory). ``open()`` attaches to the coll
 exists, else creates it. ``Where.before`` keeps rows with ``timestamp <= before``.
 
 It converts its native distance into a similarity (higher is better) in exactly one private
-function, and returns hits sorted by similarity, descending, without duplicates.
+function, and returns ``Hits`` (parallel tuples of ids and similarities) sorted by similarity,
+descending, without duplicates; ``best_first`` does that ordering for stores that need it.
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
 import numpy as np
-
-from collections.abc import Iterable
 
 from bench.types import Hits, MemoryBatch, Where
 
