@@ -21,12 +21,14 @@ from __future__ import annotations
 
 import bisect
 import re
-from operator import neg
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from operator import neg
 from typing import Any
 
 from bench.types import Hit, Hits, Question, Turn
+
+NAN = float("nan")
 
 # The seekdb agent-memory article's profile-question detector (English and Chinese), as regexes
 # searched case-insensitively; configurable per strategy config.
@@ -88,12 +90,12 @@ def hybrid(hits: Sequence[Hit], *, question: Question | None = None, eligible: S
     return prefix(hits, min(k, above(hits, threshold)))
 
 
-def full_context(hits: Sequence[Hit], *, question: Question | None = None, eligible: Sequence[Turn] = (), threshold: float | None = None) -> tuple[Hit, ...]:
+def full_context(hits: Sequence[Hit], *, question: Question | None = None, eligible: Sequence[Turn] = (), threshold: float | None = None) -> Hits:
     """Baseline: inject every memory the question may see (every earlier turn), no store involved."""
     global _FULL
     if _FULL[0] is eligible:  # memo of the last answer: the sweep hands a conversation's questions the same tuple
         return _FULL[1]
-    out = tuple(Hit(t.key, float("nan")) for t in eligible)
+    out = Hits(tuple(t.key for t in eligible), (NAN,) * len(eligible))  # columnar: no object per memory
     if isinstance(eligible, tuple):  # immutable, so the memo cannot go stale
         _FULL = (eligible, out)
     return out
@@ -102,11 +104,12 @@ def full_context(hits: Sequence[Hit], *, question: Question | None = None, eligi
 _FULL: tuple = (None, ())
 
 
-def recency(hits: Sequence[Hit], *, question: Question | None = None, eligible: Sequence[Turn] = (), threshold: float | None = None, k: int = 5) -> tuple[Hit, ...]:
+def recency(hits: Sequence[Hit], *, question: Question | None = None, eligible: Sequence[Turn] = (), threshold: float | None = None, k: int = 5) -> Hits:
     """Baseline: the last k turns the question may see, most recent first (no store involved)."""
     if k < 0:
         raise ValueError(f"recency: k must be >= 0 (got {k})")
-    return tuple(Hit(t.key, float("nan")) for t in reversed(eligible[len(eligible) - k:])) if k else ()
+    last = eligible[len(eligible) - k:] if k else ()
+    return Hits(tuple(t.key for t in reversed(last)), (NAN,) * len(last))
 
 
 def token_budget(hits: Sequence[Hit], *, question: Question | None = None, eligible: Sequence[Turn] = (), threshold: float | None = None,

@@ -29,10 +29,11 @@ class Turn:
     timestamp: float | None  # when the turn was said (session date for LoCoMo)
     position: int  # 0-based order within the conversation
     session: int = 0  # 0-based session ordinal within the conversation (never a source session id)
+    # the id a store sees (memory_key); built once here, so every hit, trace and table shares one string per turn
+    key: str = field(init=False, repr=False, compare=False)
 
-    @property
-    def key(self) -> str:
-        return memory_key(self.conversation_id, self.turn_id)
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "key", memory_key(self.conversation_id, self.turn_id))
 
 
 @dataclass(frozen=True, slots=True)
