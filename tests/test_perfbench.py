@@ -110,9 +110,18 @@ def test_tree_rss_and_run_measured_see_a_child_allocation():
     code = "import time; b = bytearray(150_000_000); b[::4096] = b'x' * len(b[::4096]); time.sleep(0.6)"
     proc = P.run_measured([sys.executable, "-c", code], sample_s=0.05, timeout_s=120)
     assert proc.returncode == 0 and proc.wall_s > 0.5
-    assert proc.maxrss_bytes >= 150_000_000 and proc.tree_peak_bytes >= 150_000_000
+    assert proc.maxrss_bytes >= 150_000_000 and proc.tree_peak_bytes >= 150_000_000 and proc.hwm_bytes >= 150_000_000
     failed = P.run_measured([sys.executable, "-c", "import sys; sys.stderr.write('boom'); sys.exit(3)"])
     assert failed.returncode == 3 and "boom" in failed.stderr_tail
+
+
+def test_peak_rss_of_a_child_excludes_the_launchers_own_memory():
+    ballast = bytearray(400_000_000)  # the launcher holds 400 MB resident while a ~10 MB child runs
+    ballast[::4096] = b"x" * len(ballast[::4096])
+    proc = P.run_measured([sys.executable, "-c", "import time; time.sleep(0.5)"], sample_s=0.05, timeout_s=120)
+    assert proc.returncode == 0 and 0 < proc.hwm_bytes < 100_000_000  # VmHWM: the child's own address space since exec
+    assert P.vm_hwm_bytes(2**22 + 12345) == 0  # no such process
+    del ballast
 
 
 def test_raw_onnx_loop_matches_the_embedder():
