@@ -485,6 +485,12 @@ def locomo_texts(data_dir: Path, n: int) -> list[str] | None:
 # ----------------------------------------------------------------------------- P4
 
 
+def _conversation_before(w) -> dict:
+    """The hand-written metadata filter of the P4 workload (conversation, optionally time), as chroma and pyseekdb take it."""
+    where = {"conversation_id": {"$eq": w.conversation_id}}
+    return where if w.before is None else {"$and": [where, {"ts": {"$lte": w.before}}]}
+
+
 def raw_search_fn(name: str, backend) -> Callable:
     """A minimal hand-written query over the client and collection ``backend`` opened: (vector, k, where) -> [(id, sim)]."""
     if name == "exact":
@@ -513,10 +519,7 @@ def raw_search_fn(name: str, backend) -> Callable:
         col = backend._col
 
         def seekdb(q, k, w):
-            where = {"conversation_id": {"$eq": w.conversation_id}}
-            if w.before is not None:
-                where = {"$and": [where, {"ts": {"$lte": w.before}}]}
-            res = col.query(query_embeddings=q.tolist(), n_results=k, where=where, include=[])
+            res = col.query(query_embeddings=q.tolist(), n_results=k, where=_conversation_before(w), include=[])
             return [(i, 1.0 - d) for i, d in zip(res["ids"][0], res["distances"][0])]
 
         return seekdb
@@ -524,10 +527,7 @@ def raw_search_fn(name: str, backend) -> Callable:
         col = backend._col
 
         def chroma(q, k, w):
-            where = {"conversation_id": {"$eq": w.conversation_id}}
-            if w.before is not None:
-                where = {"$and": [where, {"ts": {"$lte": w.before}}]}
-            res = col.query(query_embeddings=[q], n_results=k, where=where, include=["distances"])
+            res = col.query(query_embeddings=[q], n_results=k, where=_conversation_before(w), include=["distances"])
             return [(i, 1.0 - d) for i, d in zip(res["ids"][0], res["distances"][0])]
 
         return chroma

@@ -270,7 +270,7 @@ class _Rows:
 
 
 def _exact_pass(corpus: Corpus, tv: np.ndarray, qv: np.ndarray, hit_ids: Sequence[Sequence[str]],
-                hit_scores: Sequence[Sequence[float]] | None, *, roles, k: int, depth: int,
+                hit_scores: Sequence[Sequence[float]], *, roles, k: int, depth: int,
                 progress: bool = False) -> tuple[list[list[float]], dict]:
     """One pass over the questions: exact cosine of every hit, and the store metrics (see store_metrics)."""
     rows = _Rows(corpus, roles)
@@ -288,13 +288,12 @@ def _exact_pass(corpus: Corpus, tv: np.ndarray, qv: np.ndarray, hit_ids: Sequenc
             for j in np.flatnonzero(~inside & (r >= 0)):  # a hit from another conversation (a filter leak)
                 vals[j] = float(tv[r[j]] @ qv[qi])
             exact[qi] = vals.tolist()
-            if hit_scores is not None:
-                d = np.abs(np.asarray(hit_scores[qi], dtype=float) - vals)
-                pairs += len(d)
-                mismatches += int(np.sum(d > 1e-4))
-                if not np.isnan(d).all():
-                    m = float(np.nanmax(d))
-                    max_diff = m if max_diff != max_diff else max(max_diff, m)
+            d = np.abs(np.asarray(hit_scores[qi], dtype=float) - vals)
+            pairs += len(d)
+            mismatches += int(np.sum(d > 1e-4))
+            if not np.isnan(d).all():
+                m = float(np.nanmax(d))
+                max_diff = m if max_diff != max_diff else max(max_diff, m)
         local = rows.eligible(questions[qi], start, len(sims))
         want = rows.ranked(start, local, sims, k)
         if len(want):
@@ -310,12 +309,6 @@ def _exact_pass(corpus: Corpus, tv: np.ndarray, qv: np.ndarray, hit_ids: Sequenc
         "score_pairs": pairs,
     }
     return exact, metrics
-
-
-def exact_scores(corpus: Corpus, tv: np.ndarray, qv: np.ndarray, hit_ids: Sequence[Sequence[str]], *,
-                 progress: bool = False) -> list[list[float]]:
-    """Exact cosine (from the cached vectors) of every hit, per question; NaN for ids not in the corpus."""
-    return _exact_pass(corpus, tv, qv, hit_ids, None, roles=None, k=1, depth=1, progress=progress)[0]
 
 
 def exact_top(corpus: Corpus, tv: np.ndarray, qv: np.ndarray, *, roles: tuple[str, ...] | None, k: int) -> list[list[str]]:
