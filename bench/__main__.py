@@ -1,3 +1,5 @@
+import sys
+
 from bench.cli import main
 
-main()
+sys.exit(main())

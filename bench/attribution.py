@@ -244,6 +244,7 @@ class JobInputs:
     embedder: str
     token_encoding: str
     cache_dir: Path | None
+    embedder_identity: dict | None = None  # the key of the embedding cache (meta.json of the job)
 
 
 def _job_dirs(run_dir: Path) -> list[Path]:
@@ -288,7 +289,8 @@ def load_job(job_dir: Path, memo: dict | None = None) -> JobInputs:
     traces = tuple(Trace.load(p.parent) for p in sorted(job_dir.glob("trace*/trace.parquet")))
     return JobInputs(job_dir, corpus, traces, tuple(build_strategies(cfg.strategy)), str(meta["embedder"]),
                      str(meta.get("tokens_encoding") or cfg.tokens.encoding),
-                     Path(cfg.paths.cache) / "embeddings" if cfg.get("paths") and cfg.paths.get("cache") else None)
+                     Path(cfg.paths.cache) / "embeddings" if cfg.get("paths") and cfg.paths.get("cache") else None,
+                     meta.get("embedder_identity"))
 
 
 class _CacheOnly:
@@ -296,8 +298,9 @@ class _CacheOnly:
 
     for_results = True
 
-    def __init__(self, model_id: str) -> None:
+    def __init__(self, model_id: str, identity: dict) -> None:
         self.model_id = model_id
+        self.identity = identity
 
     @property
     def dim(self) -> int:
@@ -307,13 +310,13 @@ class _CacheOnly:
         raise LookupError(f"{len(texts)} texts are not in the embedding cache")
 
 
-def cached_vectors(corpus: Corpus, model_id: str, cache_dir: Path | None) -> tuple[np.ndarray, np.ndarray] | None:
-    """Turn and question vectors from the embedding cache; None when any is missing."""
+def cached_vectors(corpus: Corpus, model_id: str, cache_dir: Path | None, identity: dict | None = None) -> tuple[np.ndarray, np.ndarray] | None:
+    """Turn and question vectors from the embedding cache of the embedder with ``identity``; None when any is missing."""
     from bench.embedders.cache import CachedEmbedder
 
-    if cache_dir is None or not Path(cache_dir).is_dir():
+    if cache_dir is None or not Path(cache_dir).is_dir() or not identity:
         return None
-    emb = CachedEmbedder(_CacheOnly(model_id), cache_dir)
+    emb = CachedEmbedder(_CacheOnly(model_id, identity), cache_dir)
     try:
         return emb.embed([t.text for t in corpus.turns()]), emb.embed([q.text for q in corpus.questions])
     except (LookupError, RuntimeError) as e:
@@ -335,9 +338,9 @@ def attribute_job(job: JobInputs, chosen: Mapping[tuple[str, str, str, str], flo
         counts_ = tokens.count_tokens_many([tokens.format_memory(t.role, t.text) for t in turns], job.token_encoding)
         memo[key] = {t.key: n for t, n in zip(turns, counts_)}
     token_counts = memo[key]
-    key = ("vectors", id(job.corpus), job.embedder, str(job.cache_dir))
+    key = ("vectors", id(job.corpus), job.embedder, json.dumps(job.embedder_identity, sort_keys=True, default=str), str(job.cache_dir))
     if key not in memo:
-        memo[key] = cached_vectors(job.corpus, job.embedder, job.cache_dir)
+        memo[key] = cached_vectors(job.corpus, job.embedder, job.cache_dir, job.embedder_identity)
     vectors = memo[key]
     parts = []
     for trace in job.traces:
@@ -356,7 +359,7 @@ def attribute_job(job: JobInputs, chosen: Mapping[tuple[str, str, str, str], flo
         grid = sorted({t for t in want.values() if t is not None}) or [0.5]
         seen = replay(trace, job.corpus, specs, grid, token_counts, embedder=job.embedder)
         if vectors:  # the same for every store of a multirun on this corpus: computed once
-            key = ("ranks", id(job.corpus), job.embedder, str(job.cache_dir), roles)
+            key = ("ranks", id(job.corpus), job.embedder, json.dumps(job.embedder_identity, sort_keys=True, default=str), str(job.cache_dir), roles)
             ranks = memo[key] if key in memo else memo.setdefault(key, exact_ranks(job.corpus, *vectors, roles=roles))
         else:
             ranks = trace_ranks(trace.table, job.corpus, roles=roles)

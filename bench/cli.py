@@ -2,15 +2,21 @@
 
 One job = one (dataset, embedder, backend) trace, swept over every selected strategy and threshold.
 A job writes raw results into its own directory; a single run then writes its report there, and a
-multirun's report is written by ``CollectRuns`` over every job. Either way the finished run is
-copied to ``reports/latest``.
+multirun's report is written by ``CollectRuns`` over every job. Either way the finished run becomes
+``reports/latest``. What decides a result, and so every cache key, is owned by ``bench.run``.
+
+Everything the process prints or logs is scrubbed of secrets (``install_scrubbing``); a fault
+(an unwritable cache or run directory, a full disk, Ctrl-C) ends with one line naming what failed
+and what finished, and a non-zero exit, never a traceback.
 """
 
 from __future__ import annotations
 
+import io
 import json
 import logging
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 
 import pandas as pd
@@ -19,40 +25,17 @@ from hydra.experimental.callback import Callback
 from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf
 
-from bench.config import build, build_strategies, fingerprint, redacted_yaml, to_plain
-from bench.results import error_line, publish_latest, write_atomic
+from bench import run
+from bench.config import build, build_strategies, redacted_yaml, to_plain
+from bench.results import check_env_name, error_line, redact, redact_override, register_secret_env, scrub, secret_override, write_atomic
 
 log = logging.getLogger("bench")
 
+EXIT_INTERRUPTED = 130
+_STATE = {"interrupted": False, "exit": 0}  # this process's run: set by jobs and the multirun callback, read by main()
 
-def get_trace(cfg: DictConfig, corpus, embedder, roles: tuple[str, ...] | None):
-    """The trace for (dataset, embedder, store, depth, roles): from the cache, else measured once."""
-    from bench.runner import Trace, build_trace
 
-    backend_cfg = {k: v for k, v in to_plain(cfg.backend).items() if k not in ("path", "collection")}
-    corpus_id = fingerprint(corpus.source, len(corpus.turns()), [q.question_id for q in corpus.questions])
-    key = fingerprint(corpus.name, corpus_id, embedder.model_id, backend_cfg, int(cfg.depth), roles)
-    cached = Path(cfg.paths.cache) / "traces" / key
-    if cfg.trace_cache and (cached / "trace.parquet").exists():
-        trace = Trace.load(cached)
-        log.info("reusing trace %s measured at %s (no store query)", key, trace.meta.get("measured_at"))
-        trace.meta["reused_from"] = str(cached)
-        return trace
-    backend = build(cfg.backend, collection=f"rb_{key}")
-    try:
-        trace = build_trace(corpus, embedder, backend, depth=int(cfg.depth), roles=roles,
-                            warmup=int(cfg.warmup), progress=bool(cfg.progress))
-    finally:
-        try:
-            backend.drop()
-        except Exception as exc:  # e.g. the server died: keep the real error, not the drop's
-            log.warning("could not drop collection rb_%s: %s", key, error_line(exc))
-        finally:
-            backend.close()
-    trace.meta.update(trace_key=key, dataset_source=corpus.source)
-    trace.save(cached)
-    return trace
-
+# --- settings -----------------------------------------------------------------------------------
 
 def _number(name: str, value, *, integer: bool = False, lo: float | None = None, hi: float | None = None) -> float:
     try:
@@ -66,27 +49,133 @@ def _number(name: str, value, *, integer: bool = False, lo: float | None = None,
     return x
 
 
+def _env_settings(node, where: str = ""):
+    """(dotted name, value) of every ``*_env`` setting in a plain config tree."""
+    if isinstance(node, dict):
+        for k, v in node.items():
+            name = f"{where}{k}"
+            if str(k).endswith("_env") and not isinstance(v, (dict, list)):
+                yield name, v
+            yield from _env_settings(v, name + ".")
+    elif isinstance(node, list):
+        for i, v in enumerate(node):
+            yield from _env_settings(v, f"{where}[{i}].")
+
+
 def check_settings(cfg: DictConfig) -> None:
-    """Reject bad top-level settings with a one-line message naming the key."""
-    _number("depth", cfg.depth, integer=True, lo=1)
+    """Reject bad top-level settings with a one-line message naming the key (never echoing a secret)."""
+    for name, value in _env_settings(OmegaConf.to_container(cfg, resolve=False)):
+        check_env_name(name, value)
+        register_secret_env(value)
+    if cfg.depth is not None:
+        _number("depth", cfg.depth, integer=True, lo=1)
     _number("warmup", cfg.warmup, integer=True, lo=0)
     for k in ("start", "stop", "step"):
         _number(f"thresholds.{k}", cfg.thresholds[k], lo=0, hi=1)
 
 
-def run_job(cfg: DictConfig, out_dir: Path) -> pd.DataFrame:
-    """Run one job into ``out_dir``; returns its summary table."""
+# Settings that say where a job writes, how it shows progress, or how it is reported: not part of its results.
+JOB_KEY_IGNORES = ("hydra", "paths", "progress", "publish_latest", "resume", "trace_cache", "recommend", "regress", "strict")
+
+
+def job_settings(cfg: DictConfig) -> dict:
+    """The resolved config that decides a job's results (paths, progress and report-time settings removed)."""
+    plain = OmegaConf.to_container(cfg, resolve=True)
+    out = {k: v for k, v in plain.items() if k not in JOB_KEY_IGNORES}
+    for node in ("embedder", "backend"):
+        if isinstance(out.get(node), dict):
+            out[node] = {k: v for k, v in out[node].items() if k not in ("progress", *run.STORE_PLACE_FIELDS)}
+    return out
+
+
+# --- one job ------------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Job:
+    """A job's inputs, loaded once: the corpus, the embedder and the key of its results."""
+
+    corpus: object
+    corpus_sha: str
+    embedder: object  # the inner embedder (not yet wrapped in the cache)
+    key: run.Key
+
+
+def prepare(cfg: DictConfig) -> Job:
+    """Check the settings, load the corpus (its label defects summarised on the console) and the embedder."""
+    from bench.data.card import defect_summary
+
     check_settings(cfg)
+    corpus = build(cfg.dataset)
+    if corpus.defects:
+        log.warning("%s: %s (see dataset_card.md)", corpus.name, defect_summary(corpus.defects))
+        if cfg.get("strict", False):
+            raise ValueError(f"strict=true: {corpus.name} ({corpus.source}) has {defect_summary(corpus.defects)}")
+    embedder = build(cfg.embedder)
+    sha = run.corpus_digest(corpus)
+    return Job(corpus, sha, embedder, run.job_key(settings=job_settings(cfg), corpus_sha=sha, embedder=embedder.identity))
+
+
+def search_depth(cfg: DictConfig, corpus) -> int:
+    """``depth`` when set, else every eligible memory: the largest conversation's turn count."""
+    if cfg.depth is not None:
+        return int(cfg.depth)
+    return max([len(c.turns) for c in corpus.conversations] + [1])
+
+
+def get_trace(cfg: DictConfig, job: Job, embedder, roles: tuple[str, ...] | None):
+    """The trace for (corpus, embedder, store, depth, roles): from the cache when valid, else measured once."""
+    from bench.runner import Trace, build_trace
+
+    backend_cfg = to_plain(cfg.backend)
+    depth = search_depth(cfg, job.corpus)
+    key = run.trace_key(corpus_sha=job.corpus_sha, embedder=job.embedder.identity, backend=backend_cfg, depth=depth,
+                        roles=roles, warmup=int(cfg.warmup))
+    cached = Path(cfg.paths.cache) / "traces" / key.digest
+    status = "miss"
+    if cfg.trace_cache and cached.exists():
+        trace, problem = Trace.load_checked(cached, job.corpus)
+        if trace is not None:
+            log.info("trace cache hit %s (measured %s): no store query", key.digest, trace.meta.get("measured_at"))
+            trace.meta["reused_from"] = str(cached)
+            trace.meta["cache"] = {**key.describe(), "status": "hit"}
+            return trace
+        log.warning("trace cache %s not reused: %s; measuring again", cached, problem)
+        status = f"invalid ({problem})"
+    place = {"collection": f"rb_{key.digest[:12]}_{run.process_token()}"}
+    if backend_cfg.get("path"):  # an embedded store: a directory of this process's own
+        run.remove_stale_store_dirs(Path(backend_cfg["path"]).parent)
+        place["path"] = str(run.private_store_dir(backend_cfg["path"]))
+    backend = build(cfg.backend, **place)
+    try:
+        trace = build_trace(job.corpus, embedder, backend, depth=depth, roles=roles,
+                            warmup=int(cfg.warmup), progress=bool(cfg.progress))
+    finally:
+        try:
+            backend.drop()
+        except Exception as exc:  # e.g. the server died: keep the real error, not the drop's
+            log.warning("could not drop collection %s: %s", place["collection"], error_line(exc))
+        finally:
+            backend.close()
+    trace.meta.update(trace_key=key.digest, dataset_source=job.corpus.source, cache={**key.describe(), "status": status})
+    try:
+        trace.save(cached)
+    except OSError as exc:
+        _warn_fault(f"could not write the trace cache {cached}: {error_line(exc)}")
+    return trace
+
+
+def run_job(cfg: DictConfig, out_dir: Path, job: Job | None = None) -> pd.DataFrame:
+    """Run one job into ``out_dir``; returns its summary table."""
     from collections import Counter
 
     from bench import formats as F
     from bench import tokens
-    from bench.data.card import dataset_card
+    from bench.data.card import dataset_card, defect_summary
     from bench.embedders.cache import CachedEmbedder
     from bench.sweep import format_tokens_table, summarise, sweep, threshold_grid
 
-    corpus = build(cfg.dataset)
-    inner = build(cfg.embedder)
+    job = job or prepare(cfg)
+    corpus, inner = job.corpus, job.embedder
     # an embedder that computes faster than the cache reads (synthetic) is not cached: at 1M texts the cache would cost GBs
     embedder = CachedEmbedder(inner, Path(cfg.paths.cache) / "embeddings") if getattr(inner, "cacheable", True) else inner
     strategies = build_strategies(cfg.strategy)
@@ -101,7 +190,7 @@ def run_job(cfg: DictConfig, out_dir: Path) -> pd.DataFrame:
     out_dir.mkdir(parents=True, exist_ok=True)
     parts, metas, by_format = [], [], []
     for roles in dict.fromkeys(s.roles for s in strategies):
-        trace = get_trace(cfg, corpus, embedder, roles)
+        trace = get_trace(cfg, job, embedder, roles)
         trace.save(out_dir / ("trace" if roles is None else f"trace_{'_'.join(roles)}"))
         specs = [s for s in strategies if s.roles == roles]
         parts.append(sweep(trace, corpus, specs, grid, token_counts, embedder=embedder.model_id, formats=formats, format_tokens=table))
@@ -111,15 +200,105 @@ def run_job(cfg: DictConfig, out_dir: Path) -> pd.DataFrame:
     summary = summarise(rows)
     summary["for_results"] = bool(getattr(inner, "for_results", True))
 
+    embed_cache = {"key": embedder.dir.name, "inputs": inner.identity, "hits": embedder.hits, "misses": embedder.misses} \
+        if isinstance(embedder, CachedEmbedder) else {"status": "not cached", "inputs": inner.identity}
     write_atomic(out_dir / "questions.parquet", lambda p: rows.to_parquet(p, index=False))
     write_atomic(out_dir / "summary.csv", lambda p: summary.to_csv(p, index=False))
     write_atomic(out_dir / "dataset_card.md", lambda p: p.write_text(dataset_card(corpus)))
-    write_atomic(out_dir / "config_resolved.yaml", lambda p: p.write_text(redacted_yaml(cfg)))
     meta = {**metas[0], "traces": metas, "tokens_encoding": cfg.tokens.encoding, "thresholds": list(grid),
             "strategies": [s.name for s in strategies], "formats": list(formats), "format_tokens": by_format,
-            "embed_cache": {"hits": getattr(embedder, "hits", None), "misses": getattr(embedder, "misses", None)}}
-    write_atomic(out_dir / "meta.json", lambda p: p.write_text(json.dumps(meta, indent=2, default=str)))
+            "corpus_sha256": job.corpus_sha, "embedder_identity": inner.identity, "overrides": _overrides(),
+            "defects": dict(Counter(d.kind for d in corpus.defects)), "defects_summary": defect_summary(corpus.defects),
+            "embed_cache": {"hits": getattr(embedder, "hits", None), "misses": getattr(embedder, "misses", None)},
+            "caches": {"job": {**job.key.describe(), "status": "miss"}, "traces": [m.get("cache") for m in metas],
+                       "embeddings": embed_cache}}
+    write_atomic(out_dir / "meta.json", lambda p: p.write_text(json.dumps(redact(meta), indent=2, default=str)))
     return summary
+
+
+def _warn_fault(line: str) -> None:
+    """A fault that did not stop the job (a cache that could not be written): logged, and the run exits non-zero."""
+    log.error(line)
+    _STATE["exit"] = _STATE["exit"] or 1
+    try:
+        out = Path(HydraConfig.get().runtime.output_dir) / "faults.json"
+        prev = json.loads(out.read_text()) if out.exists() else []
+        write_atomic(out, lambda p: p.write_text(json.dumps(prev + [line], indent=2)))
+    except Exception:  # noqa: BLE001  (the run directory itself may be the fault)
+        pass
+
+
+def _caches_line(meta: dict) -> str:
+    c = meta.get("caches") or {}
+    traces = ", ".join(f"{t.get('status')} {t.get('key')}" for t in c.get("traces") or [] if t)
+    e = c.get("embeddings") or {}
+    emb = f"{e['hits']} of {e['hits'] + e['misses']} texts cached" if e.get("hits") is not None else e.get("status", "n/a")
+    return f"caches: job {c.get('job', {}).get('status')} {c.get('job', {}).get('key')}; trace {traces or 'n/a'}; embeddings {emb}"
+
+
+def run_or_resume(cfg: DictConfig, out_dir: Path) -> bool:
+    """Run a job, or copy its results when an identical job finished before. False when it failed.
+
+    A failure is recorded in ``out_dir/failed.json`` (type and message, no traceback) so that a
+    multirun's other jobs finish and the report lists it; finished jobs are kept under
+    ``reports/cache/jobs/<key>`` (with a manifest of their files' sha256) so a re-run skips them.
+    The current command's config is always written (``config_resolved.yaml``): report-time
+    settings come from the command, never from the cached job.
+    """
+    key = None
+    try:
+        job = prepare(cfg)
+        key = job.key
+        done = Path(cfg.paths.cache) / "jobs" / key.digest
+        problem = run.check_job(done, key) if done.exists() else "not cached"
+        if cfg.get("resume", True) and not problem:
+            run.restore_job(done, out_dir)
+            meta = json.loads((out_dir / "meta.json").read_text())
+            meta.setdefault("caches", {})["job"] = {**key.describe(), "status": "hit", "from": str(done)}
+            meta["overrides"] = _overrides()
+            write_atomic(out_dir / "meta.json", lambda p: p.write_text(json.dumps(meta, indent=2, default=str)))
+            write_atomic(out_dir / "config_resolved.yaml", lambda p: p.write_text(redacted_yaml(cfg)))
+            log.info("job %s finished before: results copied from %s (resume=false to re-run)", key.digest, done)
+            return True
+        if done.exists() and problem:
+            log.warning("cached job %s not reused: %s; running it again", done, problem)
+        run_job(cfg, out_dir, job)
+        write_atomic(out_dir / "config_resolved.yaml", lambda p: p.write_text(redacted_yaml(cfg)))
+        log.info(_caches_line(json.loads((out_dir / "meta.json").read_text())))
+    except KeyboardInterrupt:
+        _STATE["interrupted"] = True
+        _record_failure(cfg, out_dir, key, "interrupted (Ctrl-C) before the job finished")
+        return False
+    except Exception as exc:  # recorded, reported, never a traceback for the user
+        reason = error_line(exc)
+        log.error("job failed: %s", reason)
+        log.debug("job failure details", exc_info=True)
+        _record_failure(cfg, out_dir, key, reason)
+        return False
+    try:
+        run.save_job(out_dir, Path(cfg.paths.cache) / "jobs", key, exclude=("config_resolved.yaml", "faults.json"))
+    except OSError as exc:
+        _warn_fault(f"the job finished but could not be cached in {Path(cfg.paths.cache) / 'jobs'}: {error_line(exc)}")
+    return True
+
+
+def _overrides() -> list[str]:
+    """This job's command-line overrides, secrets redacted (empty outside a Hydra job)."""
+    try:
+        return [redact_override(o) for o in HydraConfig.get().overrides.task]
+    except ValueError:  # HydraConfig not set (an in-process call)
+        return []
+
+
+def _record_failure(cfg: DictConfig, out_dir: Path, key: run.Key | None, reason: str) -> None:
+    try:
+        overrides = _overrides()
+        out_dir.mkdir(parents=True, exist_ok=True)
+        write_atomic(out_dir / "failed.json", lambda p: p.write_text(json.dumps(
+            {"job_key": key.digest if key else None, "reason": reason, "backend": cfg.backend.get("_target_"),
+             "overrides": overrides}, indent=2)))
+    except Exception as exc:  # noqa: BLE001  (an unwritable run directory: the console line is all we can leave)
+        log.error("could not record the failure in %s: %s", out_dir, error_line(exc))
 
 
 def finish_run(run_dir: Path, latest: Path | None) -> None:
@@ -127,8 +306,30 @@ def finish_run(run_dir: Path, latest: Path | None) -> None:
 
     write_report(run_dir)
     if latest is not None:
-        publish_latest(run_dir, latest)
-    log.info("report: %s%s", run_dir / "report.md", f" (copied to {latest})" if latest else "")
+        run.publish_latest(run_dir, latest)
+    log.info("report: %s%s", run_dir / "report.md", f" (latest -> {run_dir})" if latest else "")
+    for line in _defect_lines(run_dir):
+        (log.info if "no label defects" in line else log.warning)(line)
+
+
+def _defect_lines(run_dir: Path) -> list[str]:
+    """One line per dataset of the run: its label defects by kind (from the jobs' meta.json)."""
+    jobs = run_dir / "jobs.json"
+    metas = json.loads(jobs.read_text()) if jobs.exists() else [json.loads((run_dir / "meta.json").read_text())]
+    lines = {m.get("dataset"): f"{m.get('dataset')}: {m.get('defects_summary', 'label defects not recorded')}" for m in metas}
+    return [v + ("" if "no label defects" in v else " (listed in the report's dataset card)") for v in lines.values()]
+
+
+def _finish(run_dir: Path, cfg) -> None:
+    """The report of what finished, ``reports/latest`` updated; faults become one line and the exit code."""
+    try:
+        finish_run(run_dir, Path(cfg.paths.reports) / "latest" if cfg.publish_latest else None)
+    except KeyboardInterrupt:
+        _STATE["interrupted"] = True
+        log.error("interrupted (Ctrl-C) while writing the report; the results are in %s (make report RUN=%s rebuilds it)", run_dir, run_dir)
+    except Exception as exc:
+        log.error("report failed: %s; the results are in %s", error_line(exc), run_dir)
+        _STATE["exit"] = _STATE["exit"] or 1
 
 
 class CollectRuns(Callback):
@@ -139,72 +340,118 @@ class CollectRuns(Callback):
 
         sweep_dir = Path(config.hydra.sweep.dir)
         try:
-            if collect_jobs(sweep_dir):
-                finish_run(sweep_dir, Path(config.paths.reports) / "latest" if config.publish_latest else None)
+            finished = collect_jobs(sweep_dir)
         except Exception as exc:
-            log.error("report failed: %s", error_line(exc))
+            log.error("could not merge the jobs of %s: %s", sweep_dir, error_line(exc))
+            _STATE["exit"] = _STATE["exit"] or 1
+            return
+        if list(sweep_dir.glob("job*/faults.json")):
+            _STATE["exit"] = _STATE["exit"] or 1
+        if any("interrupted" in json.loads(p.read_text()).get("reason", "") for p in sweep_dir.glob("job*/failed.json")):
+            _STATE["interrupted"] = True
+        if finished:
+            _finish(sweep_dir, config)
+        else:
+            _STATE["exit"] = _STATE["exit"] or 1
+        if _STATE["interrupted"]:
+            n = sum(1 for _ in sweep_dir.glob("job*/summary.csv"))
+            log.error("interrupted (Ctrl-C): %d job(s) finished%s", n, f"; their report: {sweep_dir / 'report.md'}" if finished else "")
 
 
-JOB_KEY_IGNORES = ("hydra", "paths", "progress", "publish_latest", "resume", "recommend")
+# --- the process --------------------------------------------------------------------------------
+
+class _ScrubbedStream(io.TextIOBase):
+    """A text stream that scrubs secrets from everything written through it (stdout, stderr)."""
+
+    def __init__(self, inner) -> None:
+        self._inner = inner
+
+    def write(self, s: str) -> int:
+        self._inner.write(scrub(s))
+        return len(s)
+
+    def flush(self) -> None:
+        self._inner.flush()
+
+    def isatty(self) -> bool:
+        return self._inner.isatty()
+
+    def fileno(self) -> int:
+        return self._inner.fileno()
+
+    def __getattr__(self, name):
+        return getattr(self._inner, name)
 
 
-def job_key(cfg: DictConfig) -> str:
-    """Hash of what decides a job's results (not where it writes or how it shows progress)."""
-    plain = {k: v for k, v in OmegaConf.to_container(cfg, resolve=False).items() if k not in JOB_KEY_IGNORES}
-    return fingerprint(plain)
+def install_scrubbing(argv: list[str]) -> None:
+    """Register the secrets on the command line, then scrub every log record and console write."""
+    for arg in argv:
+        secret_override(arg)
+    previous = logging.getLogRecordFactory()
+
+    def factory(*args, **kwargs):
+        record = previous(*args, **kwargs)
+        try:
+            record.msg, record.args = scrub(record.getMessage()), None
+        except Exception:  # noqa: BLE001  (a bad format string: keep the record as it is)
+            pass
+        return record
+
+    if not getattr(previous, "_rb_scrubs", False):
+        factory._rb_scrubs = True
+        logging.setLogRecordFactory(factory)
+    if not isinstance(sys.stdout, _ScrubbedStream):
+        sys.stdout = _ScrubbedStream(sys.stdout)
+    if not isinstance(sys.stderr, _ScrubbedStream):
+        sys.stderr = _ScrubbedStream(sys.stderr)
+    logging.raiseExceptions = False  # a full disk must not print logging's own tracebacks
 
 
-def run_or_resume(cfg: DictConfig, out_dir: Path) -> bool:
-    """Run a job, or copy its results when an identical job finished before. False when it failed.
-
-    A failure is recorded in ``out_dir/failed.json`` (type and message, no traceback) so that a
-    multirun's other jobs finish and the report lists it; finished jobs are kept under
-    ``reports/cache/jobs/<key>`` so a re-run skips them.
-    """
-    import shutil
-
-    key = job_key(cfg)
-    done = Path(cfg.paths.cache) / "jobs" / key
-    if cfg.get("resume", True) and (done / "summary.csv").exists():
-        shutil.copytree(done, out_dir, dirs_exist_ok=True)
-        log.info("job %s finished before: results copied from %s (resume=false to re-run)", key, done)
-        return True
-    try:
-        run_job(cfg, out_dir)
-    except Exception as exc:  # recorded, reported, never a traceback for the user
-        reason = error_line(exc)
-        log.error("job failed: %s", reason)
-        log.debug("job failure details", exc_info=True)
-        out_dir.mkdir(parents=True, exist_ok=True)
-        write_atomic(out_dir / "failed.json", lambda p: p.write_text(json.dumps(
-            {"job_key": key, "reason": reason, "backend": cfg.backend.get("_target_"), "overrides": list(HydraConfig.get().overrides.task)}, indent=2)))
-        return False
-    tmp = done.with_name(f".{key}.tmp")
-    shutil.rmtree(tmp, ignore_errors=True)
-    shutil.copytree(out_dir, tmp, ignore=shutil.ignore_patterns("*.log", ".hydra"))
-    shutil.rmtree(done, ignore_errors=True)
-    tmp.rename(done)
-    return True
-
-
-def main() -> None:
+def main() -> int:
     import hydra
+
+    import os
+
+    install_scrubbing(sys.argv[1:])
+    run.new_run_id()
+    debug = os.environ.get("HYDRA_FULL_ERROR") == "1"  # the user asked for tracebacks
+    os.environ["HYDRA_FULL_ERROR"] = "1"  # Hydra re-raises its own start-up errors to us instead of printing a traceback
+    _STATE.update(interrupted=False, exit=0)
 
     @hydra.main(version_base="1.3", config_path=str(Path(__file__).resolve().parent.parent / "configs"), config_name="config")
     def _app(cfg: DictConfig) -> None:
         hc = HydraConfig.get()
         out_dir = Path(hc.runtime.output_dir)
+        if _STATE["interrupted"]:  # a multirun after Ctrl-C: the remaining jobs are not started
+            _record_failure(cfg, out_dir, None, "not started: the run was interrupted (Ctrl-C)")
+            return
         ok = run_or_resume(cfg, out_dir)
-        if hc.mode != RunMode.MULTIRUN:
-            if not ok:
-                sys.exit(1)
-            try:
-                finish_run(out_dir, Path(cfg.paths.reports) / "latest" if cfg.publish_latest else None)
-            except Exception as exc:
-                log.error("report failed: %s", error_line(exc))
-                sys.exit(1)
+        if hc.mode == RunMode.MULTIRUN:
+            return
+        if _STATE["interrupted"]:
+            log.error("interrupted (Ctrl-C): the job did not finish; nothing was published (earlier results are untouched)")
+            return
+        if not ok:
+            _STATE["exit"] = 1
+            return
+        _finish(out_dir, cfg)
 
-    _app()
+    try:
+        _app()
+    except KeyboardInterrupt:
+        log.error("interrupted (Ctrl-C)")
+        _STATE["interrupted"] = True
+    except SystemExit as exc:
+        if exc.code not in (0, None):
+            return int(exc.code) if isinstance(exc.code, int) else 1
+    except Exception as exc:  # a bad override, or Hydra's own start-up (run directory, logging) on a bad disk
+        if debug:
+            raise
+        print(f"error: {error_line(exc)}", file=sys.stderr)
+        return 1
+    if _STATE["interrupted"]:
+        return EXIT_INTERRUPTED
+    return _STATE["exit"]
 
 
 if __name__ == "__main__":

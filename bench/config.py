@@ -5,13 +5,19 @@ Library code elsewhere takes typed arguments; only the CLI passes config nodes h
 
 from __future__ import annotations
 
-import hashlib
-import json
+import os
 from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
 
+from bench import run
 from bench.results import redact
+
+# Resolvers the configs use instead of ``${hydra:...}``, so every config value resolves in a
+# multirun's sweep directory, in the Compose API and in a notebook, not only inside a Hydra job.
+OmegaConf.register_new_resolver("rb.cwd", os.getcwd, replace=True)  # the directory the command was started from
+OmegaConf.register_new_resolver("rb.run_id", run.run_id, replace=True)  # keeps two runs started in one second apart
+OmegaConf.register_new_resolver("rb.repo", lambda: str(run.PACKAGE_DIR.parent), replace=True)  # this checkout (the demo corpus)
 
 
 def build(node: DictConfig, **overrides):
@@ -41,12 +47,6 @@ def build_strategies(strategy_cfg) -> list:
     from bench.sweep import spec_from_config
 
     return [spec_from_config(to_plain(s), plain_partial(build(s.fn))) for s in strategy_cfg.values()]
-
-
-def fingerprint(*parts) -> str:
-    """Stable short hash of JSON-able parts (used to key cached traces and resumable jobs)."""
-    blob = json.dumps(parts, sort_keys=True, default=str).encode()
-    return hashlib.sha256(blob).hexdigest()[:16]
 
 
 def redacted_yaml(cfg: DictConfig) -> str:

@@ -28,7 +28,6 @@ import json
 import logging
 import os
 import secrets
-import shutil
 import signal
 import socket
 import subprocess
@@ -107,6 +106,7 @@ class FaultBackend:
             if self.fault == "raise":
                 raise RuntimeError(f"injected fault: the store raised on search {self.searches}")
             if self.fault == "timeout":
+                log.warning("injected fault: search %d blocks for %.1f s", self.searches, self.delay_s)
                 time.sleep(self.delay_s)
                 raise TimeoutError(f"injected fault: the store did not answer search {self.searches} "
                                    f"within {self.delay_s:.1f} s")
@@ -550,9 +550,9 @@ def observe(case: Case, d: Path, *, http: str = "") -> Observation:
 
 
 def cli_error_lines(output: str) -> list[str]:
-    """The lines a user reads as the error: logged ERRORs and Hydra's own error text."""
+    """The lines a user reads as the error: logged ERRORs and the CLI's one ``error:`` line (bad overrides)."""
     lines = [ln for ln in output.splitlines() if "[ERROR]" in ln]
-    lines += [ln for ln in output.splitlines() if ln.startswith(("In '", "Could not", "Error executing"))]
+    lines += [ln for ln in output.splitlines() if ln.startswith(("error: ", "In '", "Could not", "Error executing"))]
     return lines
 
 
@@ -658,19 +658,31 @@ class SecretFigures:
     key_used: bool  # the planted keys were really sent (the servers checked them)
     tracebacks: int
     jobs_failed_as_planned: bool
+    channels: dict = field(default_factory=dict)  # channel -> exit code of its run (each must fail, saying why)
 
 
 def planted_secret_run(root: Path) -> SecretFigures:
-    """Plant keys in the environment, run the CLI with the HTTP embedder and Pinecone (both loopback
-    doubles that require the keys), one job whose endpoint echoes the key in a 401, and grep every
-    file written plus the console output."""
+    """Plant keys through every channel a key can come by and grep every file written plus the console.
+
+    One multirun uses the HTTP embedder and Pinecone (both loopback doubles that require the keys from
+    the environment), one of its jobs an endpoint that echoes the key in a 401. Then one run per other
+    channel: a key typed into ``backend.api_key_env`` / ``embedder.api_key_env``, a ``+embedder.api_key=``
+    override, a key as a URL's user:password, and a key with a newline inside its environment value."""
     root = Path(root)
     embed_key = f"sk-PLANTED-{secrets.token_hex(12)}"
     pc_key = f"pcsk-PLANTED-{secrets.token_hex(12)}"
+    typed = {"backend": f"pcsk_PLANTED{secrets.token_hex(10)}", "embedder": f"or-PLANTED-{secrets.token_hex(10)}",
+             "override": f"sk-PLANTED-{secrets.token_hex(12)}", "url": f"sk-PLANTED-{secrets.token_hex(12)}"}
+    nl_key = f"sk-PLANTED-{secrets.token_hex(8)}\n{secrets.token_hex(8)}"
     env = cli_env()
-    env.update(RB_PLANTED_EMBED_API_KEY=embed_key, RB_PLANTED_PINECONE_API_KEY=pc_key)
-    needles = [embed_key, pc_key, embed_key.split("-")[-1], pc_key.split("-")[-1]]
+    env.update(RB_PLANTED_EMBED_API_KEY=embed_key, RB_PLANTED_PINECONE_API_KEY=pc_key, RB_PLANTED_NL_API_KEY=nl_key)
+    needles = [embed_key, pc_key, embed_key.split("-")[-1], pc_key.split("-")[-1], *typed.values(),
+               *(v.split("-")[-1] for v in typed.values()), *nl_key.split("\n"), nl_key.split("-")[-1].split("\n")[0]]
     Pine = pinecone_double()
+    console = []
+    channels = {}
+    reports = root / "reports"
+    common = ["dataset=own", f"dataset.path={DEMO}", "progress=false", "publish_latest=true"]
     with contextlib.ExitStack() as stack:
         srv = stack.enter_context(EmbeddingServer(dim=32, key=embed_key))
         backend = ["backend=exact"]
@@ -679,18 +691,35 @@ def planted_secret_run(root: Path) -> SecretFigures:
             pine.start()
             stack.callback(pine.stop)
             backend = ["backend=pinecone", f"backend.host={pine.host}", "backend.api_key_env=RB_PLANTED_PINECONE_API_KEY"]
-        reports = root / "reports"
-        args = ["-m", f"paths.reports={reports}", *backend, "embedder=http", f"embedder.base_url={srv.base_url('ok')}",
-                "embedder.model=planted,reject", "embedder.api_key_env=RB_PLANTED_EMBED_API_KEY", "embedder.dim=32", "embedder.max_retries=0",
-                "dataset=own", f"dataset.path={DEMO}", "strategy=[limit,threshold]", "progress=false", "publish_latest=true"]
+        http = ["embedder=http", f"embedder.base_url={srv.base_url('ok')}", "embedder.model=planted",
+                "embedder.api_key_env=RB_PLANTED_EMBED_API_KEY", "embedder.dim=32", "embedder.max_retries=0"]
+        args = ["-m", f"paths.reports={reports}", *backend, *http, "embedder.model=planted,reject", *common,
+                "strategy=[limit,threshold]"]
         proc = run_cli(args, env=env)
-    (root / "console.log").write_text(proc.stdout + proc.stderr)
+        console.append(proc.stdout + proc.stderr)
+        keyed_url = srv.url.replace("://", "://rb:" + typed["url"] + "@") + "/ok/v1"
+        runs = {
+            "typed into backend.api_key_env": [*(backend[:2] if Pine is not None else ["backend=pinecone"]),
+                                               f"backend.api_key_env={typed['backend']}", *http],
+            "typed into embedder.api_key_env": ["backend=exact", *http, f"embedder.api_key_env={typed['embedder']}"],
+            "+embedder.api_key override": ["backend=exact", *http, f"+embedder.api_key={typed['override']}"],
+            "URL user:password": ["backend=exact", *http, f"embedder.base_url={keyed_url}"],
+            # another model name: nothing cached for it, so the request (and the key) is really needed
+            "newline inside the env value": ["backend=exact", *http, "embedder.model=planted-nl", "embedder.api_key_env=RB_PLANTED_NL_API_KEY"],
+        }
+        for name, extra in runs.items():
+            p = run_cli([f"paths.reports={reports}", *extra, *common, "strategy=[limit]"], env=env)
+            channels[name] = p.returncode
+            console.append(p.stdout + p.stderr)
+    text = "\n".join(console)
+    (root / "console.log").write_text(text)
     hits = secret_hits(root, needles)
     failed = [p for p in reports.rglob("failed.json") if p.parent.name.startswith("job")]
     ok_jobs = [p for p in reports.rglob("summary.csv") if p.parent.name.startswith("job")]
     return SecretFigures(files_scanned=sum(1 for p in root.rglob("*") if p.is_file()), hits=hits,
-                         key_used=srv.authorised > 0, tracebacks=count_tracebacks(proc.stdout + proc.stderr, reports),
-                         jobs_failed_as_planned=proc.returncode == 0 and len(ok_jobs) >= 1 and len(failed) >= 1)
+                         key_used=srv.authorised > 0, tracebacks=count_tracebacks(text, reports),
+                         jobs_failed_as_planned=proc.returncode == 0 and len(ok_jobs) >= 1 and len(failed) >= 1,
+                         channels=channels)
 
 
 # ----------------------------------------------------------------------------- fault scenarios
@@ -867,7 +896,7 @@ def main(argv: list[str] | None = None) -> int:
         if not r.handled:
             lines.append(f"  NOT HANDLED [{r.case.layer}] {r.case.kind}: {r.why[:200]}" + (f" (needs: {r.case.gap})" if r.case.gap else ""))
     lines.append(f"tracebacks seen: {tracebacks}")
-    lines.append(f"planted-secret hits in logs/.hydra/reports/traces/parquet: {secret_total} "
+    lines.append(f"planted-secret hits in logs/configs/reports/traces/parquet: {secret_total} "
                  f"({sec.files_scanned} files scanned; keys really sent: {sec.key_used}; failing job recorded: {sec.jobs_failed_as_planned})")
     for path, n in sec.hits.items():
         lines.append(f"  {n} hit(s) in {path}")

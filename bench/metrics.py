@@ -8,6 +8,18 @@ Conventions fixed here (they decide which threshold looks best):
   NaN when there is no gold; else the harmonic mean (0 when nothing correct).
 - Adversarial questions (correct recall = nothing) are excluded from these and scored by
   ``abstained`` (1 when nothing is selected).
+
+Which questions are counted (the same words as README "Metric conventions"):
+- Questions counted: a question is *scored* when it is not adversarial and has at least one gold
+  memory. `n_questions` counts the scored questions, and every quality column (precision, recall,
+  F1, hit rate, empty rate, selected and noise per question, injected and full-context tokens, token
+  savings, the micro metrics) is computed over them only. A non-adversarial question without gold
+  cannot be scored: it is left out of every quality column and counted in `n_excluded`.
+  Adversarial questions are counted in `n_adversarial` and scored only by
+  `adversarial_abstain_rate` (nothing recalled = correct). Store latency percentiles use every query
+  of the trace (scored, excluded and adversarial alike): latency is a property of the store, not of
+  a question's gold. The recommender's curves, bootstrap CIs and paired tests use the same scored
+  questions (and the adversarial ones for abstention), so their `n_questions` equals the summary's.
 """
 
 from __future__ import annotations
@@ -88,18 +100,47 @@ def _safe_div(a: float, b: float) -> float:
     return a / b if b else NAN
 
 
+def scored(rows: pd.DataFrame) -> pd.Series:
+    """Boolean mask of the scored questions of per-question ``rows``: not adversarial, with gold.
+
+    Gold is read from ``n_gold`` (> 0); rows without that column fall back to ``recall``, then
+    ``f1``, being defined, which is the same thing (both are NaN exactly when there is no gold).
+    """
+    adv = rows["adversarial"].astype(bool)
+    if "n_gold" in rows:
+        gold = rows["n_gold"].fillna(0).astype(float) > 0
+    elif "recall" in rows or "f1" in rows:
+        gold = rows["recall" if "recall" in rows else "f1"].notna()
+    else:
+        raise ValueError("scored: rows need column 'n_gold' (or 'recall' or 'f1') to tell questions without gold")
+    return ~adv & gold
+
+
+def excluded(rows: pd.DataFrame) -> pd.Series:
+    """Boolean mask of non-adversarial questions without gold (left out of every quality column)."""
+    return ~rows["adversarial"].astype(bool) & ~scored(rows)
+
+
 def aggregate(rows: pd.DataFrame, keys: list[str]) -> pd.DataFrame:
     """Summarise per-question rows into one row per ``keys`` group.
 
     ``rows`` columns: question_id, adversarial, n_gold, n_selected, n_correct, precision, recall,
-    f1, hit, empty, tokens_injected, tokens_full, latency_ns. Main metrics use non-adversarial
-    questions only; ``adversarial_abstain_rate`` uses adversarial ones only.
+    f1, hit, empty, tokens_injected, tokens_full, latency_ns. Quality columns use the scored
+    questions only (``scored``: non-adversarial with gold; ``n_questions`` counts them);
+    ``n_excluded`` counts the non-adversarial questions without gold; ``adversarial_abstain_rate``
+    uses adversarial ones only; latency percentiles use every row of the group.
+    ``n_scored`` (questions with F1 defined) equals ``n_questions`` and is kept for older readers.
     """
+    need = ["adversarial", "n_gold", "n_selected", "n_correct", "precision", "recall", "f1", "hit", "empty",
+            "tokens_injected", "tokens_full", "latency_ns"]
+    mask = scored(rows).to_numpy()
+    # only the columns used below: a group's boolean take then skips the string columns
+    rows = rows[list(dict.fromkeys(keys + need))].assign(_scored=mask, _excluded=~rows["adversarial"].astype(bool).to_numpy() & ~mask)
     out = []
     for key, g in rows.groupby(keys, dropna=False, sort=False):
         key = key if isinstance(key, tuple) else (key,)
-        main = g[~g["adversarial"]]
-        adv = g[g["adversarial"]]
+        main = g[g["_scored"]]
+        adv = g[g["adversarial"].astype(bool)]
         sel, cor, gold = main["n_selected"].sum(), main["n_correct"].sum(), main["n_gold"].sum()
         mp, mr = _safe_div(cor, sel), _safe_div(cor, gold)
         full = main["tokens_full"].mean() if len(main) else NAN
@@ -107,6 +148,7 @@ def aggregate(rows: pd.DataFrame, keys: list[str]) -> pd.DataFrame:
         out.append({
             **dict(zip(keys, key)),
             "n_questions": len(main),
+            "n_excluded": int(g["_excluded"].sum()),
             "n_scored": int(main["f1"].notna().sum()),
             "precision": main["precision"].mean(),
             "precision_n": int(main["precision"].notna().sum()),

@@ -8,8 +8,9 @@ threshold, leave-one-conversation-out (LOCO) transfer, cross-dataset transfer, p
 results (optionally a threshold per category) and the Pareto frontier of recall vs tokens.
 
 Input is the tidy per-question table of a run (``questions.parquet``); every function is pure.
-Means are macro means over non-adversarial questions (as ``bench.metrics.aggregate``), so a
-point estimate here equals the summary's number. Adversarial/abstention questions are credited
+Means are macro means over the scored questions (non-adversarial with gold, as
+``bench.metrics.aggregate``; questions without gold are left out of the grids), so a point
+estimate and ``n_questions`` here equal the summary's. Adversarial/abstention questions are credited
 by ``abstained`` (nothing recalled) and by ``f1_abstain`` (their abstention counted as F1).
 """
 
@@ -167,7 +168,12 @@ def pareto_front(cost: np.ndarray, benefit: np.ndarray) -> np.ndarray:
 
 @dataclass(frozen=True)
 class Grid:
-    """One configuration's per-question values at every threshold: values (Q, len(METRICS), T)."""
+    """One configuration's per-question values at every threshold: values (Q, len(METRICS), T).
+
+    Its questions are the scored ones (non-adversarial with gold) and the adversarial ones; a
+    non-adversarial question without gold is not in the grid (``n_excluded`` counts them), so
+    ``(~adversarial).sum()`` equals the summary's ``n_questions``.
+    """
 
     key: tuple[str, str, str, str]  # dataset, embedder, backend, strategy
     thresholds: np.ndarray  # (T,) ascending; [nan] for a strategy without a threshold
@@ -176,7 +182,8 @@ class Grid:
     groups: np.ndarray  # category label per question ("adversarial"/"abstention" for those)
     adversarial: np.ndarray
     values: np.ndarray
-    latency_p99_ms: float
+    latency_p99_ms: float  # over every query of the trace, excluded questions included (a property of the store)
+    n_excluded: int = 0  # non-adversarial questions without gold, left out of the grid (``metrics.excluded``)
 
     @property
     def thresholded(self) -> bool:
@@ -225,6 +232,10 @@ def build_grids(rows: pd.DataFrame, *, source: str = "questions.parquet") -> lis
             bad = counts[counts != len(qids)]
             raise ValueError(f"{source}: config {key} does not have the same questions at every threshold "
                              f"({len(qids)} at {ts[0]}, {dict(bad)} elsewhere) (field threshold)")
+        latency_p99 = metrics.percentile_ms(first["latency_ns"].to_numpy(np.float64), 99)  # every query of the trace
+        # questions without gold (not adversarial) are not scored: left out of the grid, counted in n_excluded
+        left_out = metrics.excluded(first).to_numpy()
+        first, qids = first[~left_out], qids[~left_out]
         adv = first["adversarial"].astype(bool).to_numpy()
 
         f1, rec, prec, tok, empty = (g.pivot(index="question_id", columns="_t", values=col).reindex(index=qids, columns=ts).to_numpy(np.float64)
@@ -238,8 +249,7 @@ def build_grids(rows: pd.DataFrame, *, source: str = "questions.parquet") -> lis
             key=tuple(str(k) for k in key), thresholds=np.where(ts < 0, NAN, ts), question_ids=qids,
             conversations=first["conversation_id"].astype(str).to_numpy(),
             groups=np.array([category_label(str(c), a) for c, a in zip(first["category"].fillna(""), adv)], dtype=object),
-            adversarial=adv, values=vals,
-            latency_p99_ms=metrics.percentile_ms(first["latency_ns"].to_numpy(np.float64), 99),
+            adversarial=adv, values=vals, latency_p99_ms=latency_p99, n_excluded=int(left_out.sum()),
         ))
     return grids
 
@@ -278,6 +288,7 @@ def analyse(grid: Grid, cfg: RecommendConfig, mask: np.ndarray | None = None) ->
     point = {**grid.where(), "threshold": NAN, "feasible": idx >= 0, "objective": cfg.objective,
              "n_questions": int(curve["n_questions"].iloc[0]) if len(curve) else 0,
              "n_adversarial": int((grid.adversarial[mask] if mask is not None else grid.adversarial).sum()),
+             "n_excluded": grid.n_excluded if mask is None else NAN,  # not tracked per category
              "n_conversations": int(len(sums)), "latency_p99_ms": grid.latency_p99_ms,
              "threshold_share": NAN, "threshold_lo": NAN, "threshold_hi": NAN, "note": ""}
     if idx < 0:

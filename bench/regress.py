@@ -552,6 +552,7 @@ def time_searches(backends: Mapping[str, object], questions: Sequence, vectors: 
 
 def measure_latency(run_dir: Path, cfg: GateConfig, stores_dir: Path) -> pd.DataFrame:
     """Rebuild every finished job's store from its resolved config (embeddings from the cache) and time it."""
+    from bench.cli import search_depth
     from bench.config import build
     from bench.embedders.cache import CachedEmbedder
     from bench.runner import batches, embed_corpus
@@ -582,7 +583,7 @@ def measure_latency(run_dir: Path, cfg: GateConfig, stores_dir: Path) -> pd.Data
         by_name = {b.name: b for b in opened.values()}
         if len(by_name) != len(opened):
             raise RegressError(f"{run_dir}: two jobs use the same store name; the latency pass needs one job per store")
-        return time_searches(by_name, questions, qv, depth=int(first.depth), repeats=cfg.latency_repeats,
+        return time_searches(by_name, questions, qv, depth=search_depth(first, corpus), repeats=cfg.latency_repeats,
                              queries=cfg.latency_queries, warmup=cfg.latency_warmup)
     finally:
         for backend in opened.values():

@@ -35,15 +35,40 @@ def collect_jobs(sweep_dir: Path) -> bool:
     if not jobs:
         log.error("no finished jobs under %s", sweep_dir)
         return False
-    summary = pd.concat([pd.read_csv(j / "summary.csv") for j in jobs], ignore_index=True)
-    rows = pd.concat([pd.read_parquet(j / "questions.parquet") for j in jobs], ignore_index=True)
+    summaries = [pd.read_csv(j / "summary.csv") for j in jobs]
+    rows_of = [pd.read_parquet(j / "questions.parquet") for j in jobs]
     metas = [{**json.loads((j / "meta.json").read_text()), "job": j.name} for j in jobs]
+    for i, label in _labels_of_colliding_jobs(summaries, metas).items():  # e.g. -m backend.ef_search=64,200
+        for t in (summaries[i], rows_of[i]):
+            t["backend"] = t["backend"].astype(str) + f" ({label})"
+        metas[i]["backend"] = f"{metas[i]['backend']} ({label})"
+    summary = pd.concat(summaries, ignore_index=True)
+    rows = pd.concat(rows_of, ignore_index=True)
     cards = list(dict.fromkeys((j / "dataset_card.md").read_text() for j in jobs if (j / "dataset_card.md").exists()))
     write_atomic(sweep_dir / "summary.csv", lambda p: summary.to_csv(p, index=False))
     write_atomic(sweep_dir / "questions.parquet", lambda p: rows.to_parquet(p, index=False))
     write_atomic(sweep_dir / "jobs.json", lambda p: p.write_text(json.dumps(metas, indent=2, default=str)))
     write_atomic(sweep_dir / "dataset_card.md", lambda p: p.write_text("\n\n".join(cards)))
     return True
+
+
+def _labels_of_colliding_jobs(summaries: list[pd.DataFrame], metas: list[dict]) -> dict[int, str]:
+    """Jobs of a multirun whose rows share a configuration (same dataset, embedder, store, strategy): a
+    sweep over a setting that is not part of those names. Each gets the overrides that set it apart
+    (else its job name), to be appended to its store's name so no two jobs' rows merge."""
+    seen: dict[tuple, list[int]] = {}
+    for i, s in enumerate(summaries):
+        for key in s[["dataset", "embedder", "backend", "strategy"]].drop_duplicates().itertuples(index=False):
+            seen.setdefault(tuple(key), []).append(i)
+    clash = sorted({i for ids in seen.values() if len(ids) > 1 for i in ids})
+    if not clash:
+        return {}
+    own = {i: list(metas[i].get("overrides") or []) for i in clash}
+    shared = set.intersection(*(set(o) for o in own.values()))
+    labels = {i: " ".join(o for o in own[i] if o not in shared) or metas[i].get("job", f"job{i}") for i in clash}
+    log.warning("jobs %s measure the same configuration names; their stores are labelled %s",
+                ", ".join(metas[i].get("job", str(i)) for i in clash), "; ".join(f"({v})" for v in labels.values()))
+    return labels
 
 
 def _fmt(x, digits: int = 3) -> str:
@@ -161,10 +186,14 @@ def recommendation_section(rec: Recommendation, sig: pd.DataFrame, summary: pd.D
                      f"`{b['embedder']}`: F1 {_ci(b['f1'], b['f1_lo'], b['f1_hi'])}, recall {_ci(b['recall'], b['recall_lo'], b['recall_hi'])}, "
                      f"{_ci(b['tokens'], b['tokens_lo'], b['tokens_hi'], 0)} injected tokens per question{full_txt}.")
         lines.append("")
+        n_excl = b.get("n_excluded", 0)
+        n_excl = 0 if n_excl is None or math.isnan(n_excl) else int(n_excl)
         if not math.isnan(b["threshold_share"]):
             lines.append(f"- **How sure**: bootstrap resamples choose {b['threshold']:.2f} in {b['threshold_share']:.0%} of cases "
                          f"({cfg.confidence:.0%} range of the chosen threshold {b['threshold_lo']:.2f}–{b['threshold_hi']:.2f}); "
-                         f"{b['n_questions']} questions (+{b['n_adversarial']} adversarial) in {b['n_conversations']} conversations."
+                         f"{b['n_questions']} scored questions (+{b['n_adversarial']} adversarial"
+                         + (f"; {n_excl} without gold excluded" if n_excl else "")
+                         + f") in {b['n_conversations']} conversations."
                          + (f" Note: {b['note']}." if b["note"] else ""))
         lo = rec.loco
         lo = lo[(lo[CONFIG_KEYS] == b[CONFIG_KEYS]).all(axis=1)] if len(lo) else lo
@@ -467,13 +496,16 @@ def write_report(run_dir: Path, settings: RecommendConfig | None = None) -> Path
     lines += ["## Runs", ""]
     for j in jobs:
         reuse = f"; trace reused from {j['reused_from']}" if j.get("reused_from") else ""
-        lines.append(f"- dataset `{j['dataset']}`, embedder `{j['embedder']}`, store `{j['backend']}`, depth {j['depth']}, "
+        cut = sum(int(t.get("n_truncated") or 0) for t in j.get("traces", [j]))
+        depth = f"depth {j['depth']}" + (f" (**{cut} questions had more eligible memories than the depth**: their candidates were truncated)" if cut else "")
+        lines.append(f"- dataset `{j['dataset']}`, embedder `{j['embedder']}`, store `{j['backend']}`, {depth}, "
                      f"{j['n_memories']} memories, ingest {j['ingest_seconds']:.1f} s, ready after {j['ready_seconds']:.2f} s, "
                      f"measured {j['measured_at']}{reuse}; tokens `{j.get('tokens_encoding')}`")
     if failed:
         lines += ["", f"**{len(failed)} job(s) failed** (their results are absent from every table):", ""]
         lines += [f"- `{f['job']}` ({' '.join(f.get('overrides', []))}): {f['reason']}" for f in failed]
-    lines += ["", "Metrics are over non-adversarial questions. Precision is undefined (NaN) when nothing is recalled; "
+    lines += ["", "Metrics are over the scored questions (`n_questions`: non-adversarial with gold; non-adversarial questions "
+              "without gold are left out of every quality column and counted in `n_excluded` in summary.csv). Precision is undefined (NaN) when nothing is recalled; "
               "`precision_n` in summary.csv says how many questions it covers. F1 = 0 when a question has gold and nothing is recalled. "
               "Macro = mean over questions; micro = pooled counts.", ""]
     lines += ["## Best threshold by F1 per strategy", "", _table(best, main_cols), ""]

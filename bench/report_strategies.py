@@ -209,13 +209,14 @@ def units_section(s: pd.DataFrame) -> list[str]:
         for name in ("limit5", "hybrid5", "threshold", "full_context", "bm25_5"):
             r = _best(g, name) if name in ("hybrid5", "threshold") else _row(g, name)
             if r is not None:
-                rows.append([ds, be, name, _f(r["threshold"], 2), str(int(r["n_scored"])), *_metrics(r),
+                rows.append([ds, be, name, _f(r["threshold"], 2), str(int(r["n_questions"])), *_metrics(r),
                              _f(r["tokens_injected_mean"] / raw_full, 4)])
     if not rows:
         return []
     return ["## Per dataset / memory unit (raw turns, LoCoMo observations, session summaries)", "",
             "Unit corpora map gold through their pointers (bench/units.py): recall is over units, and `scored` = questions "
-            "whose gold turns some unit points at (the others are undefined, not zero). Token savings are against that unit "
+            "whose gold turns some unit points at (the others have no gold there: left out of every column, `n_excluded` in "
+            "summary.csv). Token savings are against that unit "
             f"type's own full context; the last column is against the raw-turn full context (`{RAW_TURNS}`).", "",
             *_table(["dataset", "store", "strategy", "threshold", "scored", *METRIC_HEADER, "tokens / raw full context"], rows), ""]
 

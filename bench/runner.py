@@ -30,7 +30,8 @@ from tqdm.auto import tqdm
 
 from bench.backends.base import Backend
 from bench.embedders.base import Embedder
-from bench.results import write_atomic
+from bench.results import redact, write_atomic
+from bench.run import sha256_file
 from bench.types import Corpus, MemoryBatch, Question, Turn, Where
 
 log = logging.getLogger(__name__)
@@ -47,15 +48,37 @@ class Trace:
     meta: dict = field(default_factory=dict)
 
     def save(self, directory: Path) -> None:
+        """trace.parquet, then trace_meta.json with the parquet's row count and sha256 (checked on reuse)."""
         directory.mkdir(parents=True, exist_ok=True)
-        write_atomic(directory / "trace.parquet", lambda p: self.table.to_parquet(p, index=False))
-        write_atomic(directory / "trace_meta.json", lambda p: p.write_text(json.dumps(self.meta, indent=2, default=str)))
+        path = write_atomic(directory / "trace.parquet", lambda p: self.table.to_parquet(p, index=False))
+        meta = {**redact(self.meta), "rows": len(self.table), "parquet_sha256": sha256_file(path)}
+        write_atomic(directory / "trace_meta.json", lambda p: p.write_text(json.dumps(meta, indent=2, default=str)))
 
     @staticmethod
     def load(directory: Path) -> "Trace":
         table = pd.read_parquet(directory / "trace.parquet")
         meta = json.loads((directory / "trace_meta.json").read_text())
         return Trace(table, meta)
+
+    @staticmethod
+    def load_checked(directory: Path, corpus: Corpus) -> tuple["Trace | None", str]:
+        """(trace, "") when ``directory`` holds a complete trace of ``corpus``'s questions, else (None, what is wrong):
+        the parquet's sha256 and row count as saved, the columns, and the question ids in corpus order."""
+        directory = Path(directory)
+        try:
+            meta = json.loads((directory / "trace_meta.json").read_text())
+            if sha256_file(directory / "trace.parquet") != meta.get("parquet_sha256"):
+                return None, "trace.parquet changed since it was written (sha256 mismatch)"
+            table = pd.read_parquet(directory / "trace.parquet")
+        except (OSError, ValueError) as e:
+            return None, f"unreadable ({type(e).__name__}: {e})"
+        if list(table.columns) != TRACE_COLUMNS:
+            return None, f"columns {list(table.columns)} != {TRACE_COLUMNS}"
+        if len(table) != meta.get("rows") or len(table) != len(corpus.questions):
+            return None, f"{len(table)} rows, expected {len(corpus.questions)} (one per question)"
+        if table["question_id"].tolist() != [q.question_id for q in corpus.questions]:
+            return None, "question ids differ from the corpus"
+        return Trace(table, meta), ""
 
 
 def question_filter(q: Question, *, roles: tuple[str, ...] | None = None) -> Where:
@@ -275,7 +298,7 @@ def _exact_pass(corpus: Corpus, tv: np.ndarray, qv: np.ndarray, hit_ids: Sequenc
     """One pass over the questions: exact cosine of every hit, and the store metrics (see store_metrics)."""
     rows = _Rows(corpus, roles)
     exact: list[list[float]] = [[] for _ in hit_ids]
-    fid, short, max_diff, mismatches, pairs = [], 0, float("nan"), 0, 0
+    fid, short, truncated, max_diff, mismatches, pairs = [], 0, 0, float("nan"), 0, 0
     questions = corpus.questions
     for qi, start, sims in rows.views(corpus, tv, qv, progress=progress):
         ids = hit_ids[qi]
@@ -300,10 +323,12 @@ def _exact_pass(corpus: Corpus, tv: np.ndarray, qv: np.ndarray, hit_ids: Sequenc
             fid.append(len(set(ids[:k]).intersection(want.tolist())) / len(want))
         if len(ids) < min(depth, len(local)):
             short += 1
+        truncated += len(local) > depth
     n = len(hit_ids)
     metrics = {
         f"fidelity_at_{k}": float(np.mean(fid)) if fid else float("nan"),
         "short_result_rate": short / n if n else float("nan"),
+        "n_truncated": truncated,  # questions with more eligible memories than the search depth
         "score_max_abs_diff": max_diff,
         "score_mismatches_1e4": mismatches,
         "score_pairs": pairs,

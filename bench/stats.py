@@ -16,6 +16,8 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
+from bench.metrics import scored
+
 NAN = float("nan")
 TIE_TOL = 1e-12
 
@@ -206,8 +208,10 @@ def question_values(rows: pd.DataFrame, where: dict, metric: str) -> pd.DataFram
     """Per-question values of one configuration: columns question_id, conversation_id, value.
 
     ``where`` maps column -> value (a NaN threshold matches NaN). ``metric`` is a per-question
-    column over non-adversarial questions, ``abstained`` (adversarial questions: 1 when nothing
-    was recalled) or ``f1_abstain`` (F1, with abstention as the score of adversarial questions).
+    column over the scored questions (``bench.metrics.scored``: non-adversarial with gold, the
+    summary's ``n_questions``), ``abstained`` (adversarial questions: 1 when nothing was
+    recalled) or ``f1_abstain`` (F1 of the scored questions, with abstention as the score of
+    adversarial questions). Non-adversarial questions without gold are never returned.
     """
     mask = pd.Series(True, index=rows.index)
     for col, val in where.items():
@@ -219,11 +223,12 @@ def question_values(rows: pd.DataFrame, where: dict, metric: str) -> pd.DataFram
         sel = sel[sel["adversarial"]]
         vals = sel["empty"]
     elif metric == "f1_abstain":  # F1, and abstention (nothing recalled) credited on adversarial questions
+        sel = sel[scored(sel) | sel["adversarial"].astype(bool)]
         vals = sel["f1"].where(~sel["adversarial"], sel["empty"])
     else:
         if metric not in rows:
             raise ValueError(f"question_values: rows have no metric column {metric!r}")
-        sel = sel[~sel["adversarial"]]
+        sel = sel[scored(sel)]
         vals = sel[metric]
     if sel["question_id"].duplicated().any():
         raise ValueError(f"question_values: {where} matches more than one row per question (add keys)")

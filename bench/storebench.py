@@ -272,7 +272,7 @@ def main(argv: list[str] | None = None) -> int:
         if not args.no_locomo:
             loc = locomo_part(stores, out=out, overrides=overrides, data_dir=os.environ.get("BENCH_DATA_DIR"))
             write_atomic(out / "locomo.csv", lambda p: loc.to_csv(p, index=False))
-            lines += ["## LoCoMo (MiniLM int8, depth 1000, strategies limit5 / threshold / hybrid5)", "", _md(loc, list(loc.columns)), ""]
+            lines += ["## LoCoMo (MiniLM int8, depth = every eligible memory, strategies limit5 / threshold / hybrid5)", "", _md(loc, list(loc.columns)), ""]
         if not args.no_scale:
             scale = scale_part(stores, [int(x) for x in args.sizes.split(",")], [int(x) for x in args.dims.split(",")],
                                n_queries=args.queries, k=args.k, warmup=args.warmup, workdir=Path(tmp),

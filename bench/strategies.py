@@ -114,10 +114,14 @@ def recency(hits: Sequence[Hit], *, question: Question | None = None, eligible: 
 
 def token_budget(hits: Sequence[Hit], *, question: Question | None = None, eligible: Sequence[Turn] = (), threshold: float | None = None,
                  tokens: Mapping[str, int], budget: int = 256) -> tuple[Hit, ...]:
-    """Best first until the next memory would push the injected tokens past ``budget``.
+    """Best first until the next memory would push the summed line tokens past ``budget``.
 
-    ``tokens`` maps memory key -> tokens of its injected line (supplied by the sweep). With a
-    threshold, only candidates with similarity >= threshold are considered.
+    ``tokens`` maps memory key -> tokens of its injected line (format A, supplied by the sweep);
+    the budget is checked on their sum (a memory that fits exactly is taken). The injected text
+    joins the lines with newlines, and a newline that BPE does not merge into the end of the line
+    before it costs a token more, so the row's ``tokens_injected`` can exceed ``budget`` by a few
+    tokens (at most one per newline on LoCoMo and LongMemEval). With a threshold, only candidates
+    with similarity >= threshold are considered (inclusive, like ``threshold``).
     """
     if budget < 0:
         raise ValueError(f"token_budget: budget must be >= 0 (got {budget})")

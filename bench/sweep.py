@@ -116,12 +116,16 @@ def sweep(
 ) -> pd.DataFrame:
     """One row per (strategy, threshold, format, question).
 
-    ``token_counts`` maps memory key -> tokens of its injected line ("role: message"); the
-    format-A tokens of a selection are the sum of its lines plus ``separator_tokens`` per newline.
-    Default 0: BPE merges the newline with the end of the line (".\\n" is one cl100k token); on
-    LoCoMo this sum equals the exact count of the joined text for 99 % of 5-memory selections
-    and is otherwise 1 token short. Formats B and C are priced by ``format_tokens``
-    (``bench.formats.token_table``), required when ``formats`` names them.
+    Injected and full-context tokens of every format are priced by ``format_tokens``
+    (``bench.formats.token_table``), which equals the tiktoken count of the rendered text exactly:
+    for format A, ``count("\\n".join(lines))`` of the selection's ``role: message`` lines, in
+    selection order. ``format_tokens`` is required when ``formats`` names B or C. Without it
+    (hand-made tests) format A is priced as the sum of ``token_counts`` (memory key -> tokens of
+    its line) plus ``separator_tokens`` per newline, which is not the joined text's count.
+    ``token_counts`` is also what ``needs_tokens`` strategies get as ``tokens=``.
+    ``depth_saturated``: the strategy read the store, kept every candidate the store returned, and
+    the store returned fewer memories than the question may see, so a deeper search could have
+    changed the selection.
     """
     formats = check_formats(formats)
     if any(f != "A" for f in formats) and format_tokens is None:
@@ -130,8 +134,10 @@ def sweep(
     by_conv = {c.conversation_id: c.turns for c in corpus.conversations}
     roles = tuple(trace.meta["roles"]) if trace.meta.get("roles") else None
 
+    exact_a = format_tokens is not None and "A" in format_tokens.joined
+
     def cost(fmt: str, ids: Sequence[str]) -> int:
-        if fmt == "A":
+        if fmt == "A" and not exact_a:
             return sum(map(token_counts.__getitem__, ids)) + separator_tokens * max(len(ids) - 1, 0)
         return format_tokens.cost(fmt, ids)
 
@@ -179,7 +185,8 @@ def sweep(
                 cols["n_selected"].append(len(ids))
                 cols["n_correct"].append(len(c.gold.intersection(ids)))
                 cols["latency_ns"].append(c.latency_ns if spec.uses_store else NAN)
-                cols["depth_saturated"].append(spec.uses_store and len(c.hits) > 0 and len(sel.hits) == len(c.hits) and len(c.hits) < len(c.eligible))
+                cols["depth_saturated"].append(spec.uses_store and 0 < len(c.hits) < len(c.eligible) and len(ids) >= len(c.hits)
+                                               and set(c.hits.ids).issubset(ids))
                 cols["route"].append(sel.route)
                 if sel.tiers:
                     l1 = {h.id for h, tier in zip(sel.hits, sel.tiers) if tier == "L1"}
@@ -248,7 +255,11 @@ def summarise(rows: pd.DataFrame) -> pd.DataFrame:
     ``metrics.aggregate`` columns: ``noise_mean`` (non-gold memories injected per question),
     ``l1_selected_mean``, ``gold_via_l1`` / ``gold_via_l2`` (mean share of a question's gold recalled
     through tier L1 / the other tiers) and ``l2_noise_mean`` (non-gold injected outside L1), NaN for
-    strategies without tiers. All over non-adversarial questions, like the main metrics.
+    strategies without tiers. All over the scored questions (``metrics.scored``: non-adversarial with
+    gold), like the main metrics, so they speak about the row's ``n_questions``. Two per-query
+    diagnostics use every question of the row, like latency: ``question_share`` (routing applies to
+    every question) and ``depth_saturated_rate`` (share of queries whose selection took every
+    candidate the store returned while the store returned fewer memories than the question may see).
     """
     rows = rows.copy()
     if "route" not in rows:
@@ -267,9 +278,11 @@ def summarise(rows: pd.DataFrame) -> pd.DataFrame:
     else:
         rows = rows.assign(parent=rows["strategy"], route="")
     summary = metrics.aggregate(rows, keys)
+    used = ["route", "parent", "adversarial", "depth_saturated", "n_selected", "n_correct", "n_gold", "l1_selected", "l1_correct"]
+    rows = rows[list(dict.fromkeys(keys + used))].assign(_scored=metrics.scored(rows).to_numpy())
     extra = []
     for key, g in rows.groupby(keys, dropna=False, sort=False):
-        main = g[~g["adversarial"]]
+        main = g[g["_scored"]]
         noise = main["n_selected"] - main["n_correct"]
         gold = main["n_gold"].where(main["n_gold"] > 0)
         tiered = main["l1_selected"].notna().any()

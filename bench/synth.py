@@ -174,6 +174,13 @@ class SyntheticEmbedder:
 
         self._centres, self._fa, self._fb, self._ja, self._jb = unit(topics), unit(_TABLE), unit(_TABLE), unit(_TABLE), unit(_TABLE)
 
+    @property
+    def identity(self) -> dict:
+        from bench.run import code_digest
+
+        return {"embedder": "synthetic", "model_id": self.model_id, "dim": self.dim, "noise": self.noise, "fact_weight": self.fact_weight,
+                "topics": self.topics, "seed": self.seed, "code": code_digest("synth")}
+
     def __repr__(self) -> str:
         return f"SyntheticEmbedder({self.model_id})"
 

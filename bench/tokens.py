@@ -9,7 +9,8 @@ cache directory under the name tiktoken looks for (sha1 of the blob URL), so the
 Injected-token accounting: a retrieved memory is injected into a prompt as the line
 ``format_memory(role, text)`` == ``f"{role}: {text}"``; a set of memories is those lines joined with
 ``"\\n"`` (``format_memories``). Token costs are ``count_tokens`` of exactly that string
-(``count_injected_tokens``).
+(``count_injected_tokens``); the sweep gets the same number from per-memory counts
+(``bench.formats.TokenTable``: each line with and without its newline).
 Special-token strings such as ``<|endoftext|>`` inside text are counted as ordinary text.
 """
 

@@ -2,6 +2,8 @@
 
 import json
 import os
+import shutil
+import stat
 import subprocess
 import sys
 from pathlib import Path
@@ -79,3 +81,154 @@ def test_identical_job_is_resumed_not_rerun(two_runs):
     out = third.stdout + third.stderr  # Hydra logs to stdout
     assert "finished before" in out
     assert "trace:" not in out and "embedding cache" not in out
+
+
+# --- results follow their inputs (bench/run.py keys, checked caches, report-time settings) -----------
+
+FAST = ("backend=exact", "embedder=hashing", "strategy=[limit,threshold]")
+
+
+def cli(reports: Path, *overrides: str, env_extra: dict | None = None, data: Path | None = DEMO) -> subprocess.CompletedProcess:
+    """``python -m bench`` as a user runs it (paths.reports is the only override the tests add)."""
+    env = {k: v for k, v in os.environ.items() if k not in ("BENCH_DATA_DIR", "HYDRA_FULL_ERROR")}
+    env.update(HTTP_PROXY="http://127.0.0.1:9", HTTPS_PROXY="http://127.0.0.1:9", HF_HUB_OFFLINE="1", **(env_extra or {}))
+    dataset = ["dataset=own", f"dataset.path={data}"] if data is not None else []
+    cmd = [sys.executable, "-m", "bench", f"paths.reports={reports}", *dataset, "progress=false", *overrides]
+    return subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
+
+
+def caches(reports: Path) -> dict:
+    return json.loads((reports / "latest" / "meta.json").read_text())["caches"]
+
+
+def test_another_corpus_in_the_data_path_gets_results_of_its_own(tmp_path):
+    """make sweep on the demo, then BENCH_DATA_DIR=<corpora> make sweep: each report is about its own data."""
+    corpora = tmp_path / "corpora" / "locomo"
+    corpora.mkdir(parents=True)
+    (corpora / "locomo10.json").write_bytes((REPO / "tests" / "fixtures" / "data" / "locomo_tiny.json").read_bytes())
+    reports = tmp_path / "reports"
+    demo = cli(reports, *FAST, data=None)  # dataset=auto, no data path: the demo corpus
+    assert demo.returncode == 0, demo.stderr[-3000:]
+    assert set(pd.read_csv(reports / "latest" / "summary.csv")["dataset"]) == {"demo"}
+    loc = cli(reports, *FAST, data=None, env_extra={"BENCH_DATA_DIR": str(tmp_path / "corpora")})
+    assert loc.returncode == 0, loc.stderr[-3000:]
+    assert "finished before" not in loc.stdout + loc.stderr
+    assert set(pd.read_csv(reports / "latest" / "summary.csv")["dataset"]) == {"locomo"}
+    assert caches(reports)["job"]["status"] == "miss" and caches(reports)["traces"][0]["status"] == "miss"
+    again = cli(reports, *FAST, data=None)  # the demo again: its own cached job, not LoCoMo's
+    assert "finished before" in again.stdout + again.stderr
+    assert set(pd.read_csv(reports / "latest" / "summary.csv")["dataset"]) == {"demo"}
+
+
+QUALITY = ["strategy", "threshold", "n_questions", "precision", "recall", "f1", "tokens_injected_mean"]
+
+
+def test_edited_labels_give_new_numbers_with_and_without_resume(tmp_path):
+    own = tmp_path / "own"
+    shutil.copytree(DEMO, own)
+    reports = tmp_path / "reports"
+    assert cli(reports, *FAST, data=own).returncode == 0
+    before = pd.read_csv(reports / "latest" / "summary.csv")[QUALITY]
+    lines = (own / "questions.jsonl").read_text().splitlines()
+    q = json.loads(lines[0])
+    q["evidence"] = []  # the first question loses its gold
+    (own / "questions.jsonl").write_text("\n".join([json.dumps(q), *lines[1:]]) + "\n")
+    for extra in ((), ("resume=false",)):
+        proc = cli(reports, *FAST, *extra, data=own)
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        assert "finished before" not in proc.stdout + proc.stderr
+        c = caches(reports)
+        assert c["job"]["status"] == "miss"
+        assert c["traces"][0]["status"] == ("miss" if not extra else "hit")  # the edited corpus's trace, measured once
+        after = pd.read_csv(reports / "latest" / "summary.csv")[QUALITY]
+        fresh_reports = tmp_path / f"fresh{len(extra)}"
+        assert cli(fresh_reports, *FAST, data=own).returncode == 0
+        pd.testing.assert_frame_equal(after, pd.read_csv(fresh_reports / "latest" / "summary.csv")[QUALITY])
+        assert not after.equals(before)
+
+
+def test_report_settings_come_from_the_current_command(tmp_path):
+    reports = tmp_path / "reports"
+    assert cli(reports, *FAST).returncode == 0
+    tokens = cli(reports, *FAST, "recommend.objective=min_tokens", "recommend.min_recall=0.3")
+    assert "finished before" in tokens.stdout + tokens.stderr  # the results are reused ...
+    assert "objective: min_tokens" in (reports / "latest" / "config_resolved.yaml").read_text()  # ... the report is not
+    assert "Objective: **min" in (reports / "latest" / "report.md").read_text()
+    plain = cli(reports, *FAST)
+    assert "finished before" in plain.stdout + plain.stderr
+    assert "objective: max_f1" in (reports / "latest" / "config_resolved.yaml").read_text()  # nothing sticks
+    assert "Objective: **max" in (reports / "latest" / "report.md").read_text()
+
+
+def test_damaged_caches_are_recomputed_with_one_warning(tmp_path):
+    reports = tmp_path / "reports"
+    assert cli(reports, *FAST).returncode == 0
+    n = pd.read_csv(reports / "latest" / "summary.csv")["n_questions"].tolist()
+    (trace_dir,) = (reports / "cache" / "traces").iterdir()
+    t = pd.read_parquet(trace_dir / "trace.parquet")
+    t.head(3).to_parquet(trace_dir / "trace.parquet", index=False)  # rows lost
+    (job_dir,) = (reports / "cache" / "jobs").iterdir()
+    s = pd.read_csv(job_dir / "summary.csv")
+    s.head(2).to_csv(job_dir / "summary.csv", index=False)
+    proc = cli(reports, *FAST)
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 0, out[-3000:]
+    assert "not reused: summary.csv changed since it was cached (sha256 mismatch)" in out
+    assert "not reused: trace.parquet changed since it was written (sha256 mismatch)" in out
+    assert pd.read_csv(reports / "latest" / "summary.csv")["n_questions"].tolist() == n
+
+
+@pytest.mark.parametrize("backend", ["sqlite_vec", "chroma"])
+def test_two_identical_runs_at_once_never_collide(tmp_path, backend):
+    reports = tmp_path / "reports"
+    args = [sys.executable, "-m", "bench", f"paths.reports={reports}", "dataset=own", f"dataset.path={DEMO}", "progress=false",
+            f"backend={backend}", "embedder=hashing", "strategy=[limit]", "trace_cache=false", "resume=false"]
+    env = {k: v for k, v in os.environ.items() if k != "BENCH_DATA_DIR"}
+    procs = [subprocess.Popen(args, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True) for _ in range(2)]
+    outs = [p.communicate(timeout=600)[0] for p in procs]
+    assert [p.returncode for p in procs] == [0, 0], outs
+    runs = sorted((reports / "runs").iterdir())
+    assert len(runs) == 2 and all((r / "summary.csv").exists() for r in runs)  # two directories, even in the same second
+    a, b = (pd.read_csv(r / "summary.csv")[QUALITY] for r in runs)
+    pd.testing.assert_frame_equal(a, b)
+    assert os.readlink(reports / "latest") in {f"runs/{r.name}" for r in runs}
+
+
+def test_depth_defaults_to_every_eligible_memory_and_a_cap_is_reported(tmp_path):
+    reports = tmp_path / "reports"
+    assert cli(reports, *FAST).returncode == 0
+    meta = json.loads((reports / "latest" / "meta.json").read_text())
+    longest = max(sum(1 for line in (DEMO / "turns.jsonl").read_text().splitlines() if f'"{c}"' in line)
+                  for c in {json.loads(line)["conversation_id"] for line in (DEMO / "turns.jsonl").read_text().splitlines() if line})
+    assert meta["depth"] == longest and meta["n_truncated"] == 0
+    assert cli(reports, *FAST, "depth=3").returncode == 0
+    meta = json.loads((reports / "latest" / "meta.json").read_text())
+    assert meta["depth"] == 3 and meta["n_truncated"] > 0
+    assert f"**{meta['n_truncated']} questions had more eligible memories than the depth**" in (reports / "latest" / "report.md").read_text()
+
+
+def test_result_files_honour_the_umask(tmp_path):
+    reports = tmp_path / "reports"
+    env = {k: v for k, v in os.environ.items() if k != "BENCH_DATA_DIR"}
+    cmd = [sys.executable, "-m", "bench", f"paths.reports={reports}", "dataset=own", f"dataset.path={DEMO}", "progress=false", *FAST]
+    proc = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=600, preexec_fn=lambda: os.umask(0o002))
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    for name in ("summary.csv", "questions.parquet", "meta.json", "report.md", "config_resolved.yaml"):
+        assert stat.S_IMODE((reports / "latest" / name).stat().st_mode) == 0o664, name
+
+
+def test_label_defects_are_summarised_at_the_end_and_strict_makes_them_fatal(tmp_path):
+    own = tmp_path / "own"
+    shutil.copytree(DEMO, own)
+    lines = (own / "questions.jsonl").read_text().splitlines()
+    q = json.loads(lines[0])
+    q["evidence"] = [*q["evidence"], "no-such-turn"]
+    (own / "questions.jsonl").write_text("\n".join([json.dumps(q), *lines[1:]]) + "\n")
+    reports = tmp_path / "reports"
+    proc = cli(reports, *FAST, data=own)
+    assert proc.returncode == 0
+    last = [line for line in (proc.stdout + proc.stderr).splitlines() if "label defect" in line][-1]
+    assert "own: 1 label defect: 1 evidence_not_found (listed in the report's dataset card)" in last
+    strict = cli(reports, *FAST, "strict=true", data=own)
+    assert strict.returncode == 1 and "strict=true: own" in strict.stdout + strict.stderr
+    assert "Traceback" not in strict.stdout + strict.stderr

@@ -9,7 +9,7 @@ import pytest
 
 from bench.data import detect_kind, load_corpus
 from bench.data.__main__ import main
-from bench.data.card import count_corpus_tokens, dataset_card, defect_summary
+from bench.data.card import count_corpus_tokens, dataset_card, defect_kinds, defect_summary
 from bench.data.locomo import load_locomo
 from bench.data.longmemeval import load_longmemeval
 from bench.data.own import load_own
@@ -17,21 +17,34 @@ from bench.types import Corpus, Defect
 
 DATA = Path(__file__).parent / "fixtures" / "data"
 LOCOMO, LME, OWN = DATA / "locomo_tiny.json", DATA / "lme", DATA / "own_tiny"
+UNREACH, MS = DATA / "own_unreachable", DATA / "own_ms_timestamp"
+REPO = Path(__file__).resolve().parent.parent
 
 
 def words(texts):
     return sum(len(t.split()) for t in texts), "words (test)"
 
 
-def test_defect_summary_counts_and_order():
-    got = [(kind, n, len(ex)) for kind, n, ex in defect_summary(load_locomo(path=LOCOMO))]
+def test_defect_kinds_counts_and_order():
+    got = [(kind, n, len(ex)) for kind, n, ex in defect_kinds(load_locomo(path=LOCOMO))]
     assert got == [  # by count descending, then kind
         ("evidence_malformed", 2, 2), ("evidence_multi_id", 2, 2), ("question_without_gold", 2, 2),
         ("session_without_turns", 2, 2), ("answer_not_string", 1, 1), ("evidence_duplicate", 1, 1),
         ("evidence_not_found", 1, 1), ("evidence_unparseable", 1, 1), ("evidence_zero_padded", 1, 1)]
     many = Corpus("m", (), (), tuple(Defect("f", f"r{i}", "x", "k", str(i), "a") for i in range(5)))
-    [(kind, n, examples)] = defect_summary(many)
+    [(kind, n, examples)] = defect_kinds(many)
     assert (kind, n, [d.record for d in examples]) == ("k", 5, ["r0", "r1", "r2"])  # at most 3 examples
+
+
+def test_defect_summary_one_line():
+    assert defect_summary(()) == "no label defects"
+    d = lambda kind: Defect("f", "r", "x", kind, "v", "a")  # noqa: E731
+    assert defect_summary([d("gold_after_asked_at")]) == "1 label defect: 1 gold_after_asked_at"
+    assert defect_summary([d("gold_after_asked_at"), d("evidence_not_found"), d("evidence_not_found")]) == (
+        "3 label defects: 2 evidence_not_found, 1 gold_after_asked_at")  # by count, then kind
+    # the own_unreachable fixture: 1 evidence_not_found, 2 gold_after_asked_at, 1 asked_before_conversation
+    assert defect_summary(load_own(path=UNREACH).defects) == (
+        "4 label defects: 2 gold_after_asked_at, 1 asked_before_conversation, 1 evidence_not_found")
 
 
 def test_card_values_on_locomo_fixture():
@@ -55,6 +68,23 @@ def test_card_values_on_locomo_fixture():
         "  - conv-1/qa[1] evidence[0] 'D1:1; D2:2' -> split into D1:1, D2:2",
     ]:
         assert row in lines, row
+
+
+def test_card_shows_unreachable_gold():
+    lines = dataset_card(load_own(path=UNREACH), count=words).splitlines()
+    for row in [
+        "| gold turns after asked_at (unreachable, scored as misses) | 2 in 2 questions |",  # q1 t2, q4 t1
+        "| questions asked before their conversation (see no turn) | 1 |",                  # q4
+        "| defects | 4 |",
+        "- `gold_after_asked_at`: 2",
+        "  - line 1 (q1) evidence[2] 'x' -> kept in gold: unreachable, scored as a miss".replace(
+            "'x'", "'t2' at 2024-01-02T10:00:00Z > asked_at 2024-01-01T10:00:00Z"),
+        "- `asked_before_conversation`: 1",
+    ]:
+        assert row in lines, row
+    clean = dataset_card(load_locomo(path=LOCOMO), count=words).splitlines()
+    assert "| gold turns after asked_at (unreachable, scored as misses) | 0 |" in clean
+    assert "| questions asked before their conversation (see no turn) | 0 |" in clean
 
 
 def test_card_escapes_pipes_and_handles_empty():
@@ -123,6 +153,27 @@ def test_cli_convert_round_trips(tmp_path, capsys):
     assert (back.conversations, back.questions) == (src.conversations, src.questions)
 
 
+def test_cli_check_strict_exits_1_after_the_card(capsys):
+    assert main(["check", str(UNREACH)]) == 0  # defects alone do not fail a check
+    capsys.readouterr()
+    assert main(["check", str(UNREACH), "--strict"]) == 1
+    captured = capsys.readouterr()
+    assert captured.out.startswith("### Dataset card: own_unreachable\n") and "#### Defects" in captured.out
+    assert captured.err == ("strict: 4 label defects: 2 gold_after_asked_at, 1 asked_before_conversation, "
+                            "1 evidence_not_found\n")
+    assert main(["check", str(REPO / "datasets" / "demo"), "--strict"]) == 0  # the demo corpus has no defects
+    assert capsys.readouterr().err == ""
+
+
+def test_cli_check_millisecond_timestamp_one_line_exit_2(capsys):
+    assert main(["check", str(MS)]) == 2
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    assert captured.err == (f"error: {MS / 'turns.jsonl'}:2 (turn_id 't2'): field 'timestamp' is out of range: "
+                            f"1700000000000 is year 55840, outside 1900-01-01..2200-01-01 (POSIX seconds, UTC); "
+                            f"it looks like epoch milliseconds (1700000000000 / 1,000 = 2023-11-14T22:13:20Z)\n")
+
+
 @pytest.mark.parametrize("argv, start", [
     (["check", "/nonexistent/x.json"], "error: dataset path not found: /nonexistent/x.json"),
     (["check", "{bad}"], "error: {bad}:1: malformed JSON"),
@@ -147,7 +198,17 @@ def test_module_entry_point_exits_2_without_traceback(tmp_path):
     import subprocess
 
     r = subprocess.run([sys.executable, "-m", "bench.data", "check", str(tmp_path / "nope")],
-                       capture_output=True, text=True, cwd=Path(__file__).resolve().parent.parent, timeout=60)
+                       capture_output=True, text=True, cwd=REPO, timeout=60)
     assert r.returncode == 2 and r.stdout == ""
     assert r.stderr == f"error: dataset path not found: {tmp_path / 'nope'} (the data directory is set by env " \
                        f"BENCH_DATA_DIR / config paths.datasets; override one dataset with dataset.path=...)\n"
+
+
+def test_module_entry_point_millisecond_timestamp_without_traceback():
+    import subprocess
+
+    r = subprocess.run([sys.executable, "-m", "bench.data", "check", str(MS), "--strict"],
+                       capture_output=True, text=True, cwd=REPO, timeout=60)
+    assert r.returncode == 2 and r.stdout == "" and r.stderr.count("\n") == 1 and "Traceback" not in r.stderr
+    assert r.stderr.startswith(f"error: {MS / 'turns.jsonl'}:2 (turn_id 't2'): field 'timestamp' is out of range: "
+                               f"1700000000000 is year 55840")

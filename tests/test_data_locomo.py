@@ -193,3 +193,17 @@ def test_real_locomo_2025_counts(bench_data_dir):
     assert sum(q.adversarial for q in c.questions) == 446
     assert len({q.question_id for q in c.questions}) == 1985
     assert Counter(d.kind for d in c.defects)["evidence_multi_id"] == 3  # "D8:6; D9:17" was fixed in 2025
+
+
+def test_out_of_range_session_date_is_an_error(tmp_path):
+    import json
+
+    data = json.loads(FIX.read_text())
+    data[0]["conversation"]["session_2_date_time"] = "12:05 am on 9 May, 2223"
+    bad = tmp_path / "bad.json"
+    bad.write_text(json.dumps(data))
+    with pytest.raises(ValueError) as e:
+        load_locomo(path=bad)
+    assert str(e.value) == (f"{bad}: record conv-1: field 'session_2_date_time' is out of range: "
+                            f"'12:05 am on 9 May, 2223' is year 2223, outside 1900-01-01..2200-01-01 (POSIX seconds, UTC)")
+

@@ -126,9 +126,64 @@ def test_real_oracle_all_500(bench_data_dir):
         "multi-session": 133, "temporal-reasoning": 133, "knowledge-update": 78}
     assert len(c.turns()) == 10960
     kinds = Counter(d.kind for d in c.defects)
-    assert kinds == {"answer_not_string": 32, "gold_fallback_to_session": 21}  # SOURCE.md: 21 questions, all _abs
+    assert kinds == {"answer_not_string": 32, "gold_fallback_to_session": 21,  # SOURCE.md: 21 questions, all _abs
+                     # has_answer turns in sessions dated after question_date (59 temporal-reasoning, 3
+                     # knowledge-update), in 42 questions; 16 questions are asked before their first session
+                     "gold_after_asked_at": 62, "asked_before_conversation": 16}
+    late = [d for d in c.defects if d.kind == "gold_after_asked_at"]
+    assert len({d.record for d in late}) == 42
+    assert next(d for d in late if d.record == "0bb5a684") == Defect(
+        str(path / "2_0bb5a684.json"), "0bb5a684", "haystack_sessions[1][0].has_answer", "gold_after_asked_at",
+        "'s1:t0' at 2023-01-13T21:38:00Z > asked_at 2023-01-13T19:39:00Z", "kept in gold: unreachable, scored as a miss")
     assert all(d.record.endswith("_abs") for d in c.defects if d.kind == "gold_fallback_to_session")
     assert all(q.evidence for q in c.questions)
     assert [q.question_id for q in c.questions] == sorted(q.question_id for q in c.questions)
     assert not any("answer_" in t.turn_id or "answer_" in t.speaker for t in c.turns())
     assert all(q.asked_at is not None for q in c.questions) and all(t.timestamp is not None for t in c.turns())
+
+
+# --- reachability of gold and date range (tests/fixtures/data/lme_unreachable)
+UNREACH = FIX.parent / "lme_unreachable"
+LATE = "kept in gold: unreachable, scored as a miss"
+
+
+def test_unreachable_gold_is_reported_and_kept():
+    c = load_longmemeval(path=UNREACH)
+    f1, f2, f3 = (str(UNREACH / n) for n in ("2_u1.json", "1_u2.json", "2_u3_abs.json"))
+    assert list(c.defects) == [
+        # u3_abs has no has_answer: gold = both turns of its answer session (2023-07-02 08:00)
+        Defect(f3, "u3_abs", "has_answer", "gold_fallback_to_session", "no turn has has_answer: true",
+               "gold = all 2 turns of 1 answer session(s)"),
+        # u1 asked 2023-05-20 12:00: s0:t0 (05-20 10:00) is visible, s1:t1 (05-21 10:00) is not
+        Defect(f1, "u1", "haystack_sessions[1][1].has_answer", "gold_after_asked_at",
+               "'s1:t1' at 2023-05-21T10:00:00Z > asked_at 2023-05-20T12:00:00Z", LATE),
+        # u2 asked 2023-05-31 09:00, its only session is 2023-06-01 09:00
+        Defect(f2, "u2", "question_date", "asked_before_conversation",
+               "asked_at 2023-05-31T09:00:00Z < first turn 2023-06-01T09:00:00Z",
+               "kept: no turn is visible when it is asked, every gold turn is a miss"),
+        Defect(f2, "u2", "haystack_sessions[0][1].has_answer", "gold_after_asked_at",
+               "'s0:t1' at 2023-06-01T09:00:00Z > asked_at 2023-05-31T09:00:00Z", LATE),
+        # u3_abs asked 2023-07-01 20:00: its fallback gold (session 1) is the day after
+        Defect(f3, "u3_abs", "answer_session_ids", "gold_after_asked_at",
+               "'s1:t0' at 2023-07-02T08:00:00Z > asked_at 2023-07-01T20:00:00Z", LATE),
+        Defect(f3, "u3_abs", "answer_session_ids", "gold_after_asked_at",
+               "'s1:t1' at 2023-07-02T08:00:00Z > asked_at 2023-07-01T20:00:00Z", LATE),
+    ]
+    assert [q.evidence for q in c.questions] == [("s0:t0", "s1:t1"), ("s0:t1",), ("s1:t0", "s1:t1")]  # kept
+
+
+@pytest.mark.parametrize("mutate, message", [
+    (lambda d: d.update(question_date="2999/05/22 (Mon) 13:42"),
+     "record q1: field 'question_date' is out of range: '2999/05/22 (Mon) 13:42' is year 2999, outside "
+     "1900-01-01..2200-01-01 (POSIX seconds, UTC)"),
+    (lambda d: d["haystack_dates"].__setitem__(1, "1899/12/31 (Sun) 23:59"),
+     "record q1: field 'haystack_dates[1]' is out of range: '1899/12/31 (Sun) 23:59' is year 1899, outside "
+     "1900-01-01..2200-01-01 (POSIX seconds, UTC)"),
+])
+def test_out_of_range_dates_are_errors(tmp_path, mutate, message):
+    d = json.loads((FIX / "2_q1.json").read_text())
+    mutate(d)
+    (tmp_path / "x.json").write_text(json.dumps(d))
+    with pytest.raises(ValueError) as e:
+        load_longmemeval(path=tmp_path)
+    assert str(e.value) == f"{tmp_path / 'x.json'}: {message}"

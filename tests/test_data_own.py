@@ -232,3 +232,63 @@ def test_demo_corpus_loads_cleanly():
         pytest.skip(f"{demo} absent (the demo corpus ships with the repo)")
     c = load_own(path=demo, name="demo")
     assert c.questions and not c.defects
+
+
+# --- reachability of gold (bench.data.timeline) on tests/fixtures/data/own_unreachable
+UNREACH = DATA / "own_unreachable"
+JAN1_1000Z = 1704103200.0  # "2024-01-01T10:00:00Z"
+
+
+def test_unreachable_gold_is_reported_and_kept():
+    c = load_own(path=UNREACH)
+    q = str(UNREACH / "questions.jsonl")
+    # q1 asked 2024-01-01T10:00Z: t1 (10:00, equal) is visible, t2 (next day) is not; "t9" does not exist,
+    #    so the field names the raw entry evidence[2], not the gold index 1
+    # q2 asked_at null: sees the whole conversation, nothing to report
+    # q3 asked 2023-12-31, before t1 and t2, but t3 has no timestamp (counts as 1970): visible, not reported
+    # q4 asked 2024-02-01, its conversation's only turn is 2024-03-01: sees nothing; its gold t1 is unreachable
+    assert c.defects == (
+        Defect(q, "line 1 (q1)", "evidence[0]", "evidence_not_found", "'t9'",
+               "dropped from gold (no such turn in the conversation)"),
+        Defect(q, "line 1 (q1)", "evidence[2]", "gold_after_asked_at",
+               "'t2' at 2024-01-02T10:00:00Z > asked_at 2024-01-01T10:00:00Z", "kept in gold: unreachable, scored as a miss"),
+        Defect(q, "line 4 (q4)", "asked_at", "asked_before_conversation",
+               "asked_at 2024-02-01T00:00:00Z < first turn 2024-03-01T00:00:00Z",
+               "kept: no turn is visible when it is asked, every gold turn is a miss"),
+        Defect(q, "line 4 (q4)", "evidence[0]", "gold_after_asked_at",
+               "'t1' at 2024-03-01T00:00:00Z > asked_at 2024-02-01T00:00:00Z", "kept in gold: unreachable, scored as a miss"),
+    )
+    assert [x.evidence for x in c.questions] == [("t1", "t2"), ("t2",), ("t3",), ("t1",)]  # gold unchanged
+    assert c.questions[0].asked_at == JAN1_1000Z
+
+
+TIME_ERRORS = [  # (turns.jsonl, questions.jsonl, file, expected message after the file name)
+    (T1 + '{"conversation_id": "c1", "turn_id": "t2", "role": "user", "text": "x", "timestamp": 1700000000000}\n', Q1,
+     "turns.jsonl", ":2 (turn_id 't2'): field 'timestamp' is out of range: 1700000000000 is year 55840, outside "
+     "1900-01-01..2200-01-01 (POSIX seconds, UTC); it looks like epoch milliseconds "
+     "(1700000000000 / 1,000 = 2023-11-14T22:13:20Z)"),
+    (T1, '{"question_id": "q1", "conversation_id": "c1", "text": "?", "evidence": ["t1"], "asked_at": "1850-06-01T00:00:00"}\n',
+     "questions.jsonl", ":1 (question_id 'q1'): field 'asked_at' is out of range: '1850-06-01T00:00:00' is year 1850, "
+     "outside 1900-01-01..2200-01-01 (POSIX seconds, UTC)"),
+    (T1, '{"question_id": "q1", "conversation_id": "c1", "text": "?", "evidence": ["t1"], "asked_at": 1.7e15}\n',
+     "questions.jsonl", ":1 (question_id 'q1'): field 'asked_at' is out of range: 1700000000000000.0 is year 53872825, "
+     "outside 1900-01-01..2200-01-01 (POSIX seconds, UTC); it looks like epoch microseconds "
+     "(1700000000000000.0 / 1,000,000 = 2023-11-14T22:13:20Z)"),
+]
+
+
+@pytest.mark.parametrize("turns, questions, file, message", TIME_ERRORS)
+def test_out_of_range_times_are_errors(tmp_path, turns, questions, file, message):
+    d = _write(tmp_path / "x", turns, questions)
+    with pytest.raises(ValueError) as e:
+        load_own(path=d)
+    assert str(e.value) == f"{d / file}{message}"
+
+
+def test_out_of_range_csv_timestamp_names_line(tmp_path):
+    d = _write(tmp_path / "x", "conversation_id,turn_id,role,text,timestamp\nc1,t1,user,hi,-3000000000\n", Q1,
+               turns_name="turns.csv")  # -3e9 s = 1874-12-07
+    with pytest.raises(ValueError) as e:
+        load_own(path=d)
+    assert str(e.value) == (f"{d / 'turns.csv'}:2 (turn_id 't1'): field 'timestamp' is out of range: -3000000000.0 is "
+                            f"year 1874, outside 1900-01-01..2200-01-01 (POSIX seconds, UTC)")

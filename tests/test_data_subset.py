@@ -66,6 +66,8 @@ def test_the_locomo_ci_hydra_config_cuts_the_file_it_finds(tmp_path):
     from hydra.utils import instantiate
     from omegaconf import OmegaConf
 
+    import bench.config  # noqa: F401  (registers the rb.* resolvers the configs use)
+
     (tmp_path / "locomo").mkdir()
     shutil.copyfile(REPO / "tests" / "fixtures" / "data" / "locomo_tiny.json", tmp_path / "locomo" / "locomo10.json")
     node = OmegaConf.load(REPO / "configs" / "dataset" / "locomo_ci.yaml")

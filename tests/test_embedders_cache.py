@@ -1,5 +1,6 @@
 """Embedding cache: hits/misses, reload from disk, model isolation, dedup, crash leftovers."""
 
+import json
 import logging
 
 import numpy as np
@@ -9,14 +10,18 @@ from bench.embedders.base import Embedder
 from bench.embedders.cache import CachedEmbedder, model_dir_name, text_key
 
 
+FAKE_ID = {"model_id": "fake/v1", "dim": 4}  # CountingEmbedder()'s identity
+
+
 class CountingEmbedder:
     """Fake inner embedder: vector = one-hot-ish from the text length, records every call."""
 
     for_results = True
 
-    def __init__(self, model_id: str = "fake/v1", dim: int = 4) -> None:
+    def __init__(self, model_id: str = "fake/v1", dim: int = 4, **identity) -> None:
         self.model_id = model_id
         self.dim = dim
+        self.identity = {"model_id": model_id, "dim": dim, **identity}
         self.calls: list[list[str]] = []
 
     def embed(self, texts):
@@ -63,15 +68,15 @@ def test_survives_a_new_instance(tmp_path):
     v = c.embed(["yy", "x"])
     assert inner.calls == []
     np.testing.assert_array_equal(v, np.eye(4, dtype=np.float32)[[2, 1]])
-    shards = list((tmp_path / model_dir_name("fake/v1")).glob("shard-*.npz"))
+    shards = list((tmp_path / model_dir_name("fake/v1", FAKE_ID)).glob("shard-*.npz"))
     assert len(shards) == 1
-    assert (tmp_path / model_dir_name("fake/v1") / "MODEL_ID.txt").read_text() == "fake/v1\n"
+    assert json.loads((tmp_path / model_dir_name("fake/v1", FAKE_ID) / "IDENTITY.json").read_text()) == FAKE_ID
 
 
 def test_different_model_ids_do_not_collide(tmp_path):
     CachedEmbedder(CountingEmbedder("fake/v1"), tmp_path).embed(["x"])
     # ids that sanitise to the same string still get different directories
-    assert model_dir_name("a/b") != model_dir_name("a_b")
+    assert model_dir_name("a/b", {"model_id": "a/b"}) != model_dir_name("a_b", {"model_id": "a_b"})
     other = CountingEmbedder("fake:v1")
     c = CachedEmbedder(other, tmp_path)
     assert len(c) == 0
@@ -91,7 +96,7 @@ def test_duplicates_embedded_once(tmp_path):
 
 def test_partial_temp_file_and_corrupt_shard_are_ignored(tmp_path, caplog):
     CachedEmbedder(CountingEmbedder(), tmp_path).embed(["x"])
-    d = tmp_path / model_dir_name("fake/v1")
+    d = tmp_path / model_dir_name("fake/v1", FAKE_ID)
     good = next(d.glob("shard-*.npz")).read_bytes()
     (d / ".tmp-crashed.npz").write_bytes(good[: len(good) // 2])  # crash before os.replace
     (d / "shard-99999999999999999999-1-deadbeef.npz").write_bytes(good[: len(good) // 2])  # damaged copy
@@ -114,7 +119,7 @@ def test_empty_input(tmp_path):
     c = CachedEmbedder(inner, tmp_path)
     assert c.embed([]).shape == (0, 4)
     assert inner.calls == []
-    assert not (tmp_path / model_dir_name("fake/v1")).exists()
+    assert not (tmp_path / model_dir_name("fake/v1", FAKE_ID)).exists()
 
 
 def test_garbage_from_inner_is_not_cached(tmp_path):
@@ -142,7 +147,7 @@ def test_compact_merges_shards(tmp_path):
     c = CachedEmbedder(CountingEmbedder(), tmp_path)
     for t in ["a", "bb", "ccc"]:
         c.embed([t])
-    d = tmp_path / model_dir_name("fake/v1")
+    d = tmp_path / model_dir_name("fake/v1", FAKE_ID)
     assert len(list(d.glob("shard-*.npz"))) == 3
     c.compact()
     assert len(list(d.glob("shard-*.npz"))) == 1
@@ -192,3 +197,15 @@ def test_inner_that_learns_its_dim(tmp_path):
     assert again.dim == 4  # from the cached vectors, before the inner embedder knows
     np.testing.assert_array_equal(again.embed(["a"]), [[0, 1, 0, 0]])
     assert inner.calls == []
+
+
+def test_same_model_name_with_another_identity_does_not_reuse_vectors(tmp_path):
+    """The key is the full identity: the same model name served by another endpoint is another cache."""
+    CachedEmbedder(CountingEmbedder("http:m", endpoint="http://127.0.0.1:1/v1"), tmp_path).embed(["x"])
+    again = CountingEmbedder("http:m", endpoint="http://127.0.0.1:1/v1")
+    assert len(CachedEmbedder(again, tmp_path)) == 1  # same identity: cached
+    other = CountingEmbedder("http:m", endpoint="http://127.0.0.1:2/v1")
+    c = CachedEmbedder(other, tmp_path)
+    assert len(c) == 0
+    c.embed(["x"])
+    assert other.calls == [["x"]]

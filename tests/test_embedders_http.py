@@ -209,8 +209,13 @@ def test_missing_key_env_is_clear(monkeypatch):
 
 
 def test_config_validation():
-    with pytest.raises(ValueError, match="must NAME an environment variable"):
-        HTTPEmbedder(model="m", base_url="https://x/v1", api_key_env="sk-live-abc")
+    for typed in ("sk-live-abc", "pcsk_5xK9Zq_Ab3dEfGh1JkLmNoPq", "Bearer sk-x"):
+        with pytest.raises(ValueError, match="api_key_env must name an environment variable") as e:
+            HTTPEmbedder(model="m", base_url="https://x/v1", api_key_env=typed)
+        assert typed not in str(e.value)
+    with pytest.raises(ValueError, match="must not carry user:password") as e:
+        HTTPEmbedder(model="m", base_url="https://me:sk-in-url-123@x/v1")
+    assert "sk-in-url-123" not in str(e.value)
     with pytest.raises(ValueError, match="base_url"):
         HTTPEmbedder(model="m", base_url="x/v1")
 
@@ -221,3 +226,13 @@ def test_helpers():
     assert _retry_after_seconds(None) is None
     assert _retry_after_seconds("Wed, 21 Oct 2015 07:28:00 GMT") == 0.0  # a date in the past
     assert _retry_after_seconds("soon") is None
+
+
+def test_identity_names_the_endpoint_not_the_key():
+    """The embedding cache key: another base_url with the same model name is another embedder."""
+    a = HTTPEmbedder(model="m", base_url="http://127.0.0.1:1/v1", api_key_env=None, dim=3).identity
+    b = HTTPEmbedder(model="m", base_url="http://127.0.0.1:2/v1", api_key_env=None, dim=3).identity
+    q = HTTPEmbedder(model="m", base_url="http://127.0.0.1:1/v1?deployment=x", api_key_env=None, dim=3).identity
+    assert a["endpoint"] == "http://127.0.0.1:1/v1/embeddings" and b["endpoint"] == "http://127.0.0.1:2/v1/embeddings"
+    assert len({str(sorted(x.items())) for x in (a, b, q)}) == 3 and "deployment" not in str(q)
+    assert a["model"] == "m" and a["dim"] == 3 and a["dimensions"] is None

@@ -11,8 +11,14 @@ to a temp dir and added with ``hydra.searchpath`` (never configs/backend/).
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
 import signal
+import subprocess
+import sys
+import threading
+import time
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -141,3 +147,125 @@ def test_a_failing_write_leaves_the_old_file_and_no_temp(tmp_path):
     with pytest.raises(OSError, match="disk full"):
         write_atomic(target, half)
     assert target.read_text() == '{"v": 1}' and sorted(x.name for x in tmp_path.iterdir()) == ["meta.json"]
+
+
+# --- faults of the run itself: unwritable or full directories, Ctrl-C ----------------------------
+
+from bench.harden import REPO, cli_env  # noqa: E402
+
+FAST = ["embedder=hashing", "dataset=own", f"dataset.path={DEMO}", "strategy=[limit,threshold]", "progress=false"]
+
+
+@contextlib.contextmanager
+def tmpfs(path: Path, *, size: str = "64m", read_only: bool = False):
+    """A small (or read-only) file system mounted at ``path`` for one test; skipped where mounting is not allowed."""
+    path.mkdir(parents=True, exist_ok=True)
+    opts = f"size={size}" + (",ro" if read_only else "")
+    proc = subprocess.run(["mount", "-t", "tmpfs", "-o", opts, "tmpfs", str(path)], capture_output=True, text=True)
+    if proc.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here ({proc.stderr.strip() or proc.returncode}); needs root with CAP_SYS_ADMIN")
+    try:
+        yield path
+    finally:
+        subprocess.run(["umount", "-l", str(path)], capture_output=True)
+
+
+def one_line_fault(proc: subprocess.CompletedProcess, *needles: str) -> str:
+    out = proc.stdout + proc.stderr
+    assert "Traceback" not in out and "Logging error" not in out, out[-3000:]
+    assert proc.returncode != 0, out[-3000:]
+    for n in needles:
+        assert n in out, (n, out[-3000:])
+    return out
+
+
+def test_an_unwritable_job_cache_names_it_and_keeps_the_report(tmp_path):
+    reports = tmp_path / "reports"
+    with tmpfs(reports / "cache" / "jobs", read_only=True):
+        proc = run_cli([f"paths.reports={reports}", "backend=exact", *FAST])
+        one_line_fault(proc, "the job finished but could not be cached in", "Read-only file system")
+    assert (reports / "latest" / "report.md").exists()  # what finished is reported and published
+    assert json.loads((reports / "latest" / "faults.json").read_text())[0].startswith("the job finished but could not be cached")
+
+
+def test_a_full_disk_ends_with_one_line_naming_the_file(tmp_path):
+    reports = tmp_path / "reports"
+    with tmpfs(reports, size="96k"):
+        proc = run_cli([f"paths.reports={reports}", "backend=exact", *FAST])
+        one_line_fault(proc, "No space left on device")
+        assert not (reports / "latest").exists()
+
+
+def test_a_disk_full_before_the_start_and_a_read_only_run_dir(tmp_path):
+    full = tmp_path / "full"
+    with tmpfs(full, size="64k"):
+        with contextlib.suppress(OSError):
+            (full / "filler").write_bytes(b"x" * 200_000)
+        proc = run_cli([f"paths.reports={full}", "backend=exact", *FAST])
+        out = one_line_fault(proc)
+        assert "No space left on device" in out or "error:" in out
+    ro = tmp_path / "ro"
+    with tmpfs(ro, read_only=True):
+        proc = run_cli([f"paths.reports={ro}", "backend=exact", *FAST])
+        one_line_fault(proc, "error: OSError: [Errno 30] Read-only file system")
+
+
+def interrupt_when(args: list[str], marker: str, *, delay_s: float = 1.0) -> subprocess.CompletedProcess:
+    """Run the CLI in its own session, send Ctrl-C (SIGINT to the group) once ``marker`` is printed."""
+    env = {**cli_env(), "PYTHONUNBUFFERED": "1"}
+    p = subprocess.Popen([sys.executable, "-m", "bench", *args], cwd=REPO, env=env, stdout=subprocess.PIPE,
+                         stderr=subprocess.STDOUT, text=True, start_new_session=True)
+    lines: list[str] = []
+    seen = threading.Event()
+
+    def read() -> None:
+        for line in p.stdout:
+            lines.append(line)
+            if marker in line:
+                seen.set()
+
+    t = threading.Thread(target=read, daemon=True)
+    t.start()
+    assert seen.wait(300), "".join(lines)[-3000:]
+    time.sleep(delay_s)  # the job is blocked inside the store call: Ctrl-C lands there
+    os.killpg(p.pid, signal.SIGINT)
+    p.wait(120)
+    t.join(10)
+    return subprocess.CompletedProcess(p.args, p.returncode, "".join(lines), "")
+
+
+@pytest.fixture
+def hang_conf(tmp_path):
+    return fault_configs(tmp_path / "conf", {"fault_hang": {"fault": "timeout", "after": 3, "delay_s": 120}})
+
+
+def test_ctrl_c_in_a_single_run_exits_130_and_leaves_earlier_results(tmp_path, hang_conf):
+    reports = tmp_path / "reports"
+    first = run_cli([f"paths.reports={reports}", "backend=exact", *FAST])
+    assert first.returncode == 0
+    before = os.readlink(reports / "latest")
+    proc = interrupt_when([f"hydra.searchpath=[file://{hang_conf}]", f"paths.reports={reports}", "backend=fault_hang", *FAST],
+                          "injected fault: search 3 blocks")
+    out = proc.stdout
+    assert proc.returncode == 130, out[-3000:]
+    assert "Traceback" not in out and "KeyboardInterrupt" not in out
+    assert "interrupted (Ctrl-C): the job did not finish; nothing was published" in out
+    assert os.readlink(reports / "latest") == before
+    (failed,) = [p for p in (reports / "runs").glob("*/failed.json")]
+    assert json.loads(failed.read_text())["reason"] == "interrupted (Ctrl-C) before the job finished"
+
+
+def test_ctrl_c_in_a_multirun_keeps_the_report_of_the_finished_jobs(tmp_path, hang_conf):
+    reports = tmp_path / "reports"
+    proc = interrupt_when(["-m", f"hydra.searchpath=[file://{hang_conf}]", f"paths.reports={reports}",
+                           "backend=exact,fault_hang,sqlite_vec", *FAST], "injected fault: search 3 blocks")
+    out = proc.stdout
+    assert proc.returncode == 130, out[-3000:]
+    assert "Traceback" not in out and "KeyboardInterrupt" not in out
+    assert "interrupted (Ctrl-C): 1 job(s) finished; their report:" in out
+    (sweep,) = (reports / "runs").iterdir()
+    assert (sweep / "job0" / "summary.csv").exists() and (sweep / "report.md").exists()
+    reasons = {f["job"]: f["reason"] for f in json.loads((sweep / "failed.json").read_text())}
+    assert reasons == {"job1": "interrupted (Ctrl-C) before the job finished",
+                       "job2": "not started: the run was interrupted (Ctrl-C)"}
+    assert os.readlink(reports / "latest") == f"runs/{sweep.name}"

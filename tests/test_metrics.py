@@ -74,3 +74,50 @@ def test_aggregate_macro_micro_and_adversarial():
     # latency percentiles over every query of the trace (3 queries: 1, 2, 3 ms)
     assert s["latency_p50_ms"] == pytest.approx(2.0)
     assert s["latency_p99_ms"] == pytest.approx(np.percentile([1, 2, 3], 99))
+
+
+def test_a_question_without_gold_is_excluded_from_every_quality_column():
+    # the three questions above plus q4: not adversarial, no gold, recalls 3 memories (precision 0, 300 of 400
+    # tokens, not empty). It must move no quality column; it is counted in n_excluded and timed in latency.
+    rows = pd.DataFrame([
+        _row("q1", ["a", "x"], ["a"], tokens=(20, 100), lat=1_000_000),
+        _row("q2", [], ["b", "c"], tokens=(0, 100), lat=3_000_000),
+        _row("q3", ["x"], [], adversarial=True, tokens=(5, 50), lat=2_000_000),
+        _row("q4", ["x", "y", "z"], [], tokens=(300, 400), lat=4_000_000),
+    ])
+    s = M.aggregate(rows, ["g"]).iloc[0]
+    assert (s["n_questions"], s["n_excluded"], s["n_adversarial"], s["n_scored"]) == (2, 1, 1, 2)
+    # the same values as without q4 (test above); with q4 they would be P 0.25, micro P 1/5, empty 1/3, ...
+    assert s["precision"] == pytest.approx(0.5) and s["precision_n"] == 1
+    assert s["recall"] == pytest.approx(0.5) and s["f1"] == pytest.approx(1 / 3) and s["hit_rate"] == pytest.approx(0.5)
+    assert s["micro_precision"] == pytest.approx(1 / 2) and s["micro_recall"] == pytest.approx(1 / 3)
+    assert s["empty_rate"] == pytest.approx(0.5) and s["selected_mean"] == pytest.approx(1.0)
+    assert s["tokens_injected_mean"] == pytest.approx(10) and s["tokens_full_mean"] == pytest.approx(100)
+    assert s["token_savings"] == pytest.approx(0.9) and s["adversarial_abstain_rate"] == 0.0
+    assert s["latency_p50_ms"] == pytest.approx(2.5)  # every query: 1, 2, 3, 4 ms
+
+
+def test_scored_mask_reads_n_gold_else_recall_else_f1():
+    rows = pd.DataFrame({"adversarial": [False, False, True], "n_gold": [2, 0, 0], "recall": [0.5, math.nan, math.nan], "f1": [0.0, math.nan, math.nan]})
+    assert M.scored(rows).tolist() == [True, False, False] and M.excluded(rows).tolist() == [False, True, False]
+    assert M.scored(rows.drop(columns="n_gold")).tolist() == [True, False, False]
+    assert M.scored(rows.drop(columns=["n_gold", "recall"])).tolist() == [True, False, False]
+    with pytest.raises(ValueError, match="need column 'n_gold'"):
+        M.scored(rows[["adversarial"]])
+
+
+
+def test_question_rule_is_written_once_in_the_same_words():
+    import re
+    from pathlib import Path
+
+    readme = (Path(__file__).resolve().parent.parent / "README.md").read_text()
+    section = readme[readme.index("### Metric conventions"):]
+    section = section[: section.index("\n## ")]
+    bullets = re.findall(r"^- Questions counted:.*?(?=^- |\Z)", section, re.DOTALL | re.MULTILINE)
+    assert len(bullets) == 1, "README 'Metric conventions' must state the question rule once"
+    def words(text):
+        return " ".join(text.split())
+
+    assert words(bullets[0]) in words(M.__doc__)
+    assert "n_excluded" in bullets[0] and "latency" in bullets[0]

@@ -241,3 +241,23 @@ def test_edge_of_grid_is_flagged():
     # thr chooses 0.3, the lowest threshold swept
     assert point(rec, "thr")["note"] == "0.30 is the lowest threshold swept: the optimum may lie beyond it (widen `thresholds`)"
     assert point(rec, "lim")["note"] == ""
+
+
+def test_questions_without_gold_are_not_in_the_grid_and_counts_agree_with_the_summary():
+    # q5 (c1): not adversarial, no gold; precision 0 and 500 tokens at every setting. Left out of the grid, every
+    # point estimate stays as without it (thr@0.3 tokens 50, precision (1/3 + 1/3 + 3/7) / 3) and n_questions = 3.
+    nogold = [row("q5", "c1", "open-domain", False, s, t, NAN, NAN, 0.0, 500, 0.0) for s, t in (("thr", 0.3), ("thr", 0.5), ("lim", NAN))]
+    rows = pd.concat([ROWS, pd.DataFrame(nogold).assign(n_gold=0)], ignore_index=True)
+    grid = next(g for g in build_grids(rows) if g.key[3] == "thr")
+    assert grid.question_ids.tolist() == ["q1", "q2", "q3", "q4"] and grid.n_excluded == 1
+    rec = recommend(rows, RecommendConfig(n_resamples=200))
+    thr = rec.curves[rec.curves["strategy"] == "thr"]
+    assert thr["tokens"].tolist() == pytest.approx([50, 10])
+    assert thr["precision"].tolist() == pytest.approx([(1 / 3 + 1 / 3 + 3 / 7) / 3, (1 + 0.125) / 2])
+    p = point(rec, "thr")
+    assert (p["n_questions"], p["n_adversarial"], p["n_excluded"]) == (3, 1, 1)
+    agg = metrics.aggregate(rows, ["strategy", "threshold"])
+    assert (agg["n_questions"] == 3).all() and (agg["n_excluded"] == 1).all()
+    assert set(thr["n_questions"]) == {3}
+    cats = rec.categories[rec.categories["strategy"] == "thr"].set_index("category")
+    assert "open-domain" not in cats.index  # q5's category has no scored question

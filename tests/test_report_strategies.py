@@ -59,9 +59,9 @@ def test_sections_skip_strategies_that_were_not_run():
 
 def test_units_section_compares_with_the_raw_turn_full_context():
     both = pd.concat([SUMMARY.assign(dataset="locomo"),
-                      pd.DataFrame([row("limit5", dataset="locomo_observations", n_scored=8, tokens_injected_mean=50.0),
+                      pd.DataFrame([row("limit5", dataset="locomo_observations", n_questions=8, n_scored=8, n_excluded=2, tokens_injected_mean=50.0),
                                     row("full_context", dataset="locomo", tokens_injected_mean=1000.0)])], ignore_index=True)
     text = "\n".join(strategy_sections(both, []))
     assert "## Per dataset / memory unit" in text
-    # 50 tokens of observations / 1000 tokens of raw-turn full context = 0.0500; 8 scored questions
+    # 50 tokens of observations / 1000 tokens of raw-turn full context = 0.0500; 8 scored questions (2 without unit gold excluded)
     assert "| locomo_observations | exact | limit5 | n/a | 8 |" in text and text.rstrip().endswith("| 0.0500 |")

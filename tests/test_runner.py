@@ -17,6 +17,7 @@ VEC = {
 
 class FakeEmbedder:
     model_id = "fake-2d"
+    identity = {"model_id": "fake-2d"}
     dim = 2
     for_results = False
 

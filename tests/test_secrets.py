@@ -2,9 +2,11 @@
 
 The CLI runs a multirun with the HTTP embedder (loopback EmbeddingServer that REQUIRES the planted
 key) and the Pinecone backend (loopback protocol test double, tests/pinecone_server.py, that also
-requires its planted key); a second job's endpoint answers 401 echoing the key back. Every file
-under the temp reports dir (logs, .hydra/, config_resolved.yaml, reports, traces, parquet cells)
-and the console output are searched for the keys and their random parts.
+requires its planted key); a second job's endpoint answers 401 echoing the key back. Then one run
+per other channel a key can come by: typed into ``backend.api_key_env`` and ``embedder.api_key_env``,
+a ``+embedder.api_key=`` override, a URL's user:password, a newline inside the environment value.
+Every file under the temp reports dir (logs, config_resolved.yaml, failed.json, meta.json, reports,
+traces, parquet cells) and the console output are searched for the keys and their random parts.
 """
 
 from __future__ import annotations
@@ -34,6 +36,18 @@ def test_planted_keys_appear_nowhere(planted):
     assert figs.tracebacks == 0
 
 
+def test_every_other_channel_was_refused_with_a_reason(planted):
+    root, figs = planted
+    assert sorted(figs.channels) == ["+embedder.api_key override", "URL user:password", "newline inside the env value",
+                                     "typed into backend.api_key_env", "typed into embedder.api_key_env"]
+    assert all(rc != 0 for rc in figs.channels.values()), figs.channels
+    console = (root / "console.log").read_text()
+    assert "backend.api_key_env must name an environment variable" in console
+    assert "embedder.api_key_env must name an environment variable" in console
+    assert "base_url must not carry user:password" in console
+    assert "RB_PLANTED_NL_API_KEY holds whitespace or a control character" in console
+
+
 def test_the_keys_were_really_used_and_the_echoing_job_failed_with_a_recorded_reason(planted):
     root, figs = planted
     assert figs.key_used  # the embedding server saw the planted key (it refuses any other)
@@ -48,10 +62,10 @@ def test_every_kind_of_output_was_scanned(planted):
     root, _ = planted
     reports = root / "reports"
     names = {p.name for p in reports.rglob("*") if p.is_file()}
-    for must in ("cli.log", "config.yaml", "hydra.yaml", "overrides.yaml", "config_resolved.yaml", "report.md",
+    for must in ("cli.log", "config_resolved.yaml", "report.md",
                  "trace.parquet", "questions.parquet", "summary.csv", "failed.json", "meta.json"):
         assert must in names, must
-    assert any(".hydra" in p.parts for p in reports.rglob("*.yaml"))
+    assert not any(".hydra" in p.parts for p in reports.rglob("*"))  # Hydra's raw copy of the overrides is off
     assert (root / "console.log").stat().st_size > 0
     cfg = (next(reports.rglob("job0/config_resolved.yaml"))).read_text()
     assert "api_key_env: RB_PLANTED_EMBED_API_KEY" in cfg  # the NAME of the variable, never its value

@@ -161,3 +161,18 @@ def test_compare_pairs_holm_across_pairs():
     assert (first["wins"], first["ties"], first["losses"]) == (1, 2, 0)
     assert res.iloc[1]["p"] == 1.0 and res["p_holm"].tolist() == [1.0, 1.0]
     assert not res["significant"].any()
+
+
+def test_question_values_leave_out_questions_without_gold():
+    # q5: not adversarial, no gold (n_gold 0), recalled 3 memories for 99 tokens: not a scored question
+    rows = pd.DataFrame({
+        "strategy": ["x"] * 4, "question_id": ["q1", "q2", "q4", "q5"], "conversation_id": ["c1", "c1", "c2", "c2"],
+        "adversarial": [False, False, True, False], "n_gold": [1, 2, 0, 0], "f1": [1.0, 0.5, np.nan, np.nan],
+        "tokens_injected": [10.0, 20.0, 5.0, 99.0], "n_selected": [1, 2, 1, 3], "empty": [0.0, 0.0, 1.0, 0.0],
+    })
+    tok = stats.question_values(rows, {"strategy": "x"}, "tokens_injected")
+    assert tok["question_id"].tolist() == ["q1", "q2"] and tok["value"].tolist() == [10.0, 20.0]
+    assert stats.question_values(rows, {"strategy": "x"}, "n_selected")["value"].tolist() == [1.0, 2.0]
+    fa = stats.question_values(rows, {"strategy": "x"}, "f1_abstain")
+    assert fa["question_id"].tolist() == ["q1", "q2", "q4"] and fa["value"].tolist() == [1.0, 0.5, 1.0]
+    assert stats.question_values(rows, {"strategy": "x"}, "abstained")["question_id"].tolist() == ["q4"]

@@ -5,7 +5,7 @@ import math
 import pytest
 
 from bench import strategies as S
-from bench.types import Hit, Question, Turn
+from bench.types import Hit, Hits, Question, Turn
 
 # Candidates for one question, best first (similarity, higher is better).
 HITS = (Hit("a", 0.91), Hit("b", 0.80), Hit("c", 0.75), Hit("d", 0.50), Hit("e", 0.30), Hit("f", 0.10))
@@ -116,3 +116,15 @@ def test_route_by_query_hand_worked():
 def test_selection_iterates_like_a_tuple_of_hits():
     sel = S.Selection((Hit("x", 0.5), Hit("y", 0.4)), route="r")
     assert [h.id for h in sel] == ["x", "y"] and len(sel) == 2
+
+
+def test_token_budget_threshold_is_inclusive():
+    # HITS: a .91, b .80, c .75, d .50; c's similarity equals the threshold 0.75, so c is considered (like ``threshold``)
+    tokens = {"a": 40, "b": 30, "c": 50, "d": 10, "e": 5, "f": 5}
+    assert ids(S.token_budget(HITS, tokens=tokens, budget=1000, threshold=0.75)) == ["a", "b", "c"]
+    assert ids(S.token_budget(HITS, tokens=tokens, budget=1000, threshold=0.76)) == ["a", "b"]
+    # both edges at once: 40 + 30 + 50 = 120 fits a budget of 120 exactly, and c sits on the threshold
+    assert ids(S.token_budget(HITS, tokens=tokens, budget=120, threshold=0.75)) == ["a", "b", "c"]
+    columnar = Hits(tuple(h.id for h in HITS), tuple(h.score for h in HITS))  # a store's columnar hits
+    assert ids(S.token_budget(columnar, tokens=tokens, budget=1000, threshold=0.75)) == ["a", "b", "c"]
+    assert S.above(HITS, 0.75) == len(S.token_budget(HITS, tokens=tokens, budget=1000, threshold=0.75))  # same cut as threshold

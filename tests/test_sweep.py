@@ -99,9 +99,9 @@ def test_rows_repeat_per_format_with_that_formats_tokens():
     rows = sweep(TRACE, CORPUS, SPECS[:1], (), TOKENS, formats=("A", "B", "C"), format_tokens=table)
     assert list(rows["format"]) == ["A", "A", "B", "B", "C", "C"]
     q1 = rows[rows.question_id == "q1"].set_index("format")
-    # limit2 on q1 selects t2, t1: A from TOKENS (30 + 20); B and C = characters of the rendered text
+    # limit2 on q1 selects t2, t1: every format priced by the table (characters of the rendered text), A too
     t = {x.turn_id: x for x in CORPUS.turns()}
-    assert q1.loc["A", "tokens_injected"] == 50
+    assert q1.loc["A", "tokens_injected"] == len("user: text 2\nassistant: text 1") == len(F.render("A", [t["t2"], t["t1"]]))
     assert q1.loc["B", "tokens_injected"] == len(F.render("B", [t["t2"], t["t1"]]))
     assert q1.loc["C", "tokens_injected"] == len(F.render("C", [t["t2"], t["t1"]]))
     assert q1.loc["C", "tokens_full"] == len(F.render("C", [t["t0"], t["t1"], t["t2"]]))
@@ -220,7 +220,8 @@ def test_format_tokens_table_prices_the_seed_settings():
     assert ("threshold", 0.5, "B") in got and ("threshold", 0.1, "C") in got and ("full_context", None, "A") in got
     assert ("limit2", None, "A") not in got  # not a seed strategy name
     fc = next(r for r in recs if r["strategy"] == "full_context" and r["format"] == "A")
-    assert fc["tokens_injected_mean"] == 60 and fc["token_savings"] == 0.0  # q1 only (q2 is adversarial)
+    # q1 only (q2 is adversarial): t0..t2 as A lines, 12 + 1 + 17 + 1 + 12 characters
+    assert fc["tokens_injected_mean"] == 43 and fc["token_savings"] == 0.0
 
 
 def test_store_strategies_slice_columnar_hits_like_a_list():
@@ -234,3 +235,87 @@ def test_store_strategies_slice_columnar_hits_like_a_list():
         assert isinstance(got, Hits) and got == expect
     assert S.above(h, 0.1) == 4 and S.above(h, 0.8) == 2 and S.above(h, 0.95) == 0
     assert S.hybrid(want, threshold=0.75, k=1) == tuple(want[:1]) and S.threshold(want, threshold=0.75) == tuple(want[:2])  # plain list: tuples
+
+
+# ---- questions without gold, exact format-A tokens, depth saturation ------------------------------
+
+# CORPUS plus q3: not adversarial, asked after everything, no gold -> excluded from every quality column
+NOGOLD = Corpus(name="tiny", conversations=CORPUS.conversations,
+                questions=CORPUS.questions + (Question("q3", "c1", "who?", None, (), "open-domain"),))
+NOGOLD_TRACE = Trace(
+    pd.concat([TRACE.table, pd.DataFrame({
+        "question_id": ["q3"], "conversation_id": ["c1"], "latency_ns": [6_000_000],
+        "hit_ids": [["c1|t3", "c1|t1"]], "hit_scores": [[0.9, 0.7]], "exact_scores": [[0.9, 0.7]]})], ignore_index=True),
+    TRACE.meta,
+)
+
+
+def test_a_question_without_gold_is_excluded_from_every_quality_column():
+    s = summarise(sweep(NOGOLD_TRACE, NOGOLD, SPECS, (0.5,), TOKENS)).set_index("strategy")
+    lim = s.loc["limit2"]
+    # q1 alone: {t2, t1} of gold {t0, t2}: P .5, noise 1, 30 + 20 = 50 tokens of 60; q3 would add P 0, noise 2,
+    # 40 + 20 = 60 tokens of 100, and q2 is adversarial
+    assert (lim.n_questions, lim.n_excluded, lim.n_adversarial) == (1, 1, 1)
+    assert (lim.precision, lim.recall, lim.f1, lim.micro_precision, lim.hit_rate, lim.empty_rate) == (0.5, 0.5, 0.5, 0.5, 1.0, 0.0)
+    assert (lim.selected_mean, lim.noise_mean, lim.tokens_injected_mean, lim.tokens_full_mean) == (2.0, 1.0, 50.0, 60.0)
+    assert lim.token_savings == pytest.approx(1 - 50 / 60)
+    assert lim.latency_p50_ms == pytest.approx(4.0)  # latency: every query of the trace (2, 4 and 6 ms)
+    fc = s.loc["full_context"]
+    assert (fc.n_questions, fc.n_excluded, fc.tokens_full_mean, fc.tokens_injected_mean) == (1, 1, 60.0, 60.0)
+
+
+def test_format_a_tokens_are_the_count_of_the_joined_text():
+    from bench import tokens
+
+    # cl100k: "assistant: hello world" 4 tokens, "user: I went hiking." 6; a newline after "world" is a token of
+    # its own (198), after "hiking." it merges into ".\n" (627)
+    conv = Conversation("c1", (Turn("c1", "t0", "assistant", "Bob", "hello world", 1.0, 0),
+                               Turn("c1", "t1", "user", "Ann", "I went hiking.", 2.0, 1)))
+    corpus = Corpus("hi", (conv,), (Question("q1", "c1", "?", None, ("t0",)),))
+    trace = Trace(pd.DataFrame({"question_id": ["q1"], "conversation_id": ["c1"], "latency_ns": [1], "hit_ids": [["c1|t0", "c1|t1"]],
+                                "hit_scores": [[0.9, 0.8]], "exact_scores": [[0.9, 0.8]]}),
+                  {"dataset": "hi", "embedder": "fake", "backend": "exact", "roles": None})
+    table = F.token_table(corpus.turns(), tokens.count_tokens_many)
+    counts = dict(table.memory["A"])  # what the CLI passes as token_counts: per-line counts (4 and 6)
+    rows = sweep(trace, corpus, [SPECS[0], SPECS[2]], (), counts, format_tokens=table)
+    lim, fc = rows.iloc[0], rows.iloc[1]
+    assert lim.tokens_injected == 4 + 1 + 6 == tokens.count_tokens("assistant: hello world\nuser: I went hiking.")  # 11, not 10
+    assert fc.tokens_injected == fc.tokens_full == 11  # full context: every visible turn, in conversation order
+    flipped = Trace(trace.table.assign(hit_ids=[["c1|t1", "c1|t0"]]), trace.meta)
+    assert sweep(flipped, corpus, [SPECS[0]], (), counts, format_tokens=table).iloc[0].tokens_injected == 6 + 0 + 4  # ".\n" merges
+
+
+# q1 sees t0..t2; the store returned 2 of them (t1, t0). q2 (adversarial) sees t0..t3; the store returned t3, t0.
+SHALLOW = Trace(TRACE.table.assign(hit_ids=[["c1|t1", "c1|t0"], ["c1|t3", "c1|t0"]], hit_scores=[[0.55, 0.30], [0.45, 0.20]]), TRACE.meta)
+
+
+def _l1_plus(n):
+    # L1 = the last turn the question may see (never a hit here), then the first n hits as L2
+    def fn(hits, *, question, eligible, threshold):
+        return Selection((Hit(eligible[-1].key, float("nan")),) + tuple(hits[:n]), tiers=("L1",) + ("L2",) * len(hits[:n]))
+    return fn
+
+
+def test_depth_saturated_hand_worked():
+    specs = [SPECS[1], SPECS[2], StrategySpec("l1_all", _l1_plus(9), thresholded=False), StrategySpec("l1_best", _l1_plus(1), thresholded=False)]
+    rows = sweep(SHALLOW, CORPUS, specs, (0.1, 0.25, 0.5), TOKENS)
+    sat = {(r.strategy, r.threshold if r.threshold == r.threshold else None, r.question_id): bool(r.depth_saturated) for r in rows.itertuples()}
+    # threshold 0.1: q1 keeps t1, t0 = every candidate, and 2 < 3 visible turns -> a deeper search could add t2: True
+    assert sat[("threshold", 0.1, "q1")] is True and sat[("threshold", 0.1, "q2")] is True  # q2: both of 2 < 4
+    # threshold 0.25: q1 keeps both (0.55, 0.30) -> True; q2 keeps t3 only (0.20 < 0.25) -> False
+    assert sat[("threshold", 0.25, "q1")] is True and sat[("threshold", 0.25, "q2")] is False
+    # threshold 0.5: q1 keeps t1 only, q2 nothing -> False
+    assert sat[("threshold", 0.5, "q1")] is False and sat[("threshold", 0.5, "q2")] is False
+    assert not any(v for (name, _, _), v in sat.items() if name == "full_context")  # does not read the store
+    # a tiered selection that adds its own L1 memory: l1_all keeps every candidate (3 selected, 2 returned) -> True;
+    # l1_best keeps t2 + t1 (2 selected, as many as returned) but not t0 -> False
+    assert sat[("l1_all", None, "q1")] is True and sat[("l1_best", None, "q1")] is False
+    s = summarise(rows)
+    assert s[s.strategy == "threshold"]["depth_saturated_rate"].tolist() == [1.0, 0.5, 0.0]
+
+
+def test_not_depth_saturated_when_the_store_returned_every_visible_memory():
+    # TRACE returns t2, t1, t0 for q1: all 3 turns q1 may see; taking all of them cannot be cut by the depth
+    rows = sweep(TRACE, CORPUS, [SPECS[1]], (0.1,), TOKENS)
+    q1 = rows[rows.question_id == "q1"].iloc[0]
+    assert q1.n_selected == 3 and not q1.depth_saturated

@@ -205,3 +205,19 @@ def test_fresh_process_default_dir_under_home(tmp_path):
     assert r == {"n": 2, "env": str(expected)}
     assert (expected / cache_file_name("cl100k_base")).is_file()
     assert not (expected / cache_file_name("o200k_base")).exists()  # only what was asked for
+
+
+def test_the_sweeps_token_table_equals_count_injected_tokens():
+    # the sweep prices format A from per-line counts (bench.formats.TokenTable); it must equal the joined count
+    from bench import formats as F
+    from bench.types import Turn
+
+    items = [("user", "hello world"), ("assistant", "I went hiking."), ("user", "emoji 👋"), ("assistant", "trailing  ")]
+    turns = [Turn("c", f"t{i}", role, role, text, None, i) for i, (role, text) in enumerate(items)]
+    for enc in ("cl100k_base", "o200k_base"):
+        table = F.token_table(turns, lambda texts, enc=enc: count_tokens_many(texts, enc), formats=["A"])
+        for order in ([0, 1, 2, 3], [1, 0, 3, 2], [3, 2, 1, 0], [2, 0]):
+            want = count_injected_tokens([items[i] for i in order], enc)
+            assert table.cost("A", [turns[i].key for i in order]) == want, (enc, order)
+    # cl100k hand-worked: "user: hello world\nassistant: I went hiking." = 4 + 1 ("\n" = 198) + 6 tokens
+    assert count_injected_tokens(items[:2]) == 11

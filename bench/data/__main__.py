@@ -2,6 +2,9 @@
 report; ``python -m bench.data convert <src> <out_dir>`` writes any supported corpus in the own
 format. ``--kind`` is one of locomo, locomo_2025, longmemeval, longmemeval_oracle, own (default:
 detected from the path). Errors print one line on stderr and exit with code 2.
+
+``check --strict`` exits 1 when the corpus has any defect, after printing the card, with the
+one-line summary ("strict: 3 label defects: ...") on stderr.
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ def _parser() -> argparse.ArgumentParser:
     check = sub.add_parser("check", help="print the dataset card and defect report")
     check.add_argument("path")
     check.add_argument("--kind", choices=KIND_CHOICES, default="auto")
+    check.add_argument("--strict", action="store_true", help="exit 1 when the corpus has any defect")
     conv = sub.add_parser("convert", help="write a corpus in the own format")
     conv.add_argument("src")
     conv.add_argument("out_dir")
@@ -32,11 +36,15 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING,
                         format="%(levelname)s %(name)s: %(message)s")
     from bench.data import load_corpus
-    from bench.data.card import dataset_card, defect_summary
+    from bench.data.card import dataset_card, defect_kinds, defect_summary
 
     try:
         if args.command == "check":
-            print(dataset_card(load_corpus(args.kind, args.path)), end="")
+            corpus = load_corpus(args.kind, args.path)
+            print(dataset_card(corpus), end="")
+            if args.strict and corpus.defects:
+                print(f"strict: {defect_summary(corpus.defects)}", file=sys.stderr)
+                return 1
         else:
             from bench.data.own import write_own
 
@@ -44,7 +52,7 @@ def main(argv: list[str] | None = None) -> int:
             out = write_own(corpus, args.out_dir)
             print(f"wrote {corpus.name}: {len(corpus.conversations)} conversations, {len(corpus.turns())} turns, "
                   f"{len(corpus.questions)} questions -> {out}")
-            for kind, n, _ in defect_summary(corpus):
+            for kind, n, _ in defect_kinds(corpus):
                 print(f"  source defect {kind}: {n} (handled while loading; run `check` on the source for details)")
     except (OSError, ValueError) as e:
         msg = str(e).splitlines()[0] if str(e) else type(e).__name__

@@ -1,7 +1,8 @@
 """Dataset card: a markdown summary of a Corpus (sizes, categories, tokens) and its defect report.
 
 ``dataset_card(corpus)`` returns the text (the report embeds it; ``python -m bench.data check``
-prints it); ``defect_summary(corpus)`` returns ``[(kind, count, examples)]``, most frequent first.
+prints it); ``defect_kinds(corpus)`` returns ``[(kind, count, examples)]``, most frequent first;
+``defect_summary(defects)`` the one line "3 label defects: 2 evidence_not_found, 1 gold_after_asked_at".
 Tokens are counted with ``bench.tokens.count_tokens(text, "cl100k_base")`` when that module is
 importable and works, else estimated as characters / 4 and labelled so.
 """
@@ -10,8 +11,9 @@ from __future__ import annotations
 
 import logging
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 
+from bench.data.timeline import ASKED_BEFORE, GOLD_AFTER
 from bench.types import Corpus, Defect
 
 log = logging.getLogger(__name__)
@@ -20,13 +22,24 @@ ENCODING = "cl100k_base"
 EXAMPLES = 3
 
 
-def defect_summary(corpus: Corpus, examples: int = EXAMPLES) -> list[tuple[str, int, tuple[Defect, ...]]]:
+def defect_kinds(corpus: Corpus, examples: int = EXAMPLES) -> list[tuple[str, int, tuple[Defect, ...]]]:
     """(kind, count, up to ``examples`` defects of that kind), by count descending, then kind."""
     by_kind: dict[str, list[Defect]] = {}
     for d in corpus.defects:
         by_kind.setdefault(d.kind, []).append(d)
     rows = [(kind, len(ds), tuple(ds[:examples])) for kind, ds in by_kind.items()]
     return sorted(rows, key=lambda r: (-r[1], r[0]))
+
+
+def defect_summary(defects: Iterable[Defect]) -> str:
+    """One line: "3 label defects: 2 evidence_not_found, 1 gold_after_asked_at" (by count descending, then
+    kind), or "no label defects"."""
+    counts = Counter(d.kind for d in defects)
+    if not counts:
+        return "no label defects"
+    total = sum(counts.values())
+    parts = ", ".join(f"{n:,} {kind}" for kind, n in sorted(counts.items(), key=lambda kv: (-kv[1], kv[0])))
+    return f"{total:,} label defect{'s' if total != 1 else ''}: {parts}"
 
 
 def count_corpus_tokens(texts: Sequence[str]) -> tuple[int, str]:
@@ -48,6 +61,12 @@ def _chars4(texts: Sequence[str]) -> int:
 
 def _cell(text: str) -> str:
     return str(text).replace("|", "\\|").replace("\n", " ")
+
+
+def _unreachable(defects: Sequence[Defect]) -> str:
+    hits = [d for d in defects if d.kind == GOLD_AFTER]
+    questions = len({(d.file, d.record) for d in hits})
+    return f"{len(hits):,} in {questions:,} question{'s' if questions != 1 else ''}" if hits else "0"
 
 
 def _mean(values: Sequence[float]) -> str:
@@ -79,6 +98,9 @@ def dataset_card(corpus: Corpus, count: Callable[[Sequence[str]], tuple[int, str
         f"| gold turns per question (mean, all) | {_mean([len(q.evidence) for q in qs])} |",
         f"| gold turns per question (mean, non-adversarial) | {_mean([len(q.evidence) for q in scored])} |",
         f"| non-adversarial questions without gold | {sum(not q.evidence for q in scored):,} |",
+        f"| gold turns after asked_at (unreachable, scored as misses) | {_unreachable(corpus.defects)} |",
+        f"| questions asked before their conversation (see no turn) | "
+        f"{sum(d.kind == ASKED_BEFORE for d in corpus.defects):,} |",
         f"| tokens, {_cell(label)} | {tokens:,} total, {tokens / n_conv if n_conv else 0:,.0f} per conversation |",
         f"| defects | {len(corpus.defects):,} |",
         "",
@@ -95,7 +117,7 @@ def dataset_card(corpus: Corpus, count: Callable[[Sequence[str]], tuple[int, str
         gold = _mean([len(q.evidence) for q in items])
         lines.append(f"| {_cell(cat or '(none)')} | {len(items):,} | {adv:,} | {gold} |")
     lines += ["", "#### Defects", ""]
-    summary = defect_summary(corpus)
+    summary = defect_kinds(corpus)
     if not summary:
         lines.append("No defects found.")
     for kind, n, examples in summary:

@@ -29,6 +29,8 @@ import urllib.request
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
+from bench.results import file_mode
+
 log = logging.getLogger(__name__)
 
 MANIFEST_DIR = Path(__file__).resolve().parents[2] / "datasets" / "manifests"
@@ -222,7 +224,7 @@ def download(url: str, dest: Path, *, size: int, sha256: str, timeout: float = T
             raise ValueError(f"{url}: expected size {size}, got {n}")
         if h.hexdigest() != sha256:
             raise ValueError(f"{url}: expected sha256 {sha256}, got {h.hexdigest()}")
-        os.chmod(tmp, 0o644)  # mkstemp makes 0600
+        os.chmod(tmp, file_mode())  # mkstemp makes 0600; the umask decides
         os.replace(tmp, dest)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)

@@ -17,10 +17,12 @@ Every problem found is reported as a ``Defect`` (never a crash, never silently d
 ``session_without_turns``, ``session_without_date``, ``date_unparseable``, ``evidence_multi_id``,
 ``evidence_zero_padded``, ``evidence_malformed``, ``evidence_unparseable``, ``evidence_not_found``,
 ``evidence_duplicate``, ``question_without_gold``, ``answer_not_string``, ``category_unknown``,
-``turn_id_normalised``, ``turn_empty_text`` (the turn is skipped).
+``turn_id_normalised``, ``turn_empty_text`` (the turn is skipped), and the reachability defects of
+``bench.data.timeline`` (``gold_after_asked_at``, ``asked_before_conversation``; none today, as
+LoCoMo questions have no ``asked_at``).
 Structural errors (not a list, missing ``sample_id``/``conversation``/turn fields, unknown speaker,
-duplicate ``dia_id``, a string field holding an unpaired surrogate) raise ValueError naming file,
-record and field.
+duplicate ``dia_id``, a string field holding an unpaired surrogate, a session date outside
+1900-01-01..2200-01-01) raise ValueError naming file, record and field.
 """
 
 from __future__ import annotations
@@ -32,6 +34,7 @@ from collections.abc import Mapping
 from datetime import datetime, timezone
 
 from bench.data import read_json, require_path, short, unicode_problem
+from bench.data.timeline import Source, add_reachability_defects, time_problem
 from bench.types import ROLES, Conversation, Corpus, Defect, Question, Turn
 
 log = logging.getLogger(__name__)
@@ -85,6 +88,7 @@ def load_locomo(*, path: str | os.PathLike, name: str = "locomo",
     defects: list[Defect] = []
     conversations: list[Conversation] = []
     questions: list[Question] = []
+    sources: dict[str, Source] = {}
     seen_ids: set[str] = set()
     for ci, sample in enumerate(data):
         sid = _field(sample, "sample_id", str, file, f"[{ci}]")
@@ -97,10 +101,13 @@ def load_locomo(*, path: str | os.PathLike, name: str = "locomo",
         qa = _field(sample, "qa", list, file, sid)
         known = {t.turn_id for t in turns}
         for qi, item in enumerate(qa):
-            questions.append(_question(item, sid, qi, known, file, defects))
+            q, fields = _question(item, sid, qi, known, file, defects)
+            questions.append(q)
+            sources[q.question_id] = Source(file, f"{sid}/qa[{qi}]", "asked_at", fields)
     corpus = Corpus(name, tuple(conversations), tuple(questions), tuple(defects), file)
+    corpus = add_reachability_defects(corpus, sources)  # asked_at is None in LoCoMo: finds nothing today
     log.info("loaded %s from %s: %d conversations, %d turns, %d questions, %d defects",
-             name, file, len(conversations), len(corpus.turns()), len(questions), len(defects))
+             name, file, len(conversations), len(corpus.turns()), len(questions), len(corpus.defects))
     return corpus
 
 
@@ -141,6 +148,9 @@ def _turns(conv: dict, sid: str, role_map: dict, file: str, defects: list[Defect
                 timestamp = parse_locomo_date(conv[date_key])
             except ValueError:
                 defects.append(Defect(file, sid, date_key, "date_unparseable", short(conv[date_key]), "timestamp None"))
+            problem = timestamp is not None and time_problem(timestamp, conv[date_key])
+            if problem:
+                raise ValueError(f"{file}: record {sid}: field {date_key!r} {problem}")
         for ti, t in enumerate(raw_turns):
             record = f"{sid}/{sess_key}[{ti}]"
             speaker = _field(t, "speaker", str, file, record)
@@ -170,7 +180,9 @@ def _turns(conv: dict, sid: str, role_map: dict, file: str, defects: list[Defect
     return turns
 
 
-def _question(item: object, sid: str, qi: int, known: set[str], file: str, defects: list[Defect]) -> Question:
+def _question(item: object, sid: str, qi: int, known: set[str], file: str,
+              defects: list[Defect]) -> tuple[Question, list[str]]:
+    """The question and the source field (``evidence[i]``) of each of its gold entries."""
     record = f"{sid}/qa[{qi}]"
     text = _field(item, "question", str, file, record)
     raw_cat = item.get("category")
@@ -195,6 +207,7 @@ def _question(item: object, sid: str, qi: int, known: set[str], file: str, defec
     if not isinstance(raw_evidence, list):
         raise ValueError(f"{file}: record {record}: field 'evidence' must be a list, got {short(raw_evidence)}")
     gold: list[str] = []
+    fields: list[str] = []
     for ei, raw in enumerate(raw_evidence):
         fld = f"evidence[{ei}]"
 
@@ -226,7 +239,8 @@ def _question(item: object, sid: str, qi: int, known: set[str], file: str, defec
                 bad("evidence_duplicate", norm, "duplicate dropped")
             else:
                 gold.append(norm)
+                fields.append(fld)
     if not gold and not adversarial:
         defects.append(Defect(file, record, "evidence", "question_without_gold", short(raw_evidence),
                               "kept; its recall is undefined"))
-    return Question(f"{sid}/q{qi}", sid, text, None, tuple(gold), category, adversarial, answer)
+    return Question(f"{sid}/q{qi}", sid, text, None, tuple(gold), category, adversarial, answer), fields

@@ -19,8 +19,12 @@ Mapping:
   ``answer_session_ids`` (reported as ``gold_fallback_to_session``, also for ``_abs`` questions).
 
 Other defects: ``date_unparseable`` (timestamp None), ``turn_empty_text`` (turn skipped),
-``answer_session_not_found``, ``question_without_gold``. Structural errors (and text holding an
-unpaired surrogate) raise ValueError naming file, record and field.
+``answer_session_not_found``, ``question_without_gold``, and the reachability defects of
+``bench.data.timeline``: ``gold_after_asked_at`` (a gold turn whose session date is after
+``question_date``; field ``haystack_sessions[i][j].has_answer``, or ``answer_session_ids`` for
+fallback gold) and ``asked_before_conversation`` (field ``question_date``); the gold is kept.
+Structural errors (text holding an unpaired surrogate, a date outside 1900-01-01..2200-01-01)
+raise ValueError naming file, record and field.
 """
 
 from __future__ import annotations
@@ -31,6 +35,7 @@ import re
 from datetime import datetime, timezone
 
 from bench.data import read_json, require_path, short, unicode_problem
+from bench.data.timeline import Source, add_reachability_defects, time_problem
 from bench.types import ROLES, Conversation, Corpus, Defect, Question, Turn
 
 log = logging.getLogger(__name__)
@@ -69,17 +74,20 @@ def load_longmemeval(*, path: str | os.PathLike, name: str = "longmemeval_oracle
     defects: list[Defect] = []
     conversations: list[Conversation] = []
     questions: list[Question] = []
+    sources: dict[str, Source] = {}
     seen: dict[str, str] = {}
     for file, qid, item in records:
         if qid in seen:
             raise ValueError(f"{file}: record {qid}: field 'question_id': duplicate (also in {seen[qid]})")
         seen[qid] = file
-        conv, q = _instance(item, qid, file, defects)
+        conv, q, fields = _instance(item, qid, file, defects)
         conversations.append(conv)
         questions.append(q)
+        sources[qid] = Source(file, qid, "question_date", fields)
     corpus = Corpus(name, tuple(conversations), tuple(questions), tuple(defects), str(p))
+    corpus = add_reachability_defects(corpus, sources)
     log.info("loaded %s from %s: %d questions, %d turns, %d defects",
-             name, p, len(questions), len(corpus.turns()), len(defects))
+             name, p, len(questions), len(corpus.turns()), len(corpus.defects))
     return corpus
 
 
@@ -103,7 +111,15 @@ def _get(item: dict, key: str, typ: type, file: str, record: str):
     return value
 
 
-def _instance(item: dict, qid: str, file: str, defects: list[Defect]) -> tuple[Conversation, Question]:
+def _check_range(ts: float | None, raw: object, file: str, qid: str, field: str) -> None:
+    """ValueError naming file, record and field when a parsed date is outside the accepted range."""
+    problem = ts is not None and time_problem(ts, raw)
+    if problem:
+        raise ValueError(f"{file}: record {qid}: field {field!r} {problem}")
+
+
+def _instance(item: dict, qid: str, file: str, defects: list[Defect]) -> tuple[Conversation, Question, list[str]]:
+    """One instance -> its conversation, its question and the source field of each gold entry."""
     sessions = _get(item, "haystack_sessions", list, file, qid)
     dates = _get(item, "haystack_dates", list, file, qid)
     session_ids = _get(item, "haystack_session_ids", list, file, qid)
@@ -112,6 +128,7 @@ def _instance(item: dict, qid: str, file: str, defects: list[Defect]) -> tuple[C
                          f"'haystack_session_ids' differ in length ({len(sessions)}, {len(dates)}, {len(session_ids)})")
     turns: list[Turn] = []
     gold: list[str] = []
+    fields: list[str] = []  # where each gold entry's label is: "haystack_sessions[i][j].has_answer", ...
     by_session: dict[int, list[str]] = {}
     for si, (session, date) in enumerate(zip(sessions, dates)):
         if not isinstance(session, list):
@@ -123,6 +140,7 @@ def _instance(item: dict, qid: str, file: str, defects: list[Defect]) -> tuple[C
             ts = None
             defects.append(Defect(file, qid, f"haystack_dates[{si}]", "date_unparseable", short(date),
                                   "timestamp None"))
+        _check_range(ts, date, file, qid, f"haystack_dates[{si}]")
         for ti, t in enumerate(session):
             fld = f"haystack_sessions[{si}][{ti}]"
             if not isinstance(t, dict):
@@ -143,6 +161,7 @@ def _instance(item: dict, qid: str, file: str, defects: list[Defect]) -> tuple[C
             by_session.setdefault(si, []).append(tid)
             if t.get("has_answer") is True:
                 gold.append(tid)
+                fields.append(f"{fld}.has_answer")
 
     adversarial = qid.endswith("_abs")
     if not gold:
@@ -153,6 +172,7 @@ def _instance(item: dict, qid: str, file: str, defects: list[Defect]) -> tuple[C
                                       "ignored (not in haystack_session_ids)"))
         ordinals = [i for i, s in enumerate(session_ids) if s in set(answer_ids)]
         gold = [tid for i in ordinals for tid in by_session.get(i, [])]
+        fields = ["answer_session_ids"] * len(gold)
         defects.append(Defect(file, qid, "has_answer", "gold_fallback_to_session", "no turn has has_answer: true",
                               f"gold = all {len(gold)} turns of {len(ordinals)} answer session(s)"))
     if not gold and not adversarial:
@@ -167,6 +187,7 @@ def _instance(item: dict, qid: str, file: str, defects: list[Defect]) -> tuple[C
         except ValueError:
             defects.append(Defect(file, qid, "question_date", "date_unparseable", short(raw_date),
                                   "asked_at None (after the whole conversation)"))
+        _check_range(asked_at, raw_date, file, qid, "question_date")
     answer = item.get("answer", "")
     if answer is None:
         answer = ""
@@ -177,4 +198,4 @@ def _instance(item: dict, qid: str, file: str, defects: list[Defect]) -> tuple[C
     if not isinstance(category, str):
         category = str(category)
     q = Question(qid, qid, text, asked_at, tuple(gold), category, adversarial, answer)
-    return Conversation(qid, tuple(turns)), q
+    return Conversation(qid, tuple(turns)), q, fields

@@ -43,7 +43,8 @@ answer              string, optional, default ""
 Errors (ValueError, one line naming file, line, record and field), e.g.
 ``datasets/x/turns.jsonl:12 (turn_id 'D1:3'): field 'role' must be "user" or "assistant", got 'bot'``:
 malformed JSON line, a line that is not an object, wrong type, missing required field, unknown
-role, empty text, bad timestamp, duplicate turn_id (within a conversation) or question_id, a
+role, empty text, bad timestamp, a timestamp or ``asked_at`` outside 1900-01-01..2200-01-01 UTC (e.g.
+epoch milliseconds; the error says so), duplicate turn_id (within a conversation) or question_id, a
 question naming an unknown conversation, non-UTF-8 bytes (names the byte offset), a string holding
 an unpaired surrogate (a JSON ``"\\ud800"`` escape), a string longer than ``MAX_TEXT_CHARS``
 (100,000 characters), a ``conversation_id`` containing ``|`` (memory ids are
@@ -52,8 +53,11 @@ questions. A missing directory or file raises FileNotFoundError. A UTF-8 byte-or
 start of a file is ignored.
 
 Reported as defects, not errors (the question is kept): evidence naming an unknown turn
-(``evidence_not_found``, dropped from gold), a repeated evidence id (``evidence_duplicate``), and
-a non-adversarial question whose gold is empty (``question_without_gold``: its recall is undefined).
+(``evidence_not_found``, dropped from gold), a repeated evidence id (``evidence_duplicate``),
+a non-adversarial question whose gold is empty (``question_without_gold``: its recall is undefined),
+a gold turn whose timestamp is after the question's ``asked_at`` (``gold_after_asked_at``, kept in
+gold: unreachable, scored as a miss) and a question asked before every turn of its conversation
+(``asked_before_conversation``); see ``bench.data.timeline``.
 
 ``write_own(corpus, out_dir)`` writes ``turns.jsonl`` and ``questions.jsonl`` with every field
 present (timestamps as ISO-8601 UTC ``...Z`` when whole seconds, else as numbers), into a temp
@@ -77,6 +81,8 @@ from pathlib import Path
 from typing import Any
 
 from bench.data import read_text, require_path, short, unicode_problem
+from bench.data.timeline import Source, add_reachability_defects, time_problem
+from bench.results import file_mode
 from bench.types import ROLES, Conversation, Corpus, Defect, Question, Turn
 
 log = logging.getLogger(__name__)
@@ -134,10 +140,15 @@ class _Row:
                 raise self.error(field, f"must be an ISO-8601 date-time or a number, got {short(value)}") from None
             if dt.tzinfo is None:
                 dt = dt.replace(tzinfo=timezone.utc)
-            return dt.timestamp()
-        if not math.isfinite(value):
+            ts = dt.timestamp()
+        elif not math.isfinite(value):
             raise self.error(field, f"must be a finite number, got {short(value)}")
-        return float(value)
+        else:
+            ts = float(value)
+        problem = time_problem(ts, value)
+        if problem:
+            raise self.error(field, problem)
+        return ts
 
 
 def _type_word(name: str) -> str:
@@ -255,6 +266,7 @@ def load_own(*, path: str | os.PathLike, name: str | None = None) -> Corpus:
     if not turns_by_conv:
         raise ValueError(f"{jsonl if jsonl.exists() else csv_path}: holds no turns (a dataset needs at least one)")
     questions: list[Question] = []
+    sources: dict[str, Source] = {}
     seen_q: dict[str, int] = {}
     reported = set()
     for row in _jsonl(qpath, "question_id"):
@@ -274,6 +286,7 @@ def load_own(*, path: str | os.PathLike, name: str | None = None) -> Corpus:
         answer = row.get("answer", str, default="")
         known = {t.turn_id for t in turns_by_conv[cid]}
         gold: list[str] = []
+        fields: list[str] = []  # the evidence[i] of each gold entry
         for i, tid in enumerate(evidence):
             if not isinstance(tid, str):
                 raise row.error(f"evidence[{i}]", f"must be a string (a turn_id), got {short(tid)}")
@@ -288,17 +301,20 @@ def load_own(*, path: str | os.PathLike, name: str | None = None) -> Corpus:
                                       "duplicate dropped"))
             else:
                 gold.append(tid)
+                fields.append(f"evidence[{i}]")
         if not gold and not adversarial:
             defects.append(Defect(row.file, f"line {row.line} ({qid})", "evidence", "question_without_gold",
                                   short(evidence), "kept; its recall is undefined"))
         questions.append(Question(qid, cid, text, asked_at, tuple(gold), category, adversarial, answer))
+        sources[qid] = Source(row.file, f"line {row.line} ({qid})", "asked_at", fields)
 
     if not questions:
         raise ValueError(f"{qpath}: holds no questions (a dataset needs at least one)")
     conversations = tuple(Conversation(cid, tuple(ts)) for cid, ts in turns_by_conv.items())
     corpus = Corpus(name or d.resolve().name, conversations, tuple(questions), tuple(defects), str(d))
+    corpus = add_reachability_defects(corpus, sources)
     log.info("loaded %s from %s: %d conversations, %d turns, %d questions, %d defects",
-             corpus.name, d, len(conversations), len(corpus.turns()), len(questions), len(defects))
+             corpus.name, d, len(conversations), len(corpus.turns()), len(questions), len(corpus.defects))
     return corpus
 
 
@@ -341,7 +357,7 @@ def write_own(corpus: Corpus, out_dir: str | os.PathLike) -> Path:
             try:
                 with os.fdopen(fd, "w", encoding="utf-8", newline="\n") as f:
                     f.write(text)
-                os.chmod(tmp, 0o644)  # mkstemp makes 0600
+                os.chmod(tmp, file_mode())  # mkstemp makes 0600; the umask decides
                 os.replace(tmp, out / fname)
             except BaseException:
                 Path(tmp).unlink(missing_ok=True)
@@ -352,7 +368,7 @@ def write_own(corpus: Corpus, out_dir: str | os.PathLike) -> Path:
         try:
             for fname, text in files.items():
                 (tmp_dir / fname).write_text(text, encoding="utf-8", newline="\n")
-            os.chmod(tmp_dir, 0o755)  # mkdtemp makes 0700
+            os.chmod(tmp_dir, file_mode(0o777))  # mkdtemp makes 0700
             os.replace(tmp_dir, out)
         except BaseException:
             shutil.rmtree(tmp_dir, ignore_errors=True)

@@ -10,7 +10,8 @@ import numpy as np
 
 @runtime_checkable
 class Embedder(Protocol):
-    model_id: str  # stable id of model + preprocessing; part of the cache key
+    model_id: str  # short display name of model + preprocessing (the ``embedder`` column of every table)
+    identity: dict  # everything that decides the vectors (model file hashes, endpoint, dimension, preprocessing, code): the cache key
     dim: int
     for_results: bool  # False for plumbing-only embedders (hashing): never reported as a result
 

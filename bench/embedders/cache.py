@@ -1,7 +1,8 @@
 """On-disk embedding cache: a wrapper that embeds only texts it has not seen for this model.
 
-Layout: ``<cache_dir>/<sanitised model_id>-<sha256(model_id)[:12]>/`` holds ``MODEL_ID.txt`` (the
-exact id, for humans) and shards ``shard-*.npz``, each with ``keys`` (sha256 hex of the UTF-8
+Layout: ``<cache_dir>/<sanitised model_id>-<key>/``, where the key is the fingerprint of the
+embedder's full ``identity`` (model file hashes, endpoint, dimension, preprocessing, code), holds
+``IDENTITY.json`` (that identity, for humans: it never holds a key) and shards ``shard-*.npz``, each with ``keys`` (sha256 hex of the UTF-8
 text) and ``vectors`` (float32, n x dim). Every ``embed`` call that has misses writes one new shard
 to a temp file and renames it into place (``os.replace``), so a crash leaves at worst a stray temp
 file, which loading ignores; an unreadable shard is logged and skipped, never fatal. All shards are
@@ -11,6 +12,7 @@ read into an in-memory index when the wrapper is created. Texts are never stored
 from __future__ import annotations
 
 import hashlib
+import json
 import logging
 import os
 import re
@@ -23,6 +25,7 @@ from pathlib import Path
 import numpy as np
 
 from bench.embedders.base import Embedder
+from bench.results import file_mode, named_os_error
 
 log = logging.getLogger(__name__)
 
@@ -33,10 +36,12 @@ def text_key(text: str) -> str:
     return hashlib.sha256(text.encode("utf-8")).hexdigest()
 
 
-def model_dir_name(model_id: str) -> str:
-    """Filesystem-safe, collision-free directory name for a model id."""
+def model_dir_name(model_id: str, identity: dict) -> str:
+    """Filesystem-safe directory name: the readable model id plus the key of the full identity."""
+    from bench.run import fingerprint
+
     safe = re.sub(r"[^A-Za-z0-9._-]+", "_", model_id).strip("._")[:80] or "model"
-    return f"{safe}-{hashlib.sha256(model_id.encode('utf-8')).hexdigest()[:12]}"
+    return f"{safe}-{fingerprint('embeddings', identity)}"
 
 
 class CachedEmbedder:
@@ -51,8 +56,9 @@ class CachedEmbedder:
     def __init__(self, inner: Embedder, cache_dir: str | Path) -> None:
         self.inner = inner
         self.model_id = inner.model_id
+        self.identity = dict(inner.identity)
         self.for_results = inner.for_results
-        self.dir = Path(cache_dir) / model_dir_name(inner.model_id)
+        self.dir = Path(cache_dir) / model_dir_name(inner.model_id, self.identity)
         self.hits = 0
         self.misses = 0
         self.embedded = 0
@@ -122,10 +128,16 @@ class CachedEmbedder:
         return ""
 
     def _write_shard(self, keys: list[str], vectors: np.ndarray) -> None:
+        try:
+            self._write_shard_in(keys, vectors)
+        except OSError as e:
+            raise named_os_error(e, f"writing the embedding cache {self.dir}") from None
+
+    def _write_shard_in(self, keys: list[str], vectors: np.ndarray) -> None:
         self.dir.mkdir(parents=True, exist_ok=True)
-        marker = self.dir / "MODEL_ID.txt"
+        marker = self.dir / "IDENTITY.json"
         if not marker.exists():
-            _atomic_write_bytes(marker, (self.model_id + "\n").encode("utf-8"))
+            _atomic_write_bytes(marker, (json.dumps(self.identity, indent=2, sort_keys=True, default=str) + "\n").encode("utf-8"))
         name = f"shard-{time.time_ns():020d}-{os.getpid()}-{uuid.uuid4().hex[:8]}.npz"
         fd, tmp = tempfile.mkstemp(dir=self.dir, prefix=".tmp-", suffix=".npz")
         try:
@@ -133,7 +145,7 @@ class CachedEmbedder:
                 np.savez(f, keys=np.array(keys, dtype="U64"), vectors=vectors)
                 f.flush()
                 os.fsync(f.fileno())
-            os.chmod(tmp, 0o644)  # mkstemp makes 0600; the cache may be shared
+            os.chmod(tmp, file_mode())  # mkstemp makes 0600
             os.replace(tmp, self.dir / name)
         except BaseException:
             _unlink_quietly(tmp)
@@ -202,7 +214,7 @@ def _atomic_write_bytes(path: Path, data: bytes) -> None:
     try:
         with os.fdopen(fd, "wb") as f:
             f.write(data)
-        os.chmod(tmp, 0o644)
+        os.chmod(tmp, file_mode())
         os.replace(tmp, path)
     except BaseException:
         _unlink_quietly(tmp)

@@ -39,6 +39,12 @@ class HashingEmbedder:
         self.dim = dim
         self.model_id = f"hashing-v1/word12-char3/crc32/{dim}"
 
+    @property
+    def identity(self) -> dict:
+        from bench.run import code_digest
+
+        return {"embedder": "hashing", "model_id": self.model_id, "dim": self.dim, "code": code_digest("embedders/hashing")}
+
     def __repr__(self) -> str:
         return f"HashingEmbedder(dim={self.dim})"
 

@@ -11,6 +11,7 @@ clear line. Vectors are checked (count, finite, dimension) and L2-normalised.
 from __future__ import annotations
 
 import email.utils
+import hashlib
 import http.client
 import json
 import logging
@@ -24,6 +25,8 @@ import urllib.request
 from collections.abc import Sequence
 
 import numpy as np
+
+from bench.results import check_env_name
 
 log = logging.getLogger(__name__)
 
@@ -97,12 +100,14 @@ class HTTPEmbedder:
             raise ValueError("http embedder: 'model' is required")
         if not base_url.startswith(("http://", "https://")):
             raise ValueError(f"http embedder: base_url must start with http:// or https:// (got {_public_url(base_url)!r})")
+        if "@" in urllib.parse.urlsplit(base_url).netloc:
+            raise ValueError("http embedder: base_url must not carry user:password (it is not shown); put the key in the "
+                             "environment variable named by api_key_env")
         if batch_size < 1 or max_retries < 0:
             raise ValueError(f"http embedder: need batch_size >= 1 and max_retries >= 0 (got {batch_size}, {max_retries})")
         if dimensions is not None and dim is not None and dim != dimensions:
             raise ValueError(f"http embedder: dim {dim} contradicts dimensions {dimensions}")
-        if api_key_env is not None and api_key_env.startswith(("sk-", "Bearer ")):
-            raise ValueError("http embedder: api_key_env must NAME an environment variable, not hold the key")
+        check_env_name("http embedder: api_key_env", api_key_env)
         self.model = model
         self.base_url = base_url.rstrip("/")
         self.url = self.base_url + "/embeddings"
@@ -119,6 +124,17 @@ class HTTPEmbedder:
         self.requests = 0  # HTTP requests sent, retries included
         self.retries = 0
         self._sleep = time.sleep  # tests replace it
+        self._configured_dim = self._dim
+
+    @property
+    def identity(self) -> dict:
+        """The endpoint without user:password, the model and its requested/expected size (not the key)."""
+        from bench.run import code_digest
+
+        query = urllib.parse.urlsplit(self.url).query  # may select a deployment or hold a key: hashed, never written
+        return {"embedder": "http", "model_id": self.model_id, "model": self.model, "endpoint": _public_url(self.url),
+                "query_sha256": hashlib.sha256(query.encode()).hexdigest() if query else None,
+                "dimensions": self.dimensions, "dim": self._configured_dim, "code": code_digest("embedders/http")}
 
     def __repr__(self) -> str:
         return f"HTTPEmbedder(model={self.model!r}, url={_public_url(self.url)!r}, api_key_env={self.api_key_env!r})"
@@ -139,6 +155,9 @@ class HTTPEmbedder:
         key = os.environ.get(self.api_key_env, "").strip()
         if not key:
             raise EmbeddingHTTPError(f"http embedder: environment variable {self.api_key_env} is not set (it must hold the API key)")
+        if any(c.isspace() or not c.isprintable() for c in key):
+            raise EmbeddingHTTPError(f"http embedder: environment variable {self.api_key_env} holds whitespace or a control "
+                                     "character (e.g. a newline pasted with the key); the key is not shown")
         return key
 
     def embed(self, texts: Sequence[str]) -> np.ndarray:

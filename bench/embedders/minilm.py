@@ -110,6 +110,13 @@ class MiniLMEmbedder:
         self._session = None
         self._tokenizer = None
 
+    @property
+    def identity(self) -> dict:
+        from bench.run import code_digest
+
+        return {"embedder": "minilm", "model_id": MODEL_ID, "model_sha256": MODEL_SHA256, "tokenizer_sha256": TOKENIZER_SHA256,
+                "max_length": MAX_LENGTH, "pooling": "mean", "normalise": "l2", "dim": DIM, "code": code_digest("embedders/minilm")}
+
     def __repr__(self) -> str:
         return f"MiniLMEmbedder(batch_size={self.batch_size}, threads={self.threads})"
 

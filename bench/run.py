@@ -1,0 +1,270 @@
+"""Run identity: what decides a result, the cache keys made from it, and where a run writes.
+
+The one owner of
+- **cache keys**: a key is the sha256 of a canonical JSON of its *inputs*, and the inputs are kept
+  beside it (``meta.json`` ``caches``), so a user can see why a cache was or was not reused. Keys are
+  made from content, never from names or paths: the loaded corpus in a canonical form, the embedder's
+  full identity (model file hashes, endpoint, dimension, preprocessing), store settings, depth, role
+  filter, strategy parameters, and the source of the code that derives the artifact.
+- **cached jobs**: a finished job's files with a manifest of their sha256; a cached job is reused
+  only when every file still matches (else it is recomputed with one warning line).
+- **unique names**: ``process_token()`` names this process's store collections and embedded store
+  paths, so two runs at once never share one; run directories get a unique suffix (``run_id``).
+- **reports/latest**: a symlink replaced atomically, only by a finished run.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import json
+import logging
+import os
+import secrets
+import shutil
+import tempfile
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+
+log = logging.getLogger(__name__)
+
+PACKAGE_DIR = Path(__file__).resolve().parent
+RUN_ID_ENV = "RECALLBENCH_RUN_ID"  # shared by a command's processes (a multirun's workers): one run directory
+MANIFEST = "manifest.json"
+
+
+def canonical(obj) -> str:
+    """Canonical JSON (sorted keys, no spaces; non-JSON values as ``str``)."""
+    return json.dumps(obj, sort_keys=True, separators=(",", ":"), ensure_ascii=False, default=str)
+
+
+def fingerprint(*parts, length: int = 16) -> str:
+    """Short sha256 of the canonical JSON of ``parts``."""
+    return hashlib.sha256(canonical(parts).encode("utf-8")).hexdigest()[:length]
+
+
+def sha256_file(path: str | os.PathLike) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def corpus_digest(corpus) -> str:
+    """sha256 of everything a loaded corpus holds (name, every turn, question and defect), in order.
+
+    Independent of where the files lie; any edit of a turn, a question, a label or the loader's
+    output changes it.
+    """
+    h = hashlib.sha256()
+    h.update(canonical(["corpus-v1", corpus.name]).encode("utf-8"))
+    for c in corpus.conversations:
+        h.update(canonical(["c", c.conversation_id]).encode("utf-8"))
+        for t in c.turns:
+            h.update(canonical(["t", t.turn_id, t.role, t.speaker, t.text, t.timestamp, t.position, t.session]).encode("utf-8"))
+    for q in corpus.questions:
+        h.update(canonical(["q", q.question_id, q.conversation_id, q.text, q.asked_at, list(q.evidence), q.category,
+                            q.adversarial, q.answer]).encode("utf-8"))
+    for d in corpus.defects:
+        h.update(canonical(["d", d.file, d.record, d.field, d.kind, d.value, d.action]).encode("utf-8"))
+    return h.hexdigest()
+
+
+@functools.cache
+def code_digest(*modules: str) -> str:
+    """sha256 of the source of the named package modules (``"runner"``, ``"backends/seekdb"``; a
+    folder name takes every ``.py`` under it; ``"*"`` the whole package): the version of the code
+    that derives an artifact. Any edit of that code invalidates what it made."""
+    files: list[Path] = []
+    for m in modules:
+        p = PACKAGE_DIR / m
+        if m == "*":
+            files += sorted(PACKAGE_DIR.rglob("*.py"))
+        elif p.is_dir():
+            files += sorted(p.rglob("*.py"))
+        else:
+            files.append(p.with_suffix(".py"))
+    h = hashlib.sha256()
+    for f in files:
+        h.update(str(f.relative_to(PACKAGE_DIR)).encode())
+        h.update(f.read_bytes() if f.exists() else b"<missing>")
+    return h.hexdigest()[:16]
+
+
+def module_of(target: str) -> str:
+    """Package-relative module path of a ``_target_`` inside ``bench`` (e.g. ``backends/seekdb``), else ''."""
+    parts = str(target or "").split(".")
+    if not parts or parts[0] != "bench":
+        return ""
+    for n in range(len(parts), 1, -1):
+        rel = "/".join(parts[1:n])
+        if (PACKAGE_DIR / f"{rel}.py").exists():
+            return rel
+    return ""
+
+
+@dataclass(frozen=True)
+class Key:
+    """A cache key: ``kind`` (embeddings, trace, job), its inputs, and their digest."""
+
+    kind: str
+    inputs: Mapping = field(default_factory=dict)
+
+    @property
+    def digest(self) -> str:
+        return fingerprint(self.kind, self.inputs)
+
+    def describe(self) -> dict:
+        return {"key": self.digest, "inputs": dict(self.inputs)}
+
+
+# Store settings that say where a store writes, not what it computes.
+STORE_PLACE_FIELDS = ("path", "collection")
+TRACE_CODE = ("runner", "types", "backends/base")
+
+
+def trace_key(*, corpus_sha: str, embedder: Mapping, backend: Mapping, depth: int, roles, warmup: int) -> Key:
+    """What decides a trace: the corpus content, the embedder, the store and its settings, the
+    search depth, the role filter, the warm-up, and the replay + store adapter code."""
+    settings = {k: v for k, v in backend.items() if k not in STORE_PLACE_FIELDS}
+    store_module = module_of(str(backend.get("_target_", "")))
+    return Key("trace", {"corpus_sha256": corpus_sha, "embedder": dict(embedder), "store": settings, "depth": depth,
+                         "roles": list(roles) if roles else None, "warmup": warmup,
+                         "code": code_digest(*TRACE_CODE, *([store_module] if store_module else []))})
+
+
+def job_key(*, settings: Mapping, corpus_sha: str, embedder: Mapping) -> Key:
+    """What decides a job's results: its settings (resolved config without paths and report-time
+    settings), the corpus content, the embedder's identity and the whole package's code."""
+    return Key("job", {"settings": dict(settings), "corpus_sha256": corpus_sha, "embedder": dict(embedder),
+                       "code": code_digest("*")})
+
+
+# --- unique names -------------------------------------------------------------------------------
+
+_TOKEN: dict[int, str] = {}
+
+
+def process_token() -> str:
+    """A name unique to this process (pid + random), for collections and embedded store paths."""
+    pid = os.getpid()
+    if pid not in _TOKEN:  # keyed by pid: a forked child gets its own
+        _TOKEN[pid] = f"{pid}x{secrets.token_hex(3)}"
+    return _TOKEN[pid]
+
+
+def new_run_id() -> str:
+    """A fresh run id for this command (inherited by its worker processes)."""
+    os.environ[RUN_ID_ENV] = secrets.token_hex(3)
+    return os.environ[RUN_ID_ENV]
+
+
+def run_id() -> str:
+    """This command's run id: the suffix that keeps two runs started in the same second apart."""
+    return os.environ.get(RUN_ID_ENV) or new_run_id()
+
+
+def private_store_dir(path: str | os.PathLike) -> Path:
+    """This process's own directory under a store's configured ``path``."""
+    return Path(path) / f"proc-{process_token()}"
+
+
+def remove_stale_store_dirs(root: str | os.PathLike) -> int:
+    """Delete ``<root>/*/proc-<pid>x*`` directories whose process has ended (derived data). Returns how many."""
+    removed = 0
+    for d in Path(root).glob("*/proc-*x*"):
+        pid = d.name[len("proc-"):].split("x", 1)[0]
+        if not pid.isdigit() or int(pid) == os.getpid() or Path(f"/proc/{pid}").exists():
+            continue
+        shutil.rmtree(d, ignore_errors=True)
+        removed += 1
+    return removed
+
+
+# --- cached jobs --------------------------------------------------------------------------------
+
+def _files(directory: Path) -> list[Path]:
+    return sorted(p for p in directory.rglob("*") if p.is_file() and p.name != MANIFEST and not p.name.startswith("."))
+
+
+def save_job(out_dir: Path, cache_dir: Path, key: Key, *, exclude: Iterable[str] = ()) -> Path:
+    """Copy a finished job's files into ``cache_dir/<key>`` with a manifest of their sha256 (atomic)."""
+    skip = set(exclude)
+    done = Path(cache_dir) / key.digest
+    done.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{key.digest}.", dir=done.parent))
+    try:
+        files = {}
+        for p in _files(out_dir):
+            rel = p.relative_to(out_dir).as_posix()
+            if rel in skip or p.suffix in (".log", ".tmp"):
+                continue
+            (tmp / rel).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(p, tmp / rel)
+            files[rel] = sha256_file(tmp / rel)
+        (tmp / MANIFEST).write_text(json.dumps({**key.describe(), "files": files}, indent=2, default=str))
+        old = done.with_name(f".{key.digest}.old.{process_token()}")
+        if done.exists():
+            os.replace(done, old)
+        os.replace(tmp, done)
+        shutil.rmtree(old, ignore_errors=True)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return done
+
+
+def check_job(done: Path, key: Key) -> str:
+    """'' when ``done`` holds a complete, unaltered cached job for ``key``; else what is wrong."""
+    manifest = Path(done) / MANIFEST
+    if not manifest.is_file():
+        return "no manifest"
+    try:
+        m = json.loads(manifest.read_text())
+    except (OSError, ValueError) as e:
+        return f"manifest unreadable ({type(e).__name__})"
+    if m.get("key") != key.digest:
+        return "manifest is for another key"
+    files = m.get("files") or {}
+    if "summary.csv" not in files or "questions.parquet" not in files:
+        return "summary.csv or questions.parquet missing from the manifest"
+    for rel, want in files.items():
+        p = Path(done) / rel
+        if not p.is_file():
+            return f"{rel} missing"
+        if sha256_file(p) != want:
+            return f"{rel} changed since it was cached (sha256 mismatch)"
+    extra = sorted(set(p.relative_to(done).as_posix() for p in _files(Path(done))) - set(files))
+    if extra:
+        return f"unexpected file {extra[0]}"
+    return ""
+
+
+def restore_job(done: Path, out_dir: Path) -> None:
+    """Copy a checked cached job into ``out_dir`` (not its manifest)."""
+    shutil.copytree(done, out_dir, dirs_exist_ok=True, ignore=shutil.ignore_patterns(MANIFEST))
+
+
+# --- reports/latest -----------------------------------------------------------------------------
+
+def publish_latest(run_dir: Path, latest: Path) -> None:
+    """Point ``latest`` at the finished ``run_dir``: a relative symlink swapped in by one rename, so
+    ``latest`` is always a complete run (an old real directory named ``latest`` is replaced too)."""
+    run_dir, latest = Path(run_dir).resolve(), Path(latest)
+    latest.parent.mkdir(parents=True, exist_ok=True)
+    target = os.path.relpath(run_dir, latest.parent.resolve())
+    tmp = latest.with_name(f".{latest.name}.{process_token()}.tmp")
+    if tmp.is_symlink() or tmp.exists():
+        tmp.unlink()
+    os.symlink(target, tmp, target_is_directory=True)
+    try:
+        if latest.is_dir() and not latest.is_symlink():  # a copy written by an older version
+            old = latest.with_name(f".{latest.name}.old.{process_token()}")
+            os.replace(latest, old)
+            shutil.rmtree(old, ignore_errors=True)
+        os.replace(tmp, latest)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise

@@ -1,0 +1,142 @@
+"""Run identity (bench/run.py): content keys, cached-job manifests, unique names, reports/latest."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from bench import run
+from bench.types import Conversation, Corpus, Question, Turn
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def tiny(text="I like tea", evidence=("t1",), asked_at=None, source="/a/turns.jsonl") -> Corpus:
+    turns = (Turn("c1", "t1", "user", "u", text, 10.0, 0), Turn("c1", "t2", "assistant", "a", "noted", 11.0, 1))
+    q = Question("q1", "c1", "what do I like?", asked_at, tuple(evidence))
+    return Corpus("own", (Conversation("c1", turns),), (q,), source=source)
+
+
+def test_corpus_digest_follows_content_not_place():
+    base = run.corpus_digest(tiny())
+    assert base == run.corpus_digest(tiny(source="/elsewhere/copy"))  # same content, another path: same key
+    assert len({base, run.corpus_digest(tiny(text="I like coffee")), run.corpus_digest(tiny(evidence=("t2",))),
+                run.corpus_digest(tiny(asked_at=10.5)), run.corpus_digest(tiny(evidence=()))}) == 5
+    c = tiny()
+    renamed = dataclasses.replace(c, name="other")
+    assert run.corpus_digest(renamed) != base
+
+
+def test_code_digest_and_module_of():
+    assert run.module_of("bench.backends.seekdb.SeekdbBackend") == "backends/seekdb"
+    assert run.module_of("bench.synth.SyntheticEmbedder") == "synth"
+    assert run.module_of("somepkg.Store") == ""
+    assert run.code_digest("runner") != run.code_digest("types")
+    assert run.code_digest("runner", "types") == run.code_digest("runner", "types")
+    assert len(run.code_digest("*")) == 16
+
+
+def test_trace_key_ignores_where_a_store_writes_but_not_what_it_computes():
+    kw = dict(corpus_sha="c", embedder={"model_id": "m", "endpoint": "http://a/v1"}, depth=10, roles=None, warmup=5)
+    store = {"_target_": "bench.backends.exact.ExactBackend"}
+    k = run.trace_key(backend={**store, "path": "/x", "collection": "a"}, **kw).digest
+    assert k == run.trace_key(backend={**store, "path": "/y", "collection": "b"}, **kw).digest
+    others = [run.trace_key(backend={**store, "ef_search": 64}, **kw),
+              run.trace_key(backend=store, **{**kw, "depth": 11}),
+              run.trace_key(backend=store, **{**kw, "roles": ("user",)}),
+              run.trace_key(backend=store, **{**kw, "embedder": {"model_id": "m", "endpoint": "http://b/v1"}}),
+              run.trace_key(backend=store, **{**kw, "corpus_sha": "d"})]
+    assert k not in {o.digest for o in others} and len({o.digest for o in others}) == 5
+    inputs = run.trace_key(backend=store, **kw).describe()["inputs"]
+    assert inputs["code"] == run.code_digest(*run.TRACE_CODE, "backends/exact")  # the store adapter's own code counts
+
+
+def job_dir(tmp_path: Path) -> Path:
+    out = tmp_path / "run" / "job0"
+    (out / "trace").mkdir(parents=True)
+    (out / "summary.csv").write_text("a,b\n1,2\n")
+    (out / "questions.parquet").write_bytes(b"PAR1...")
+    (out / "trace" / "trace.parquet").write_bytes(b"PAR1 trace")
+    (out / "cli.log").write_text("log lines are not results")
+    (out / "config_resolved.yaml").write_text("recommend: {objective: max_f1}\n")
+    return out
+
+
+def test_cached_job_is_checked_file_by_file(tmp_path):
+    key = run.Key("job", {"x": 1})
+    done = run.save_job(job_dir(tmp_path), tmp_path / "jobs", key, exclude=("config_resolved.yaml",))
+    assert done.name == key.digest
+    manifest = json.loads((done / run.MANIFEST).read_text())
+    assert sorted(manifest["files"]) == ["questions.parquet", "summary.csv", "trace/trace.parquet"]  # no log, no config
+    assert manifest["inputs"] == {"x": 1}
+    assert run.check_job(done, key) == ""
+    assert run.check_job(done, run.Key("job", {"x": 2})) == "manifest is for another key"
+    (done / "summary.csv").write_text("a,b\n")  # rows lost
+    assert run.check_job(done, key) == "summary.csv changed since it was cached (sha256 mismatch)"
+    run.save_job(job_dir(tmp_path / "again"), tmp_path / "jobs", key)  # replaced whole
+    assert run.check_job(done, key) == ""
+    (done / "trace" / "trace.parquet").unlink()
+    assert run.check_job(done, key) == "trace/trace.parquet missing"
+    assert run.check_job(tmp_path / "nowhere", key) == "no manifest"
+
+
+def test_restore_copies_results_not_the_manifest(tmp_path):
+    key = run.Key("job", {})
+    done = run.save_job(job_dir(tmp_path), tmp_path / "jobs", key)
+    out = tmp_path / "restored"
+    run.restore_job(done, out)
+    assert (out / "summary.csv").read_text() == "a,b\n1,2\n" and not (out / run.MANIFEST).exists()
+
+
+def test_publish_latest_is_a_symlink_swapped_in_one_rename(tmp_path):
+    reports = tmp_path / "reports"
+    a, b = reports / "runs" / "a", reports / "runs" / "b"
+    for d in (a, b):
+        d.mkdir(parents=True)
+        (d / "report.md").write_text(d.name)
+    (reports / "latest").mkdir()  # a copy left by an older version
+    (reports / "latest" / "report.md").write_text("old copy")
+    run.publish_latest(a, reports / "latest")
+    assert (reports / "latest").is_symlink() and os.readlink(reports / "latest") == "runs/a"
+    assert (reports / "latest" / "report.md").read_text() == "a"
+    run.publish_latest(b, reports / "latest")
+    assert (reports / "latest" / "report.md").read_text() == "b"
+    assert sorted(p.name for p in reports.iterdir()) == ["latest", "runs"]  # no temp link left behind
+
+
+def test_process_token_is_unique_per_process_and_stable_within_one():
+    assert run.process_token() == run.process_token()
+    code = "from bench import run; print(run.process_token())"
+    others = {subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, check=True).stdout.strip()
+              for _ in range(2)}
+    assert len(others) == 2 and run.process_token() not in others
+    assert all(t.split("x")[0].isdigit() for t in others)
+
+
+def test_run_id_is_fresh_per_command_and_shared_with_workers(monkeypatch):
+    monkeypatch.delenv(run.RUN_ID_ENV, raising=False)
+    first = run.new_run_id()
+    assert run.run_id() == first == os.environ[run.RUN_ID_ENV]  # workers inherit the environment
+    assert run.new_run_id() != first
+
+
+def test_stale_store_dirs_of_ended_processes_are_removed(tmp_path):
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True, check=True)
+    stale = tmp_path / "seekdb" / f"proc-{dead.stdout.strip()}xabc123"
+    mine = run.private_store_dir(tmp_path / "seekdb")
+    other_store = tmp_path / "chroma" / "unrelated"
+    for d in (stale, mine, other_store):
+        d.mkdir(parents=True)
+    assert run.remove_stale_store_dirs(tmp_path) == 1
+    assert not stale.exists() and mine.exists() and other_store.exists()
+
+
+@pytest.mark.parametrize("value", ["sk-1", {"a": [1, 2]}, None])
+def test_fingerprint_is_canonical(value):
+    assert run.fingerprint({"k": value, "j": 1}) == run.fingerprint({"j": 1, "k": value})
