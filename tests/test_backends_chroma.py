@@ -7,6 +7,8 @@ results are compared exactly here (on large collections it can miss rows: capabi
 
 from __future__ import annotations
 
+import time
+
 import numpy as np
 import pytest
 
@@ -100,18 +102,131 @@ def test_batches_split_to_the_store_limit_and_wait_ready(local_dir):
     b = ChromaBackend(path=local_dir, collection="batched", batch_size=7)
     b.open(dim=DIM)
     try:
-        b.add(DATA)  # 120 rows in chunks of 7 -> 18 chunks, one probe each
-        assert len(b._probes) == 18
+        b.add(DATA)  # 120 rows in chunks of 7 -> 18 upserts; every row is checked, not one per chunk
+        assert b._pending == list(DATA.ids)
         b.wait_ready(timeout_s=60)
-        assert b._probes == [] and b._col.count() == N
+        assert b._pending == [] and b._col.count() == N and b.unreachable == set()
         for i in (0, 6, 7, 119):
             assert b.search(DATA.vectors[i], k=1, where=Where())[0].id == DATA.ids[i]
-        b._probes.append(("never|written", DATA.vectors[0]))
+        b._pending.append("never|written")
         with pytest.raises(TimeoutError, match="batched.*never\\|written"):
             b.wait_ready(timeout_s=0.3)
     finally:
         b.drop()
         b.close()
+
+
+# ------------------------------------------------------------------ wait_ready against a stand-in collection
+# chroma's HNSW graph can hold a row no search reaches (a node without in-edges: parallel batch inserts on
+# small graphs, neighbour-list pruning on large ones). Real chroma does it at random (~2 % of the contract
+# test's collections), so the check and repair logic is pinned here on a collection that strands rows on demand.
+
+
+class _StrandingCollection:
+    """Brute-force stand-in for a chroma collection whose search never returns the ids in ``stranded``.
+    Once ``repairing`` is set (after the test's own writes), an upsert re-links them unless in ``sticky``."""
+
+    def __init__(self, stranded=(), sticky=(), stored=True):
+        self.rows: dict[str, tuple[np.ndarray, dict]] = {}
+        self.stranded, self.sticky, self.store_writes = set(stranded), set(sticky), stored
+        self.repairing = False
+        self.calls: list[tuple] = []
+
+    def upsert(self, ids, embeddings, metadatas):
+        self.calls.append(("upsert", tuple(ids)))
+        if self.store_writes:
+            for i, e, m in zip(ids, embeddings, metadatas, strict=True):
+                self.rows[i] = (np.asarray(e, np.float32) / np.linalg.norm(e), dict(m))
+        if self.repairing:
+            self.stranded -= set(ids) - self.sticky
+
+    def repairs(self) -> list[tuple]:
+        return [c for c in self.calls[self._mark:] if c[0] == "upsert"]
+
+    def start_repairing(self) -> None:
+        self.repairing, self._mark = True, len(self.calls)
+
+    def count(self):
+        return len(self.rows)
+
+    def get(self, ids, include):
+        self.calls.append(("get", len(ids)))
+        found = [i for i in ids if i in self.rows]
+        return {"ids": found, "embeddings": [self.rows[i][0] for i in found] if "embeddings" in include else None,
+                "metadatas": [self.rows[i][1] for i in found] if "metadatas" in include else None}
+
+    def query(self, query_embeddings, n_results, include, where=None):
+        assert where is None, "the stand-in does not filter"
+        self.calls.append(("query", len(query_embeddings), n_results))
+        live = [i for i in self.rows if i not in self.stranded]
+        mat = np.stack([self.rows[i][0] for i in live]) if live else np.zeros((0, 1), np.float32)
+        ids, dists = [], []
+        for q in query_embeddings:
+            q = np.asarray(q, np.float32) / np.linalg.norm(q)
+            d = 1.0 - mat @ q if live else np.zeros(0)
+            order = np.argsort(d, kind="stable")[:n_results]
+            ids.append([live[j] for j in order])
+            dists.append([float(d[j]) for j in order])
+        return {"ids": ids, "distances": dists if "distances" in include else None}
+
+
+class _Client:
+    def get_max_batch_size(self):
+        return 50
+
+
+def _stand_in(col) -> ChromaBackend:
+    b = ChromaBackend(path="/nonexistent/unused", collection="stand_in")
+    b._client, b._col, b._dim = _Client(), col, DIM
+    return b
+
+
+def _rows(n: int, seed: int = 3) -> MemoryBatch:
+    data = clustered(seed=seed, n=n)
+    return MemoryBatch(ids=tuple(f"r{i}" for i in range(n)), vectors=data.vectors[:n],
+                       conversation_ids=tuple("c" for _ in range(n)), roles=tuple("user" for _ in range(n)),
+                       timestamps=tuple(float(i) for i in range(n)))
+
+
+@pytest.mark.parametrize("n", [6, 150])  # below and above _DIRECT_PROBES: direct own-vector probes / traversal first
+def test_wait_ready_finds_and_relinks_a_stranded_row_of_any_chunk(n):
+    col = _StrandingCollection(stranded={"r2"})  # chunks of 4: r2 is not a chunk's last row, which one probe per chunk checked
+    b = _stand_in(col)
+    b.batch_size = 4
+    batch = _rows(n)
+    b.add(batch)
+    col.start_repairing()
+    b.wait_ready(timeout_s=5)
+    assert col.repairs() == [("upsert", ("r2",))]
+    assert b.unreachable == set() and b._pending == []
+    assert b.search(batch.vectors[2], k=1, where=Where())[0].id == "r2"
+    traversals = [c for c in col.calls if c[0] == "query" and c[2] == n and c[1] == 1]
+    assert len(traversals) == (2 if n > 100 else 0)  # one per check round, only for large writes
+    assert all(len(c) < 3 or c[1] <= 100 for c in col.calls if c[0] == "query")  # batched own-vector probes
+
+
+def test_wait_ready_reports_rows_that_stay_unreachable_without_waiting(caplog):
+    col = _StrandingCollection(stranded={"r1", "r4"}, sticky={"r4"})
+    b = _stand_in(col)
+    b.add(_rows(6))
+    col.start_repairing()
+    t0 = time.monotonic()
+    with caplog.at_level("WARNING", logger="bench.backends.chroma"):
+        b.wait_ready(timeout_s=60)
+    assert time.monotonic() - t0 < 5  # a stranded row is not lag: never waits for it
+    assert b.unreachable == {"r4"}
+    assert "1 of 6 written row(s)" in caplog.text and "'r4'" in caplog.text
+    assert col.repairs() == [("upsert", ("r1", "r4")), ("upsert", ("r4",)), ("upsert", ("r4",))]  # 3 rounds
+    b.add(MemoryBatch(ids=("r4",), vectors=_rows(6).vectors[4:5], conversation_ids=("c",), roles=("user",),
+                      timestamps=(4.0,)))
+    assert b.unreachable == set()  # rewritten: checked again at the next wait_ready
+
+
+def test_wait_ready_times_out_on_rows_never_stored():
+    b = _stand_in(_StrandingCollection(stored=False))
+    b.add(_rows(3))
+    with pytest.raises(TimeoutError, match="3 written row\\(s\\) of collection 'stand_in' still not stored.*'r0'"):
+        b.wait_ready(timeout_s=0.2)
 
 
 def test_upsert_replaces_a_stored_id(local_dir):

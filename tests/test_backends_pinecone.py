@@ -264,3 +264,12 @@ def test_bad_arguments(server):
         b.open(dim=4, metric="l2")
     with pytest.raises(ValueError, match="namespace"):
         PineconeBackend(collection="")
+
+
+def test_a_key_typed_into_api_key_env_is_refused_without_echo():
+    from bench.backends.pinecone import PineconeBackend
+
+    typed = "pcsk_5xK9Zq_Ab3dEfGh1JkLmNoPqRsTuV"
+    with pytest.raises(ValueError, match="pinecone: api_key_env must name an environment variable") as e:
+        PineconeBackend(host="http://127.0.0.1:9", api_key_env=typed)
+    assert typed not in str(e.value)

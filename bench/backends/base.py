@@ -50,7 +50,15 @@ class Backend(Protocol):
         """Write rows. May return before they are searchable: call wait_ready()."""
 
     def wait_ready(self, timeout_s: float = 300.0) -> None:
-        """Block until every row written so far is returned by search()."""
+        """Block until every row written so far is stored and searchable: a search with a row's own
+        vector (unfiltered, or filtered to values it matches, k >= the rows tied with it) returns it.
+
+        Checks every written row, not a sample (one probe per chunk misses single rows), and in bulk
+        (a 100k-row ingest must not cost 100k searches). Approximate stores too: a row an HNSW graph
+        cannot reach (no in-edge) is not an ANN ranking miss but a row no search returns at any k;
+        wait_ready re-inserts such rows, and logs those that stay unreachable (the store's recall
+        shortfall, not an error) instead of waiting for them. Raises TimeoutError when written rows
+        are still not stored/visible after ``timeout_s``."""
 
     def search(self, vector: np.ndarray, *, k: int, where: Where) -> Hits:
         """Top-k by similarity among rows matching ``where``, best first (``best_first`` orders them)."""

@@ -8,7 +8,19 @@ Facts it is built on (FACTS.md, re-checked with chromadb 1.5.9):
 - cosine distance = 1 - cos, ascending; converted in ``_similarity`` only.
 - Writes go through ``upsert`` in chunks of ``client.get_max_batch_size()`` (5461): re-adding an
   id replaces it (``add`` would silently keep the old row).
-- Reads see writes at once; ``wait_ready`` still checks one probe row per chunk with a real search.
+- Reads see writes at once (``get``/``count``), but a stored row can be one that NO search returns, ever:
+  chroma inserts a batch into hnswlib in parallel (rayon), and a node can end up with no in-edge in
+  the graph (measured with 1.5.9 on the contract test's 40 + 6 rows: 8 of 400 collections on a chroma
+  server had one of the 6 new rows unreachable, 0 of 400 with RAYON_NUM_THREADS=1; its embedding is
+  in ``get``, an unfiltered query with ``n_results=count`` and its own vector does not return it, and
+  it stays so). Large graphs also strand rows when neighbour lists are pruned: 12-16 of 20k and 145
+  of 100k rows after ingest, with or without parallelism. Re-upserting a stranded row re-links it
+  (all of the small cases; 145 -> 14 at 100k); the rest stay unreachable (chroma issue #7758 shows
+  the same symptom). So ``wait_ready`` checks EVERY written row in bulk: ``get`` (stored), one
+  exhaustive graph traversal (an unfiltered query with ``n_results=count``: 0.6 s at 100k), and an
+  own-vector search for each row the traversal did not reach (for up to ``_DIRECT_PROBES`` rows it
+  searches each directly); it re-upserts stranded rows up to ``_REPAIR_ROUNDS`` times and logs the
+  ones that stay unreachable in ``unreachable`` (an ANN shortfall, not an error).
 - Filtered HNSW search can miss matching rows (recall 0.40-0.83 at ef 64 for 10-50 % selective
   filters), so ``capabilities.exact`` is False. ``n_results`` above the number of matching rows
   returns what matches (no error).
@@ -35,7 +47,11 @@ from bench.types import Hits, MemoryBatch, Where
 
 log = logging.getLogger(__name__)
 
-_PROBE_K = 20
+_PROBE_K = 20  # neighbours fetched when checking that a row is found by a search with its own vector
+_DIRECT_PROBES = 100  # up to this many rows to check: one own-vector search each; more: a traversal first
+_QUERY_BATCH = 100  # query vectors per request when probing rows
+_REPAIR_ROUNDS = 3  # re-upserts of stranded rows (rounds after the first rarely re-link more)
+_TRAVERSAL_SEED = 20_241_201  # the traversal's query vector (any vector reaches the same graph)
 _DIM_KEY = "recallbench_dim"
 
 
@@ -96,7 +112,8 @@ class ChromaBackend:
         self._client = None
         self._col = None
         self._dim = 0
-        self._probes: list[tuple[str, np.ndarray]] = []
+        self._pending: list[str] = []  # ids written since the last wait_ready()
+        self.unreachable: set[str] = set()  # written rows no search returns even after re-upserts (logged)
 
     def _where(self) -> str:
         return f"local {self.path}" if self.host is None else f"server {self.host}:{self.port}"
@@ -201,34 +218,94 @@ class ChromaBackend:
                 for c, r, t in zip(batch.conversation_ids[start:end], batch.roles[start:end],
                                    batch.timestamps[start:end], strict=True)
             ]
-            self._col.upsert(ids=list(batch.ids[start:end]), embeddings=vectors[start:end], metadatas=metadatas)
-            self._probes.append((batch.ids[end - 1], vectors[end - 1]))
+            ids = list(batch.ids[start:end])
+            self._col.upsert(ids=ids, embeddings=vectors[start:end], metadatas=metadatas)
+            self._pending.extend(ids)
+            self.unreachable.difference_update(ids)
 
     def wait_ready(self, timeout_s: float = 300.0) -> None:
-        """Poll real searches until one probe row per written chunk is found (normally at once)."""
+        """Check every row written since the last call: stored (bulk ``get``, polled until ``timeout_s``),
+        then found by a search with its own vector; re-upsert the rows chroma's HNSW graph cannot reach
+        (up to ``_REPAIR_ROUNDS`` times) and log the ones that stay unreachable (kept in ``unreachable``)."""
         self._require_open()
+        pending = list(dict.fromkeys(self._pending))
+        if not pending:
+            return
         t0 = time.monotonic()
-        pause = 0.05
-        while self._probes:
-            self._probes = [p for p in self._probes if not self._probe_found(*p)]
-            if not self._probes:
+        self._wait_stored(pending, t0, timeout_s)
+        repaired = 0
+        for round_ in range(_REPAIR_ROUNDS + 1):
+            unfound, records = self._unfound(pending)
+            if not unfound or round_ == _REPAIR_ROUNDS:
                 break
+            log.info("chroma (%s): %d of %d written row(s) of collection %s are stored but no search reaches "
+                     "them (HNSW graph); re-upserting them (round %d), e.g. %r", self._where(), len(unfound),
+                     len(pending), self._name, round_ + 1, unfound[0])
+            self._col.upsert(ids=unfound, embeddings=[records[i][0] for i in unfound],
+                             metadatas=[records[i][1] for i in unfound])
+            repaired += 1
+        self._pending = []
+        if unfound:
+            self.unreachable.update(unfound)
+            log.warning("chroma (%s): %d of %d written row(s) of collection %s are stored but no search returns "
+                        "them, even after %d re-upsert(s) (HNSW graph; counted as recall shortfall), e.g. %r",
+                        self._where(), len(unfound), len(pending), self._name, repaired, unfound[0])
+        log.debug("chroma: %d written row(s) checked in %.2f s", len(pending), time.monotonic() - t0)
+
+    def _get_chunks(self, ids: list[str], include: list[str]):
+        step = self._client.get_max_batch_size()  # a get with ~100k ids fails: "too many SQL variables"
+        for start in range(0, len(ids), step):
+            yield self._col.get(ids=ids[start:start + step], include=include)
+
+    def _wait_stored(self, ids: list[str], t0: float, timeout_s: float) -> None:
+        pause = 0.05
+        missing = ids
+        while True:
+            stored = {i for res in self._get_chunks(missing, []) for i in res["ids"]}
+            missing = [i for i in missing if i not in stored]
+            if not missing:
+                return
             if time.monotonic() - t0 >= timeout_s:
                 raise TimeoutError(
-                    f"chroma ({self._where()}): {len(self._probes)} written chunk(s) of collection "
-                    f"{self.collection!r} still not returned by search after {timeout_s:.0f} s "
-                    f"(e.g. id {self._probes[0][0]!r})"
+                    f"chroma ({self._where()}): {len(missing)} written row(s) of collection {self.collection!r} "
+                    f"still not stored after {timeout_s:.0f} s (e.g. id {missing[0]!r})"
                 )
             time.sleep(pause)
             pause = min(pause * 2, 0.5)
-        log.debug("chroma: written rows searchable after %.2f s", time.monotonic() - t0)
 
-    def _probe_found(self, mid: str, vector: np.ndarray) -> bool:
-        res = self._col.query(query_embeddings=[vector], n_results=_PROBE_K, include=["distances"])
-        ids, dists = res["ids"][0], res["distances"][0]
-        if mid in ids:
-            return True
-        return len(ids) == _PROBE_K and float(dists[-1]) <= 1e-6  # crowded out by exact duplicates
+    def _unfound(self, ids: list[str]) -> tuple[list[str], dict[str, tuple]]:
+        """The rows of ``ids`` that a search with their own vector does not return, with their stored
+        (embedding, metadata). Many rows: one exhaustive traversal first, so only the rows it missed are searched."""
+        if len(ids) > _DIRECT_PROBES:
+            reached = self._traversal()
+            ids = [i for i in ids if i not in reached]
+        if not ids:
+            return [], {}
+        records = {}
+        for res in self._get_chunks(ids, ["embeddings", "metadatas"]):
+            for i, emb, meta in zip(res["ids"], res["embeddings"], res["metadatas"], strict=True):
+                records[i] = (np.asarray(emb, dtype=np.float32), meta)
+        ids = [i for i in ids if i in records]
+        unfound = []
+        for start in range(0, len(ids), _QUERY_BATCH):
+            chunk = ids[start:start + _QUERY_BATCH]
+            res = self._col.query(query_embeddings=[records[i][0] for i in chunk], n_results=_PROBE_K,
+                                  include=["distances"])
+            for mid, got, dists in zip(chunk, res["ids"], res["distances"], strict=True):
+                # crowded out by >= _PROBE_K exact duplicates of its vector: those rows are found
+                if mid not in got and not (len(got) == _PROBE_K and float(dists[-1]) <= 1e-6):
+                    unfound.append(mid)
+        return unfound, records
+
+    def _traversal(self) -> set[str]:
+        """Every row the HNSW graph reaches: with ``n_results`` = the row count, hnswlib's beam never fills
+        (ef = max(ef_search, k)), so the search visits the whole graph reachable from its entry point."""
+        n = self._col.count()
+        if n == 0:
+            return set()
+        q = np.random.default_rng(_TRAVERSAL_SEED).standard_normal(self._dim).astype(np.float32)
+        q /= np.linalg.norm(q)
+        return set(self._col.query(query_embeddings=[q], n_results=n, include=[])["ids"][0])
 
     def search(self, vector: np.ndarray, *, k: int, where: Where) -> Hits:
         self._require_open()
@@ -246,7 +323,7 @@ class ChromaBackend:
         return best_first(res["ids"][0], map(_similarity, res["distances"][0]))
 
     def close(self) -> None:
-        self._probes = []
+        self._pending = []
         self._disconnect()
 
     def drop(self) -> None:
@@ -262,7 +339,8 @@ class ChromaBackend:
                 pass
         finally:
             self._col = None
-            self._probes = []
+            self._pending = []
+            self.unreachable = set()
             if not was_open:
                 self._disconnect()
 

@@ -22,6 +22,7 @@ from urllib.parse import quote, unquote
 import numpy as np
 
 from bench.backends.base import FILTER_KINDS, BackendUnavailable, Capabilities, best_first, check_metric
+from bench.results import check_env_name
 from bench.types import Hits, MemoryBatch, Where
 
 log = logging.getLogger(__name__)
@@ -77,6 +78,7 @@ class PineconeBackend:
         self.collection = collection
         self.index_name = index_name or None
         self.host = host or None
+        check_env_name("pinecone: api_key_env", api_key_env)  # a key typed here is refused without echo
         self.api_key_env = api_key_env
         self.timeout_s = float(timeout_s)
         self.poll_interval_s = float(poll_interval_s)

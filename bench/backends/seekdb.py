@@ -51,6 +51,7 @@ import weakref
 import numpy as np
 
 from bench.backends.base import BackendUnavailable, Capabilities, FILTER_KINDS, best_first, check_metric, mongo_filter
+from bench.results import check_env_name
 from bench.types import Hits, MemoryBatch, Where
 
 log = logging.getLogger(__name__)
@@ -187,6 +188,7 @@ class SeekdbBackend:
         self._table = safe_collection_name(collection)
         self.path = os.path.abspath(path) if (path and host is None) else None
         self.host, self.port, self.tenant, self.database, self.user = host, port, tenant, database, user
+        check_env_name("seekdb: password_env", password_env)  # a password typed here is refused without echo
         self.password_env = password_env
         self.ef_search = ef_search
         self.ef_construction = ef_construction
