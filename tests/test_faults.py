@@ -213,8 +213,11 @@ def test_a_disk_full_before_the_start_and_a_read_only_run_dir(tmp_path):
 def interrupt_when(args: list[str], marker: str, *, delay_s: float = 1.0) -> subprocess.CompletedProcess:
     """Run the CLI in its own session, send Ctrl-C (SIGINT to the group) once ``marker`` is printed."""
     env = {**cli_env(), "PYTHONUNBUFFERED": "1"}
+    # SIGINT back to its default in the child, as in a user's terminal: a shell's background job (CI, `make test &`)
+    # ignores SIGINT, and a Python started with SIGINT ignored never raises KeyboardInterrupt
     p = subprocess.Popen([sys.executable, "-m", "bench", *args], cwd=REPO, env=env, stdout=subprocess.PIPE,
-                         stderr=subprocess.STDOUT, text=True, start_new_session=True)
+                         stderr=subprocess.STDOUT, text=True, start_new_session=True,
+                         preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     lines: list[str] = []
     seen = threading.Event()
 
