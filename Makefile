@@ -36,19 +36,19 @@ clean-cache: ## Delete cached embeddings, traces and store files (derived data o
 	rm -rf reports/cache
 
 compare: $(STAMP) ## Compare every local store (LoCoMo + synthetic 14,726/100k x 384/1536) -> reports/compare/
-	$(BIN)/python -m bench.storebench $(ARGS)
+	$(BIN)/python -m bench.tools.stores $(ARGS)
 
 regress: $(STAMP) ## Run the CI-sized experiment and gate it against reports/baseline/<dataset>/ -> reports/regress/summary.md
-	$(BIN)/python -m bench.regress $(ARGS)
+	$(BIN)/python -m bench.tools.regress $(ARGS)
 
 baseline: $(STAMP) ## Rewrite the committed regression baselines in reports/baseline/ (deliberate: review and commit)
-	$(BIN)/python -m bench.regress --write-baseline $(ARGS)
+	$(BIN)/python -m bench.tools.regress --write-baseline $(ARGS)
 
 harden: $(STAMP) ## Hardening suite: bad input, planted secrets, store faults, short load; prints the figures
-	$(BIN)/python -m bench.harden $(ARGS)
+	$(BIN)/python -m bench.tools.harden.run $(ARGS)
 
 load: $(STAMP) ## 8 threads x 1,000 queries on every local store and the real seekdb/chroma servers
-	$(BIN)/python -m bench.loadtest $(ARGS)
+	$(BIN)/python -m bench.tools.load $(ARGS)
 
 bench: $(STAMP) ## Performance ratios P1-P5 with targets and PASS/FAIL, measured in one run
-	$(BIN)/python -m bench.perfbench $(ARGS)
+	$(BIN)/python -m bench.tools.perf $(ARGS)

@@ -1,5 +1,5 @@
 import sys
 
-from bench.cli import main
+from bench.cli.sweep import main
 
 sys.exit(main())

@@ -15,7 +15,7 @@ role filter (full context is the honest baseline for a role-filtered strategy to
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from decimal import Decimal
 from operator import attrgetter
@@ -25,48 +25,13 @@ import pandas as pd
 
 from bench import metrics
 from bench.formats import TokenTable, check_formats
-from bench.runner import Trace, question_filter, visible
-from bench.strategies import Selection
-from bench.types import ROLES, Corpus, Hit, Hits, memory_key
+from bench.strategies.spec import Selection, StrategySpec
+from bench.trace import Trace, question_filter, visible
+from bench.types import Corpus, Hits, memory_key
 
 _ID = attrgetter("id")
 SUMMARY_KEYS = ["dataset", "embedder", "backend", "strategy", "threshold", "format"]
 NAN = float("nan")
-
-
-@dataclass(frozen=True)
-class StrategySpec:
-    name: str
-    fn: Callable[..., tuple[Hit, ...] | Selection]
-    thresholded: bool
-    uses_store: bool = True  # False: a baseline that ignores the trace (full context, recency, keyword, BM25)
-    roles: tuple[str, ...] | None = None  # role filter pushed down to the store (its own trace)
-    stateful: bool = False  # replayed in time order; fn takes ``state=`` and returns a Selection with the next state
-    needs_tokens: bool = False  # fn takes ``tokens=`` (memory key -> injected tokens, format A)
-
-
-SPEC_FIELDS = ("name", "fn", "thresholded", "uses_store", "roles", "stateful", "needs_tokens")
-
-
-def spec_from_config(node: Mapping, fn: Callable) -> StrategySpec:
-    """A StrategySpec from one plain strategy config mapping (``configs/strategy/*.yaml``) and its built ``fn``."""
-    name = node.get("name")
-    if not isinstance(name, str) or not name:
-        raise ValueError(f"strategy config {dict(node)!r}: field 'name' must be a non-empty string")
-    unknown = sorted(set(node) - set(SPEC_FIELDS))
-    if unknown:
-        raise ValueError(f"strategy {name}: unknown field(s) {', '.join(unknown)} (allowed: {', '.join(SPEC_FIELDS)})")
-    if "thresholded" not in node:
-        raise ValueError(f"strategy {name}: field 'thresholded' is required")
-    for field in ("thresholded", "uses_store", "stateful", "needs_tokens"):
-        if field in node and not isinstance(node[field], bool):
-            raise ValueError(f"strategy {name}: field {field!r} must be true or false, got {node[field]!r}")
-    roles = node.get("roles")
-    if roles is not None and (not roles or not set(roles) <= set(ROLES)):
-        raise ValueError(f"strategy {name}: field 'roles' must be a non-empty list of {ROLES} or null, got {roles!r}")
-    return StrategySpec(name=name, fn=fn, thresholded=node["thresholded"], uses_store=node.get("uses_store", True),
-                        roles=tuple(roles) if roles else None, stateful=node.get("stateful", False),
-                        needs_tokens=node.get("needs_tokens", False))
 
 
 def threshold_grid(start: float | str, stop: float | str, step: float | str) -> tuple[float, ...]:

@@ -9,9 +9,8 @@ import os
 from pathlib import Path
 
 import pytest
-
-from server_fixtures import *  # noqa: F401,F403  (seekdb and chroma servers)
 from pinecone_fixtures import *  # noqa: F401,F403  (loopback Pinecone data-plane server)
+from server_fixtures import *  # noqa: F401,F403  (seekdb and chroma servers)
 
 REPO = Path(__file__).resolve().parent.parent
 

@@ -5,7 +5,7 @@ yield the backend constructor overrides (``{"host": "127.0.0.1", "port": N}``), 
 and delete its data at teardown, and skip with the reason when the server cannot start here.
 They are named ``server_<backend config name>`` so the contract test finds them.
 
-The process management itself lives in ``bench.servers`` (re-exported here as
+The process management itself lives in ``bench.backends.servers`` (re-exported here as
 ``run_seekdb_server(base_dir, port)`` / ``run_chroma_server(path, port)`` for other code).
 """
 
@@ -16,7 +16,14 @@ from collections.abc import Iterator
 
 import pytest
 
-from bench.servers import ServerInfo, ServerStartError, chroma_cli, run_chroma_server, run_seekdb_server, seekdb_binary
+from bench.backends.servers import (
+    ServerInfo,
+    ServerStartError,
+    chroma_cli,
+    run_chroma_server,
+    run_seekdb_server,
+    seekdb_binary,
+)
 
 __all__ = [
     "run_chroma_server",

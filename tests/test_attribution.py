@@ -1,4 +1,4 @@
-"""bench.attribution: every missed gold memory gets one cause; selections come from the real sweep.
+"""bench.analysis.attribution: every missed gold memory gets one cause; selections come from the real sweep.
 
 Fixture: one conversation c1 of five turns (t0 user, t1 assistant, t2 user, t3 user, t4 assistant,
 said at times 1..5). Exact cosine to every question (all vectors 2-d, question = [1, 0]):
@@ -14,10 +14,11 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from bench import attribution as A
-from bench import strategies as S
-from bench.runner import Trace, question_filter, visible
-from bench.sweep import StrategySpec
+from bench import types as T
+from bench.analysis import attribution as A
+from bench.strategies import vector as V
+from bench.strategies.spec import StrategySpec
+from bench.trace import Trace, question_filter, visible
 from bench.types import Conversation, Corpus, Question, Turn
 
 ROLES = ["user", "assistant", "user", "user", "assistant"]
@@ -42,8 +43,8 @@ TRACE = Trace(pd.DataFrame({
 }), {"dataset": "tiny", "embedder": "fake", "backend": "ann", "roles": None})
 TOKENS = {t.key: 10 for t in TURNS}
 
-HYBRID = StrategySpec("hybrid1", functools.partial(S.hybrid, k=1), thresholded=True)
-USER_THR = StrategySpec("user_thr", S.threshold, thresholded=True, roles=("user",))
+HYBRID = StrategySpec("hybrid1", functools.partial(V.hybrid, k=1), thresholded=True)
+USER_THR = StrategySpec("user_thr", V.threshold, thresholded=True, roles=("user",))
 
 
 def drop_all(hits, *, question=None, eligible=(), threshold=None):  # a "tier" policy that keeps nothing
@@ -51,7 +52,7 @@ def drop_all(hits, *, question=None, eligible=(), threshold=None):  # a "tier" p
 
 
 def last_turn(hits, *, question=None, eligible=(), threshold=None):
-    return tuple(S.Hit(t.key, 0.0) for t in eligible[-1:])
+    return tuple(T.Hit(t.key, 0.0) for t in eligible[-1:])
 
 
 TIER = StrategySpec("tier", drop_all, thresholded=True)

@@ -11,12 +11,17 @@ import time
 
 import numpy as np
 import pytest
+from test_backends_seekdb import DATA, DIM, N, check_store, clustered
 
 from bench.backends.base import FILTER_KINDS, BackendUnavailable
-from bench.backends.chroma import ChromaBackend, _native_filter, _similarity, safe_collection_name
-from bench.servers import ServerStartError, free_port, run_chroma_server
+from bench.backends.chroma import (
+    ChromaBackend,
+    _native_filter,
+    _similarity,
+    safe_collection_name,
+)
+from bench.backends.servers import ServerStartError, free_port, run_chroma_server
 from bench.types import MemoryBatch, Where
-from test_backends_seekdb import DATA, DIM, N, check_store, clustered
 
 
 def test_similarity_is_one_minus_cosine_distance():
@@ -312,7 +317,7 @@ def test_server_unavailable_is_reported():
         b.open(dim=4)
 
 
-# ------------------------------------------------------------------ server process management (bench.servers)
+# ------------------------------------------------------------------ server process management (bench.backends.servers)
 
 
 def test_run_chroma_server_stops_its_process(tmp_path):

@@ -18,8 +18,14 @@ import pytest
 
 from bench.backends import seekdb as seekdb_module
 from bench.backends.base import FILTER_KINDS, BackendUnavailable
-from bench.backends.seekdb import MAX_K, SeekdbBackend, _native_filter, _similarity, safe_collection_name
-from bench.servers import free_port
+from bench.backends.seekdb import (
+    MAX_K,
+    SeekdbBackend,
+    _native_filter,
+    _similarity,
+    safe_collection_name,
+)
+from bench.backends.servers import free_port
 from bench.types import MemoryBatch, Where
 
 REPO = Path(__file__).resolve().parent.parent
@@ -120,7 +126,7 @@ def test_constructor_rejects_bad_config():
 
 
 def test_importing_bench_imports_no_store_client():
-    code = ("import sys, bench.backends.seekdb, bench.backends.chroma, bench.servers; "
+    code = ("import sys, bench.backends.seekdb, bench.backends.chroma, bench.backends.servers; "
             "bad = [m for m in ('pyseekdb', 'pylibseekdb', 'chromadb', 'pymysql') if m in sys.modules]; "
             "assert not bad, bad")
     subprocess.run([sys.executable, "-c", code], check=True, cwd=REPO, timeout=60)

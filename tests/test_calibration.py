@@ -1,4 +1,4 @@
-"""bench.calibration: gold vs non-gold score split, quantiles, overlap band, AUC, pass rates, wording.
+"""bench.analysis.calibration: gold vs non-gold score split, quantiles, overlap band, AUC, pass rates, wording.
 
 Fixture: q1 returns a .9 (gold), b .5, c .6 (gold), and misses gold z; q2 has no gold (skipped);
 q3 is adversarial (skipped); q4 returns f .1 and g .7 and misses its gold x.
@@ -11,7 +11,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from bench import calibration as C
+from bench.analysis import calibration as C
 
 TABLE = pd.DataFrame({
     "question_id": ["q1", "q2", "q3", "q4"],

@@ -1,4 +1,4 @@
-"""python -m bench.compare RUN_A RUN_B: paired significance table between two finished runs.
+"""python -m bench.analysis.compare RUN_A RUN_B: paired significance table between two finished runs.
 
 Fixture (per-question F1 of strategy ``thr``; q1, q2 in conversation c1, q3, q4 in c2):
 run A (store sA): 0.3 -> 1 1 1 0 (mean .75), 0.5 -> 0 0 0 0: A recommends 0.3
@@ -11,7 +11,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from bench import compare
+from bench.analysis import compare
 
 
 def rows(backend: str, f1: dict) -> pd.DataFrame:

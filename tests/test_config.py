@@ -1,4 +1,4 @@
-"""bench/config.py: the configs resolve outside a Hydra job (Compose API, a notebook, a multirun's sweep dir)."""
+"""bench/cli/config.py: the configs resolve outside a Hydra job (Compose API, a notebook, a multirun's sweep dir)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from pathlib import Path
 from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
 
-import bench.config  # noqa: F401  (registers the rb.* resolvers)
+import bench.cli.config  # noqa: F401  (registers the rb.* resolvers)
 from bench import run
 
 REPO = Path(__file__).resolve().parent.parent

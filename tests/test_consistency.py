@@ -7,7 +7,7 @@ read-after-write lag is measured.
 * Persistence: one process writes into sqlite_vec, chroma (local) and seekdb (embedded) and exits;
   a second process opens the same paths and gets the same answers. A real chroma server is stopped
   and started again on its directory and still answers the same.
-* Lag: ``bench.loadtest.measure_lag`` (reported by ``make load`` / ``make harden``) is ~0 for a
+* Lag: ``bench.tools.load.measure_lag`` (reported by ``make load`` / ``make harden``) is ~0 for a
   store whose writes are visible at once.
 """
 
@@ -23,8 +23,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from bench.harden import DEMO, count_tracebacks, run_cli
-from bench.loadtest import measure_lag
+from bench.tools.harden.run import DEMO, count_tracebacks, run_cli
+from bench.tools.load import measure_lag
 from bench.types import MemoryBatch, Where
 
 REPO = Path(__file__).resolve().parent.parent
@@ -53,7 +53,7 @@ def test_two_identical_runs_give_identical_quality_metrics(tmp_path):
 
 WRITER = r"""
 import json, sys, numpy as np
-from bench.config import load_backend
+from bench.cli.config import load_backend
 from bench.types import MemoryBatch, Where
 root, mode = sys.argv[1], sys.argv[2]
 rng = np.random.default_rng(3)
@@ -90,7 +90,7 @@ def test_persistent_stores_survive_a_process_restart(tmp_path):
 
 def test_chroma_server_keeps_data_across_a_restart(tmp_path):
     from bench.backends.chroma import ChromaBackend
-    from bench.servers import ServerStartError, chroma_cli, run_chroma_server
+    from bench.backends.servers import ServerStartError, chroma_cli, run_chroma_server
 
     try:
         chroma_cli()

@@ -9,7 +9,12 @@ import pytest
 
 from bench.data import detect_kind, load_corpus
 from bench.data.__main__ import main
-from bench.data.card import count_corpus_tokens, dataset_card, defect_kinds, defect_summary
+from bench.data.card import (
+    count_corpus_tokens,
+    dataset_card,
+    defect_kinds,
+    defect_summary,
+)
 from bench.data.locomo import load_locomo
 from bench.data.longmemeval import load_longmemeval
 from bench.data.own import load_own

@@ -77,6 +77,16 @@ def test_list_and_single_object_files(tmp_path, corpus):
     assert load_longmemeval(path=tmp_path / "one.json").questions == corpus.questions[:1]
 
 
+def load_error(tmp_path, mutate) -> str:
+    """The one-line error of loading the fixture 2_q1.json after ``mutate`` changed it."""
+    d = json.loads((FIX / "2_q1.json").read_text())
+    mutate(d)
+    (tmp_path / "x.json").write_text(json.dumps(d))
+    with pytest.raises(ValueError) as e:
+        load_longmemeval(path=tmp_path)
+    return str(e.value)
+
+
 @pytest.mark.parametrize("mutate, message", [
     (lambda d: d["haystack_sessions"][1][0].update(role="bot"),
      "record q1: field 'haystack_sessions[1][0].role' must be \"user\" or \"assistant\", got 'bot'"),
@@ -86,12 +96,7 @@ def test_list_and_single_object_files(tmp_path, corpus):
     (lambda d: d.update(question_id=7), "record [0]: field 'question_id' must be a non-empty string, got 7"),
 ])
 def test_errors_name_file_record_field(tmp_path, mutate, message):
-    d = json.loads((FIX / "2_q1.json").read_text())
-    mutate(d)
-    (tmp_path / "x.json").write_text(json.dumps(d))
-    with pytest.raises(ValueError) as e:
-        load_longmemeval(path=tmp_path)
-    assert str(e.value) == f"{tmp_path / 'x.json'}: {message}"
+    assert load_error(tmp_path, mutate) == f"{tmp_path / 'x.json'}: {message}"
 
 
 def test_missing_path_and_empty_dir(tmp_path):
@@ -181,9 +186,4 @@ def test_unreachable_gold_is_reported_and_kept():
      "1900-01-01..2200-01-01 (POSIX seconds, UTC)"),
 ])
 def test_out_of_range_dates_are_errors(tmp_path, mutate, message):
-    d = json.loads((FIX / "2_q1.json").read_text())
-    mutate(d)
-    (tmp_path / "x.json").write_text(json.dumps(d))
-    with pytest.raises(ValueError) as e:
-        load_longmemeval(path=tmp_path)
-    assert str(e.value) == f"{tmp_path / 'x.json'}: {message}"
+    assert load_error(tmp_path, mutate) == f"{tmp_path / 'x.json'}: {message}"

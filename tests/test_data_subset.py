@@ -4,10 +4,10 @@ import shutil
 from pathlib import Path
 
 import pytest
+from conftest import data_dir
 
 from bench.data.subset import load_ci_subset, subset
 from bench.types import Conversation, Corpus, Defect, Question, Turn
-from conftest import data_dir
 
 REPO = Path(__file__).resolve().parent.parent
 DEMO = REPO / "datasets" / "demo"
@@ -66,7 +66,7 @@ def test_the_locomo_ci_hydra_config_cuts_the_file_it_finds(tmp_path):
     from hydra.utils import instantiate
     from omegaconf import OmegaConf
 
-    import bench.config  # noqa: F401  (registers the rb.* resolvers the configs use)
+    import bench.cli.config  # noqa: F401  (registers the rb.* resolvers the configs use)
 
     (tmp_path / "locomo").mkdir()
     shutil.copyfile(REPO / "tests" / "fixtures" / "data" / "locomo_tiny.json", tmp_path / "locomo" / "locomo10.json")

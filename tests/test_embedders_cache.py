@@ -9,7 +9,6 @@ import pytest
 from bench.embedders.base import Embedder
 from bench.embedders.cache import CachedEmbedder, model_dir_name, text_key
 
-
 FAKE_ID = {"model_id": "fake/v1", "dim": 4}  # CountingEmbedder()'s identity
 
 

@@ -5,7 +5,7 @@ hashing embedder): each failing job ends with failed.json and a one-line reason,
 finishes, the report lists the failures, nothing prints a traceback. A second multirun
 (backend=exact,fault_crash) skips the finished job (same config hash) and is then SIGKILLed mid-run:
 the earlier results stay byte-identical. A process killed while rewriting a result file leaves the
-old file intact. The fault stores are ``bench.harden.FaultBackend`` via test-only configs written
+old file intact. The fault stores are ``bench.tools.harden.run.FaultBackend`` via test-only configs written
 to a temp dir and added with ``hydra.searchpath`` (never configs/backend/).
 """
 
@@ -25,9 +25,17 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
-from bench.harden import (DEMO, FaultBackend, count_tracebacks, fault_configs, finished_artefacts, fingerprints,
-                          kill_during_write, run_cli)
-from bench.results import write_atomic
+from bench.output import write_atomic
+from bench.tools.harden.run import (
+    DEMO,
+    FaultBackend,
+    count_tracebacks,
+    fault_configs,
+    fingerprints,
+    finished_artefacts,
+    kill_during_write,
+    run_cli,
+)
 from bench.types import MemoryBatch, Where
 
 
@@ -52,7 +60,7 @@ def test_fault_backend_fails_exactly_when_told():
 @pytest.fixture(scope="module")
 def chroma(tmp_path_factory):
     """A chroma server of our own (the session one is shared with other tests; this one gets killed)."""
-    from bench.servers import ServerStartError, chroma_cli, run_chroma_server
+    from bench.backends.servers import ServerStartError, chroma_cli, run_chroma_server
 
     try:
         chroma_cli()
@@ -151,7 +159,7 @@ def test_a_failing_write_leaves_the_old_file_and_no_temp(tmp_path):
 
 # --- faults of the run itself: unwritable or full directories, Ctrl-C ----------------------------
 
-from bench.harden import REPO, cli_env  # noqa: E402
+from bench.tools.harden.run import REPO, cli_env  # noqa: E402
 
 FAST = ["embedder=hashing", "dataset=own", f"dataset.path={DEMO}", "strategy=[limit,threshold]", "progress=false"]
 

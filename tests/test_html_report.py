@@ -1,4 +1,4 @@
-"""bench.html_report: a self-contained report.html (images inlined, no network) that headless
+"""bench.report.html: a self-contained report.html (images inlined, no network) that headless
 Chromium renders with every image loaded. Chromium tests skip when the browser is not installed
 (Debian: ``apt-get install -y chromium``)."""
 
@@ -12,7 +12,7 @@ import pandas as pd
 import pytest
 from demo_run import demo_run
 
-from bench import html_report
+from bench.report import html as html_report
 
 # 1x1 transparent PNG
 PNG = base64.b64decode("iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mNkYPhfDwAChwGA60e6kgAAAABJRU5ErkJggg==")

@@ -2,7 +2,7 @@
 
 import pytest
 
-from bench import lexical as L
+from bench.strategies import lexical as L
 from bench.types import Hit, Question, Turn
 
 

@@ -1,4 +1,4 @@
-"""bench.loadtest: a short concurrent run on the in-process stores, and the answer checks that count errors."""
+"""bench.tools.load: a short concurrent run on the in-process stores, and the answer checks that count errors."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import math
 import subprocess
 import sys
 
-from bench.loadtest import _check, format_table, run_load
+from bench.tools.load import _check, format_table, run_load
 from bench.types import Hit
 
 CONV = {"m1": "c1", "m2": "c1", "m3": "c2"}
@@ -37,5 +37,5 @@ def test_a_store_that_cannot_start_counts_every_query_as_an_error(tmp_path):
 
 
 def test_cli_rejects_unknown_stores():
-    proc = subprocess.run([sys.executable, "-m", "bench.loadtest", "--stores", "exact,nosuch"], capture_output=True, text=True)
+    proc = subprocess.run([sys.executable, "-m", "bench.tools.load", "--stores", "exact,nosuch"], capture_output=True, text=True)
     assert proc.returncode == 2 and "unknown store(s) ['nosuch']" in proc.stderr

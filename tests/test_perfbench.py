@@ -11,10 +11,11 @@ import sys
 import numpy as np
 import pytest
 
-from bench import perfbench as P
 from bench.backends.exact import ExactBackend
-from bench.runner import batches, embed_corpus, question_filter
-from bench.synth import SyntheticEmbedder, generate
+from bench.data.synthetic import generate
+from bench.embedders.synthetic import SyntheticEmbedder
+from bench.tools import perf as P
+from bench.trace import batches, embed_corpus, question_filter
 
 
 def test_check_and_verdict_lines():
@@ -70,7 +71,7 @@ def _ingest(backend, corpus, tv):
 
 @pytest.mark.parametrize("store", ["exact", "sqlite_vec"])
 def test_hand_written_loop_returns_what_the_adapter_returns(store, tiny, tmp_path):
-    from bench.config import load_backend
+    from bench.cli.config import load_backend
 
     corpus, tv, qv = tiny
     backend = _ingest(load_backend(store, stores_dir=tmp_path, collection="perf_t"), corpus, tv)

@@ -18,7 +18,6 @@ import subprocess
 from pathlib import Path
 
 import pytest
-
 from conftest import data_dir
 
 REPO = Path(__file__).resolve().parent.parent

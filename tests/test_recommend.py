@@ -1,4 +1,4 @@
-"""bench.recommend: objectives, tie-breaking, CIs, threshold stability, LOCO, categories, transfer.
+"""bench.analysis.recommend: objectives, tie-breaking, CIs, threshold stability, LOCO, categories, transfer.
 
 Fixture (hand-made per-question rows, expected values worked out beside them):
 dataset ds1, conversations c1 = {q1, q2}, c2 = {q3, q4 (adversarial)}; strategy ``thr`` at 0.3/0.5,
@@ -21,7 +21,7 @@ import pandas as pd
 import pytest
 
 from bench import metrics
-from bench.recommend import (
+from bench.analysis.recommend import (
     METRICS,
     RecommendConfig,
     build_grids,

@@ -1,4 +1,4 @@
-"""bench.regress: the CI gate's rules on hand-worked tables, and end to end on the demo corpus
+"""bench.tools.regress: the CI gate's rules on hand-worked tables, and end to end on the demo corpus
 (exact + sqlite_vec): a baseline, an identical second run that passes, an injected regression that fails."""
 
 import json
@@ -14,8 +14,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from bench import regress as R
 from bench.backends.exact import ExactBackend
+from bench.tools import regress as R
 from bench.types import Conversation, Corpus, MemoryBatch, Question, Turn
 
 REPO = Path(__file__).resolve().parent.parent
@@ -115,7 +115,7 @@ def test_a_large_consistent_drop_fails_and_names_the_metric():
 
 
 def test_holm_counts_each_distinct_testable_check_once():
-    from bench.stats import paired_test
+    from bench.analysis.stats import paired_test
 
     base = pd.concat([qrows("exact", "limit5", NAN, [1.0] * 20), qrows("sqlite_vec", "limit5", NAN, [1.0] * 20),
                       qrows("exact", "full_context", NAN, [1.0] * 20)])
@@ -324,7 +324,7 @@ def run_regress(tmp: Path, out: str, *args: str) -> subprocess.CompletedProcess:
     env = {k: v for k, v in os.environ.items() if k not in ("BENCH_DATA_DIR",)}
     env.update(HTTP_PROXY="http://127.0.0.1:9", HTTPS_PROXY="http://127.0.0.1:9", HF_HUB_OFFLINE="1",
                GITHUB_STEP_SUMMARY=str(tmp / f"{out}.step.md"))
-    cmd = [sys.executable, "-m", "bench.regress", "--demo", "--out", str(tmp / out), "--baseline-root", str(tmp / "baseline"),
+    cmd = [sys.executable, "-m", "bench.tools.regress", "--demo", "--out", str(tmp / out), "--baseline-root", str(tmp / "baseline"),
            *args, f"paths.reports={tmp / 'reports'}", "backend=exact,sqlite_vec"]
     return subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=900)
 
@@ -371,8 +371,9 @@ def test_an_injected_regression_fails_and_names_the_metric(demo_runs, tmp_path, 
     from bench import formats as F
     from bench import tokens
     from bench.data.own import load_own
-    from bench.runner import Trace
-    from bench.sweep import StrategySpec, sweep
+    from bench.strategies.spec import StrategySpec
+    from bench.sweep import sweep
+    from bench.trace import Trace
 
     tmp, _, _ = demo_runs
     broken = tmp_path / "broken"

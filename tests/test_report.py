@@ -12,8 +12,8 @@ import pytest
 import yaml
 from demo_run import demo_run
 
-from bench import report
-from bench.recommend import RecommendConfig, recommend
+from bench.analysis.recommend import RecommendConfig, recommend
+from bench.report import markdown as report
 
 
 @pytest.fixture(scope="module")

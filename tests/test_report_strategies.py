@@ -4,7 +4,7 @@ import math
 
 import pandas as pd
 
-from bench.report_strategies import strategy_sections
+from bench.report.strategies import strategy_sections
 
 NAN = math.nan
 BASE = {"dataset": "d", "embedder": "e", "backend": "exact", "format": "A", "route": NAN, "question_share": 1.0, "n_questions": 10,

@@ -1,4 +1,4 @@
-"""bench/results.py: atomic writes honour the umask; secrets are scrubbed in every form they take."""
+"""bench/output.py: atomic writes honour the umask; secrets are scrubbed in every form they take."""
 
 from __future__ import annotations
 
@@ -7,8 +7,17 @@ import stat
 
 import pytest
 
-from bench import results
-from bench.results import REDACTED, check_env_name, error_line, is_env_name, redact, redact_override, scrub, write_atomic
+from bench import output as results
+from bench.output import (
+    REDACTED,
+    check_env_name,
+    error_line,
+    is_env_name,
+    redact,
+    redact_override,
+    scrub,
+    write_atomic,
+)
 
 
 @pytest.mark.parametrize("umask,mode", [(0o022, 0o644), (0o002, 0o664), (0o077, 0o600)])

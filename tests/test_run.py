@@ -35,10 +35,10 @@ def test_corpus_digest_follows_content_not_place():
 
 def test_code_digest_and_module_of():
     assert run.module_of("bench.backends.seekdb.SeekdbBackend") == "backends/seekdb"
-    assert run.module_of("bench.synth.SyntheticEmbedder") == "synth"
+    assert run.module_of("bench.embedders.synthetic.SyntheticEmbedder") == "embedders/synthetic"
     assert run.module_of("somepkg.Store") == ""
-    assert run.code_digest("runner") != run.code_digest("types")
-    assert run.code_digest("runner", "types") == run.code_digest("runner", "types")
+    assert run.code_digest("trace") != run.code_digest("types")
+    assert run.code_digest("trace", "types") == run.code_digest("trace", "types")
     assert len(run.code_digest("*")) == 16
 
 

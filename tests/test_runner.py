@@ -4,7 +4,14 @@ import numpy as np
 import pytest
 
 from bench.backends.exact import ExactBackend
-from bench.runner import TRACE_COLUMNS, batches, build_trace, embed_texts, exact_top, store_metrics
+from bench.trace import (
+    TRACE_COLUMNS,
+    batches,
+    build_trace,
+    embed_texts,
+    exact_top,
+    store_metrics,
+)
 from bench.types import Conversation, Corpus, Hits, Question, Turn
 
 # 2-d unit vectors chosen by hand; cosines with q=(1,0) are the x components.

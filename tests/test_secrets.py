@@ -1,7 +1,7 @@
 """Secrets: keys come only from the environment, and a planted key appears 0 times in anything written.
 
 The CLI runs a multirun with the HTTP embedder (loopback EmbeddingServer that REQUIRES the planted
-key) and the Pinecone backend (loopback protocol test double, tests/pinecone_server.py, that also
+key) and the Pinecone backend (loopback protocol test double, bench/tools/harden/pinecone_double.py, that also
 requires its planted key); a second job's endpoint answers 401 echoing the key back. Then one run
 per other channel a key can come by: typed into ``backend.api_key_env`` and ``embedder.api_key_env``,
 a ``+embedder.api_key=`` override, a URL's user:password, a newline inside the environment value.
@@ -18,8 +18,8 @@ import pandas as pd
 import pytest
 import yaml
 
-from bench.harden import planted_secret_run, secret_hits
-from bench.results import REDACTED, SECRET_KEY, error_line
+from bench.output import REDACTED, SECRET_KEY, error_line
+from bench.tools.harden.run import planted_secret_run, secret_hits
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -122,7 +122,7 @@ def test_configs_name_environment_variables_and_never_hold_keys():
 
 
 def test_redact_hides_secret_strings_but_keeps_token_counts_and_variable_names(monkeypatch):
-    from bench.results import redact, secret_values
+    from bench.output import redact, secret_values
 
     monkeypatch.setenv("RB_TEST_API_KEY", "sk-PLANTED-zyxwvuts9876")
     cfg = {"embedder": {"api_key_env": "RB_TEST_API_KEY", "api_key": "typed-by-mistake", "base_url": "http://h/?k=sk-PLANTED-zyxwvuts9876"},

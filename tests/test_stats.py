@@ -1,4 +1,4 @@
-"""bench.stats: cluster sums, cluster bootstrap, paired permutation test, Holm, win/tie/loss.
+"""bench.analysis.stats: cluster sums, cluster bootstrap, paired permutation test, Holm, win/tie/loss.
 
 Every expected value is worked out by hand next to its fixture.
 """
@@ -10,7 +10,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from bench import stats
+from bench.analysis import stats
 
 
 def test_cluster_sums_skip_nan_and_sort_labels():

@@ -4,7 +4,9 @@ import math
 
 import pytest
 
-from bench import strategies as S
+from bench.strategies import baselines as B
+from bench.strategies import spec as SP
+from bench.strategies import vector as V
 from bench.types import Hit, Hits, Question, Turn
 
 # Candidates for one question, best first (similarity, higher is better).
@@ -16,40 +18,40 @@ def ids(hits):
 
 
 def test_limit_takes_k_best_regardless_of_score():
-    assert ids(S.limit(HITS, k=3)) == ["a", "b", "c"]
-    assert ids(S.limit(HITS, k=10)) == ["a", "b", "c", "d", "e", "f"]
-    assert S.limit(HITS, k=0) == ()
-    assert ids(S.limit(HITS, k=2, threshold=0.99)) == ["a", "b"]  # accepts and ignores a threshold
+    assert ids(V.limit(HITS, k=3)) == ["a", "b", "c"]
+    assert ids(V.limit(HITS, k=10)) == ["a", "b", "c", "d", "e", "f"]
+    assert V.limit(HITS, k=0) == ()
+    assert ids(V.limit(HITS, k=2, threshold=0.99)) == ["a", "b"]  # accepts and ignores a threshold
 
 
 def test_threshold_is_inclusive():
-    assert ids(S.threshold(HITS, threshold=0.75)) == ["a", "b", "c"]  # 0.75 >= 0.75 kept
-    assert ids(S.threshold(HITS, threshold=0.76)) == ["a", "b"]
-    assert S.threshold(HITS, threshold=0.95) == ()
-    assert len(S.threshold(HITS, threshold=0.0)) == 6
+    assert ids(V.threshold(HITS, threshold=0.75)) == ["a", "b", "c"]  # 0.75 >= 0.75 kept
+    assert ids(V.threshold(HITS, threshold=0.76)) == ["a", "b"]
+    assert V.threshold(HITS, threshold=0.95) == ()
+    assert len(V.threshold(HITS, threshold=0.0)) == 6
 
 
 def test_hybrid_thresholds_then_caps():
-    assert ids(S.hybrid(HITS, threshold=0.3, k=3)) == ["a", "b", "c"]  # 5 pass, capped at 3
-    assert ids(S.hybrid(HITS, threshold=0.78, k=5)) == ["a", "b"]  # 2 pass, under the cap
-    assert S.hybrid(HITS, threshold=0.95, k=5) == ()
+    assert ids(V.hybrid(HITS, threshold=0.3, k=3)) == ["a", "b", "c"]  # 5 pass, capped at 3
+    assert ids(V.hybrid(HITS, threshold=0.78, k=5)) == ["a", "b"]  # 2 pass, under the cap
+    assert V.hybrid(HITS, threshold=0.95, k=5) == ()
 
 
 def test_full_context_returns_every_eligible_memory_in_order():
     eligible = tuple(Turn("c", t, "user", "u", "text", None, i) for i, t in enumerate("xyz"))
-    out = S.full_context(HITS[:2], eligible=eligible)
+    out = B.full_context(HITS[:2], eligible=eligible)
     assert ids(out) == ["c|x", "c|y", "c|z"]
     assert all(math.isnan(h.score) for h in out)
 
 
 def test_strategies_do_not_mutate_input():
     hits = list(HITS)
-    S.hybrid(hits, threshold=0.5, k=2)
-    S.threshold(hits, threshold=0.5)
+    V.hybrid(hits, threshold=0.5, k=2)
+    V.threshold(hits, threshold=0.5)
     assert hits == list(HITS)
 
 
-@pytest.mark.parametrize("fn", [S.limit, S.hybrid])
+@pytest.mark.parametrize("fn", [V.limit, V.hybrid])
 def test_negative_k_is_an_error(fn):
     with pytest.raises(ValueError, match="k must be >= 0"):
         fn(HITS, threshold=0.5, k=-1)
@@ -57,7 +59,7 @@ def test_negative_k_is_an_error(fn):
 
 def test_threshold_required():
     with pytest.raises(ValueError, match="threshold is required"):
-        S.threshold(HITS, threshold=None)
+        V.threshold(HITS, threshold=None)
 
 
 # ---- recency, token budget, routing, Selection ------------------------------------------------
@@ -66,26 +68,26 @@ ELIGIBLE = tuple(Turn("c", f"t{i}", "user", "u", "text", None, i) for i in range
 
 
 def test_above_counts_the_inclusive_prefix():
-    assert S.above(HITS, 0.75) == 3  # a, b, c (0.75 kept)
-    assert S.above(HITS, 0.99) == 0
-    assert S.above(HITS, 0.0) == 6
-    assert S.above((), 0.5) == 0
+    assert V.above(HITS, 0.75) == 3  # a, b, c (0.75 kept)
+    assert V.above(HITS, 0.99) == 0
+    assert V.above(HITS, 0.0) == 6
+    assert V.above((), 0.5) == 0
 
 
 def test_recency_last_k_most_recent_first():
-    assert ids(S.recency(HITS, eligible=ELIGIBLE, k=2)) == ["c|t3", "c|t2"]
-    assert ids(S.recency(HITS, eligible=ELIGIBLE, k=9)) == ["c|t3", "c|t2", "c|t1", "c|t0"]
-    assert S.recency(HITS, eligible=ELIGIBLE, k=0) == ()
+    assert ids(B.recency(HITS, eligible=ELIGIBLE, k=2)) == ["c|t3", "c|t2"]
+    assert ids(B.recency(HITS, eligible=ELIGIBLE, k=9)) == ["c|t3", "c|t2", "c|t1", "c|t0"]
+    assert B.recency(HITS, eligible=ELIGIBLE, k=0) == ()
 
 
 def test_token_budget_best_first_until_the_budget():
     tokens = {"a": 40, "b": 30, "c": 50, "d": 10, "e": 5, "f": 5}
-    assert ids(S.token_budget(HITS, tokens=tokens, budget=70)) == ["a", "b"]  # 40 + 30 = 70 fits exactly
-    assert ids(S.token_budget(HITS, tokens=tokens, budget=119)) == ["a", "b"]  # c would make 120: stop there
-    assert ids(S.token_budget(HITS, tokens=tokens, budget=39)) == []  # the best alone is too big
-    assert ids(S.token_budget(HITS, tokens=tokens, budget=1000, threshold=0.6)) == ["a", "b", "c"]
+    assert ids(V.token_budget(HITS, tokens=tokens, budget=70)) == ["a", "b"]  # 40 + 30 = 70 fits exactly
+    assert ids(V.token_budget(HITS, tokens=tokens, budget=119)) == ["a", "b"]  # c would make 120: stop there
+    assert ids(V.token_budget(HITS, tokens=tokens, budget=39)) == []  # the best alone is too big
+    assert ids(V.token_budget(HITS, tokens=tokens, budget=1000, threshold=0.6)) == ["a", "b", "c"]
     with pytest.raises(ValueError, match="no token count for memory 'a'"):
-        S.token_budget(HITS, tokens={}, budget=10)
+        V.token_budget(HITS, tokens={}, budget=10)
 
 
 @pytest.mark.parametrize("text, profile", [
@@ -99,32 +101,32 @@ def test_token_budget_best_first_until_the_budget():
     ("Is Miami nice?", False),  # "I am" must be whole words, not inside "Miami"
 ])
 def test_profile_detector(text, profile):
-    assert S.is_profile_question(text) is profile
+    assert V.is_profile_question(text) is profile
 
 
 def test_route_by_query_hand_worked():
-    prof = S.route_by_query(HITS, question=Question("q", "c", "What is my name?", None, ()))
+    prof = V.route_by_query(HITS, question=Question("q", "c", "What is my name?", None, ()))
     assert prof.route == "profile" and ids(prof) == ["a", "b", "c"]  # limit 3 whatever the score
-    other = S.route_by_query(HITS, question=Question("q", "c", "Where is the park?", None, ()))
+    other = V.route_by_query(HITS, question=Question("q", "c", "Where is the park?", None, ()))
     assert other.route == "other" and ids(other) == ["a", "b", "c"]  # >= 0.65: a, b, c (cap 5)
-    other = S.route_by_query(HITS, question=Question("q", "c", "Where is the park?", None, ()), other_threshold=0.3, other_k=4)
+    other = V.route_by_query(HITS, question=Question("q", "c", "Where is the park?", None, ()), other_threshold=0.3, other_k=4)
     assert ids(other) == ["a", "b", "c", "d"]  # 5 pass 0.3, capped at 4
-    custom = S.route_by_query(HITS, question=Question("q", "c", "Where is the park?", None, ()), patterns=[r"\bpark\b"], profile_k=1)
+    custom = V.route_by_query(HITS, question=Question("q", "c", "Where is the park?", None, ()), patterns=[r"\bpark\b"], profile_k=1)
     assert custom.route == "profile" and ids(custom) == ["a"]
 
 
 def test_selection_iterates_like_a_tuple_of_hits():
-    sel = S.Selection((Hit("x", 0.5), Hit("y", 0.4)), route="r")
+    sel = SP.Selection((Hit("x", 0.5), Hit("y", 0.4)), route="r")
     assert [h.id for h in sel] == ["x", "y"] and len(sel) == 2
 
 
 def test_token_budget_threshold_is_inclusive():
     # HITS: a .91, b .80, c .75, d .50; c's similarity equals the threshold 0.75, so c is considered (like ``threshold``)
     tokens = {"a": 40, "b": 30, "c": 50, "d": 10, "e": 5, "f": 5}
-    assert ids(S.token_budget(HITS, tokens=tokens, budget=1000, threshold=0.75)) == ["a", "b", "c"]
-    assert ids(S.token_budget(HITS, tokens=tokens, budget=1000, threshold=0.76)) == ["a", "b"]
+    assert ids(V.token_budget(HITS, tokens=tokens, budget=1000, threshold=0.75)) == ["a", "b", "c"]
+    assert ids(V.token_budget(HITS, tokens=tokens, budget=1000, threshold=0.76)) == ["a", "b"]
     # both edges at once: 40 + 30 + 50 = 120 fits a budget of 120 exactly, and c sits on the threshold
-    assert ids(S.token_budget(HITS, tokens=tokens, budget=120, threshold=0.75)) == ["a", "b", "c"]
+    assert ids(V.token_budget(HITS, tokens=tokens, budget=120, threshold=0.75)) == ["a", "b", "c"]
     columnar = Hits(tuple(h.id for h in HITS), tuple(h.score for h in HITS))  # a store's columnar hits
-    assert ids(S.token_budget(columnar, tokens=tokens, budget=1000, threshold=0.75)) == ["a", "b", "c"]
-    assert S.above(HITS, 0.75) == len(S.token_budget(HITS, tokens=tokens, budget=1000, threshold=0.75))  # same cut as threshold
+    assert ids(V.token_budget(columnar, tokens=tokens, budget=1000, threshold=0.75)) == ["a", "b", "c"]
+    assert V.above(HITS, 0.75) == len(V.token_budget(HITS, tokens=tokens, budget=1000, threshold=0.75))  # same cut as threshold

@@ -8,9 +8,9 @@ import pandas as pd
 import pytest
 from hydra import compose, initialize_config_dir
 
-from bench.config import build_strategies
-from bench.runner import Trace
+from bench.cli.config import build_strategies
 from bench.sweep import summarise, sweep
+from bench.trace import Trace
 from bench.types import Conversation, Corpus, Question, Turn
 
 REPO = Path(__file__).resolve().parent.parent

@@ -5,9 +5,11 @@ import math
 import pandas as pd
 import pytest
 
-from bench import strategies as S
-from bench.runner import Trace
-from bench.sweep import StrategySpec, summarise, sweep, threshold_grid
+from bench.strategies import baselines as B
+from bench.strategies import vector as V
+from bench.strategies.spec import StrategySpec
+from bench.sweep import summarise, sweep, threshold_grid
+from bench.trace import Trace
 from bench.types import Conversation, Corpus, Hit, Question, Turn
 
 
@@ -35,9 +37,9 @@ TRACE = Trace(
     {"dataset": "tiny", "embedder": "fake", "backend": "exact", "roles": None},
 )
 SPECS = [
-    StrategySpec("limit2", lambda h, **kw: S.limit(h, k=2, **kw), thresholded=False),
-    StrategySpec("threshold", S.threshold, thresholded=True),
-    StrategySpec("full_context", S.full_context, thresholded=False, uses_store=False),
+    StrategySpec("limit2", lambda h, **kw: V.limit(h, k=2, **kw), thresholded=False),
+    StrategySpec("threshold", V.threshold, thresholded=True),
+    StrategySpec("full_context", B.full_context, thresholded=False, uses_store=False),
 ]
 
 
@@ -86,7 +88,7 @@ def test_summary_one_row_per_strategy_threshold():
 
 from bench import formats as F  # noqa: E402
 from bench import metrics  # noqa: E402
-from bench.strategies import Selection  # noqa: E402
+from bench.strategies.spec import Selection  # noqa: E402
 from bench.sweep import format_tokens_table, replay_order  # noqa: E402
 
 
@@ -145,11 +147,11 @@ def test_stateful_strategies_replay_each_conversation_in_time_order():
 
 
 def test_needs_tokens_passes_the_token_counts():
-    spec = StrategySpec("budget", lambda h, **kw: S.token_budget(h, budget=25, **kw), thresholded=False, needs_tokens=True)
+    spec = StrategySpec("budget", lambda h, **kw: V.token_budget(h, budget=25, **kw), thresholded=False, needs_tokens=True)
     rows = sweep(TRACE, CORPUS, [spec], (), TOKENS)
     # q1 hits t2 (30 tokens) first: over 25 -> nothing; q2 hits t3 (40): nothing either
     assert list(rows["n_selected"]) == [0, 0]
-    spec = StrategySpec("budget", lambda h, **kw: S.token_budget(h, budget=55, **kw), thresholded=False, needs_tokens=True)
+    spec = StrategySpec("budget", lambda h, **kw: V.token_budget(h, budget=55, **kw), thresholded=False, needs_tokens=True)
     assert list(sweep(TRACE, CORPUS, [spec], (), TOKENS)["tokens_injected"]) == [50, 50]  # q1: t2+t1 = 50 (t0 would be 60); q2: t3+t0 = 50
 
 
@@ -190,7 +192,7 @@ def test_tier_columns_and_summary():
 
 def test_role_filtered_trace_sees_only_its_roles_but_full_context_counts_every_turn():
     user = Trace(TRACE.table, {**TRACE.meta, "roles": ["user"]})
-    spec = StrategySpec("recent", lambda h, **kw: S.recency(h, k=5, **kw), thresholded=False, uses_store=False, roles=("user",))
+    spec = StrategySpec("recent", lambda h, **kw: B.recency(h, k=5, **kw), thresholded=False, uses_store=False, roles=("user",))
     q1 = sweep(user, CORPUS, [spec], (), TOKENS).iloc[0]
     assert q1.n_selected == 2 and q1.tokens_injected == 40  # user turns t0, t2 (t1 is the assistant's)
     assert q1.tokens_full == 60  # but full context is every turn q1 may see: t0 + t1 + t2
@@ -230,11 +232,11 @@ def test_store_strategies_slice_columnar_hits_like_a_list():
     h = Hits(("a", "b", "c", "d"), (0.9, 0.8, 0.7, 0.1))
     want = [Hit("a", 0.9), Hit("b", 0.8), Hit("c", 0.7), Hit("d", 0.1)]
     # threshold 0.75 keeps a, b; hybrid k=1 caps that at a; limit 3 takes a, b, c -- each a Hits slice, no Hit objects built
-    for got, expect in ((S.threshold(h, threshold=0.75), want[:2]), (S.hybrid(h, threshold=0.75, k=1), want[:1]),
-                        (S.limit(h, k=3), want[:3]), (S.threshold(h, threshold=0.95), [])):
+    for got, expect in ((V.threshold(h, threshold=0.75), want[:2]), (V.hybrid(h, threshold=0.75, k=1), want[:1]),
+                        (V.limit(h, k=3), want[:3]), (V.threshold(h, threshold=0.95), [])):
         assert isinstance(got, Hits) and got == expect
-    assert S.above(h, 0.1) == 4 and S.above(h, 0.8) == 2 and S.above(h, 0.95) == 0
-    assert S.hybrid(want, threshold=0.75, k=1) == tuple(want[:1]) and S.threshold(want, threshold=0.75) == tuple(want[:2])  # plain list: tuples
+    assert V.above(h, 0.1) == 4 and V.above(h, 0.8) == 2 and V.above(h, 0.95) == 0
+    assert V.hybrid(want, threshold=0.75, k=1) == tuple(want[:1]) and V.threshold(want, threshold=0.75) == tuple(want[:2])  # plain list: tuples
 
 
 # ---- questions without gold, exact format-A tokens, depth saturation ------------------------------

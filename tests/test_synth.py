@@ -6,7 +6,8 @@ import zlib
 import numpy as np
 import pytest
 
-from bench.synth import START, SyntheticEmbedder, _ts, generate, load_synthetic
+from bench.data.synthetic import START, _ts, generate, load_synthetic
+from bench.embedders.synthetic import SyntheticEmbedder
 from bench.types import memory_key
 
 DAY, MIN = 86_400.0, 60.0
@@ -114,11 +115,11 @@ def test_embedder_bad_input():
 
 
 def test_hydra_configs_compose_and_agree():
-    from bench.perfbench import compose
+    from bench.tools.perf import compose
 
     cfg = compose(["dataset=synthetic", "embedder=synthetic", "dataset.n_memories=30", "dataset.conversation_size=10"])
     assert cfg.dataset.topics == cfg.embedder.topics
-    from bench.config import build
+    from bench.cli.config import build
 
     corpus, emb = build(cfg.dataset), build(cfg.embedder)
     assert len(corpus.turns()) == 30 and len(corpus.conversations) == 3

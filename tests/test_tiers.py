@@ -4,7 +4,7 @@ import math
 
 import pytest
 
-from bench.tiers import DAY, MemoryState, TierState, decay, dual_tier
+from bench.strategies.tiers import DAY, MemoryState, TierState, decay, dual_tier
 from bench.types import Hit, Question, Turn
 
 

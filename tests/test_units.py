@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 from omegaconf import OmegaConf
 
-from bench.units import load_locomo_units, unit_pointers
+from bench.data.locomo_units import load_locomo_units, unit_pointers
 
 REPO = Path(__file__).resolve().parent.parent
 

@@ -42,7 +42,14 @@ import warnings
 
 import numpy as np
 
-from bench.backends.base import BackendUnavailable, Capabilities, FILTER_KINDS, best_first, check_metric, mongo_filter
+from bench.backends.base import (
+    FILTER_KINDS,
+    BackendUnavailable,
+    Capabilities,
+    best_first,
+    check_metric,
+    mongo_filter,
+)
 from bench.types import Hits, MemoryBatch, Where
 
 log = logging.getLogger(__name__)

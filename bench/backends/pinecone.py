@@ -21,8 +21,14 @@ from urllib.parse import quote, unquote
 
 import numpy as np
 
-from bench.backends.base import FILTER_KINDS, BackendUnavailable, Capabilities, best_first, check_metric
-from bench.results import check_env_name
+from bench.backends.base import (
+    FILTER_KINDS,
+    BackendUnavailable,
+    Capabilities,
+    best_first,
+    check_metric,
+)
+from bench.output import check_env_name
 from bench.types import Hits, MemoryBatch, Where
 
 log = logging.getLogger(__name__)

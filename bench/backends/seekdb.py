@@ -50,8 +50,15 @@ import weakref
 
 import numpy as np
 
-from bench.backends.base import BackendUnavailable, Capabilities, FILTER_KINDS, best_first, check_metric, mongo_filter
-from bench.results import check_env_name
+from bench.backends.base import (
+    FILTER_KINDS,
+    BackendUnavailable,
+    Capabilities,
+    best_first,
+    check_metric,
+    mongo_filter,
+)
+from bench.output import check_env_name
 from bench.types import Hits, MemoryBatch, Where
 
 log = logging.getLogger(__name__)

@@ -29,11 +29,12 @@ import urllib.request
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
-from bench.results import file_mode
+from bench.output import file_mode
+from bench.resources import manifests_dir
 
 log = logging.getLogger(__name__)
 
-MANIFEST_DIR = Path(__file__).resolve().parents[2] / "datasets" / "manifests"
+MANIFEST_DIR = manifests_dir()
 TIMEOUT_S = 20.0
 EXIT_OK, EXIT_MISMATCH, EXIT_MISSING = 0, 1, 3
 _CHUNK = 1 << 20

@@ -82,7 +82,7 @@ from typing import Any
 
 from bench.data import read_text, require_path, short, unicode_problem
 from bench.data.timeline import Source, add_reachability_defects, time_problem
-from bench.results import file_mode
+from bench.output import file_mode
 from bench.types import ROLES, Conversation, Corpus, Defect, Question, Turn
 
 log = logging.getLogger(__name__)

@@ -25,7 +25,7 @@ from pathlib import Path
 import numpy as np
 
 from bench.embedders.base import Embedder
-from bench.results import file_mode, named_os_error
+from bench.output import file_mode, named_os_error
 
 log = logging.getLogger(__name__)
 

@@ -26,7 +26,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from bench.results import check_env_name
+from bench.output import check_env_name
 
 log = logging.getLogger(__name__)
 

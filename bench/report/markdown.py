@@ -3,7 +3,7 @@
 ``collect_jobs`` merges the job directories of a multirun; ``write_report`` writes ``report.md``,
 the self-contained ``report.html``, PNG plots and the analysis tables (recommendation, curves,
 LOCO, categories, transfer, significance, attribution) beside ``summary.csv``. It starts with the
-recommendation (``bench.recommend``). Calibration and miss attribution reload the corpus from the
+recommendation (``bench.analysis.recommend``). Calibration and miss attribution reload the corpus from the
 run's config_resolved.yaml; when that fails the report says so and keeps the rest.
 Both can be re-run at any time (``make report``).
 """
@@ -17,10 +17,19 @@ from pathlib import Path
 
 import pandas as pd
 
-from bench import plots, stats
-from bench.recommend import CONFIG_KEYS, Recommendation, RecommendConfig, neighbours, one_format, pareto_front, recommend
-from bench.report_strategies import strategy_sections
-from bench.results import write_atomic
+from bench.analysis import stats
+from bench.analysis.recommend import (
+    CONFIG_KEYS,
+    Recommendation,
+    RecommendConfig,
+    neighbours,
+    one_format,
+    pareto_front,
+    recommend,
+)
+from bench.output import write_atomic
+from bench.report import plots
+from bench.report.strategies import strategy_sections
 
 log = logging.getLogger(__name__)
 
@@ -334,7 +343,7 @@ def category_section(rec: Recommendation, multi_embedder: bool) -> list[str]:
 
 
 def attribution_section(misses: pd.DataFrame, rows: pd.DataFrame, top_n: int, run_dir: Path, multi_embedder: bool) -> tuple[list[str], list[Path]]:
-    from bench import attribution
+    from bench.analysis import attribution
 
     out = run_dir / ANALYSIS_DIR
     lines = ["## Why gold memories are missed (at each strategy's chosen threshold)", "",
@@ -369,7 +378,7 @@ def attribution_section(misses: pd.DataFrame, rows: pd.DataFrame, top_n: int, ru
 def analysis_sections(run_dir: Path, summary: pd.DataFrame, settings: RecommendConfig | None = None) -> list[str]:
     """Recommendation, operating points, Pareto frontier, significance, transfer, per category,
     calibration and miss attribution. Writes their tables (CSV) and figures into ``run_dir``."""
-    from bench import attribution, calibration
+    from bench.analysis import attribution, calibration
 
     run_dir = Path(run_dir)
     out = run_dir / ANALYSIS_DIR
@@ -469,7 +478,7 @@ def analysis_sections(run_dir: Path, summary: pd.DataFrame, settings: RecommendC
 
 def write_report(run_dir: Path, settings: RecommendConfig | None = None) -> Path:
     """Write report.md, report.html, the analysis tables (CSV) and every figure into ``run_dir``."""
-    from bench import html_report
+    from bench.report import html as html_report
 
     run_dir = Path(run_dir)
     summary = pd.read_csv(run_dir / "summary.csv")

@@ -37,7 +37,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from bench.runner import Trace, question_filter
+from bench.trace import Trace, question_filter
 from bench.types import Corpus, memory_key
 
 log = logging.getLogger(__name__)
@@ -49,7 +49,7 @@ NAN = float("nan")
 # --------------------------------------------------------------------------- pure parts
 
 class _Visible:
-    """Per-conversation arrays for fast ``bench.runner.visible`` masks (same rule, vectorised)."""
+    """Per-conversation arrays for fast ``bench.trace.visible`` masks (same rule, vectorised)."""
 
     def __init__(self, corpus: Corpus) -> None:
         self.conv = {}
@@ -104,7 +104,7 @@ def classify(*, visible_: bool, uses_store: bool, exact_rank: int | None, top_n:
 
 def exact_ranks(corpus: Corpus, tv: np.ndarray, qv: np.ndarray, *, roles: tuple[str, ...] | None) -> dict[str, dict[str, int]]:
     """1-based exact cosine rank of each gold memory among what its question may see (same filter and
-    tie order as ``bench.runner.exact_top``: similarity descending, then key). Hidden gold is absent."""
+    tie order as ``bench.trace.exact_top``: similarity descending, then key). Hidden gold is absent."""
     row = {t.key: i for i, t in enumerate(corpus.turns())}
     vis_of = _Visible(corpus)
     out: dict[str, dict[str, int]] = {}
@@ -257,7 +257,7 @@ def _job_dirs(run_dir: Path) -> list[Path]:
 def build_strategies(strategy_cfg) -> list:
     """StrategySpecs from a ``strategy:`` config node, as the CLI builds them; a strategy that no longer
     builds (its config changed since the run) is skipped with a warning, not fatal to the others."""
-    from bench import config
+    from bench.cli import config
 
     out = []
     for name, s in strategy_cfg.items():
@@ -275,7 +275,7 @@ def load_job(job_dir: Path, memo: dict | None = None) -> JobInputs:
     """
     from omegaconf import OmegaConf
 
-    from bench.config import build
+    from bench.cli.config import build
 
     job_dir = Path(job_dir)
     cfg_path = job_dir / "config_resolved.yaml"
@@ -338,7 +338,8 @@ def attribute_job(job: JobInputs, chosen: Mapping[tuple[str, str, str, str], flo
         counts_ = tokens.count_tokens_many([tokens.format_memory(t.role, t.text) for t in turns], job.token_encoding)
         memo[key] = {t.key: n for t, n in zip(turns, counts_)}
     token_counts = memo[key]
-    key = ("vectors", id(job.corpus), job.embedder, json.dumps(job.embedder_identity, sort_keys=True, default=str), str(job.cache_dir))
+    emb_key = (job.embedder, json.dumps(job.embedder_identity, sort_keys=True, default=str), str(job.cache_dir))
+    key = ("vectors", id(job.corpus), *emb_key)
     if key not in memo:
         memo[key] = cached_vectors(job.corpus, job.embedder, job.cache_dir, job.embedder_identity)
     vectors = memo[key]
@@ -359,7 +360,7 @@ def attribute_job(job: JobInputs, chosen: Mapping[tuple[str, str, str, str], flo
         grid = sorted({t for t in want.values() if t is not None}) or [0.5]
         seen = replay(trace, job.corpus, specs, grid, token_counts, embedder=job.embedder)
         if vectors:  # the same for every store of a multirun on this corpus: computed once
-            key = ("ranks", id(job.corpus), job.embedder, json.dumps(job.embedder_identity, sort_keys=True, default=str), str(job.cache_dir), roles)
+            key = ("ranks", id(job.corpus), *emb_key, roles)
             ranks = memo[key] if key in memo else memo.setdefault(key, exact_ranks(job.corpus, *vectors, roles=roles))
         else:
             ranks = trace_ranks(trace.table, job.corpus, roles=roles)
@@ -374,7 +375,7 @@ def attribute_job(job: JobInputs, chosen: Mapping[tuple[str, str, str, str], flo
 
 def attribute_run(run_dir: Path, points: pd.DataFrame, *, top_n: int = 10) -> pd.DataFrame:
     """Attribute the misses of every job of a run at the recommended thresholds; writes attribution.parquet."""
-    from bench.results import write_atomic
+    from bench.output import write_atomic
 
     chosen = {(r.dataset, r.embedder, r.backend, r.strategy): float(r.threshold) for r in points.itertuples(index=False)}
     memo: dict = {}

@@ -3,7 +3,7 @@
 Owns splitting a trace's candidate similarities into gold and non-gold (gold = the question's
 evidence turns; non-adversarial questions with gold only), their summary (quantiles, the band
 where the central ranges overlap, AUC = P(gold scores above non-gold), pass rates per threshold)
-and the sentence the report prints. Pure functions; the plots live in ``bench.plots``.
+and the sentence the report prints. Pure functions; the plots live in ``bench.report.plots``.
 Scores are the store's similarity (what a threshold is applied to). A gold memory the store did
 not return has no score: it is counted in ``gold_unreturned``, never imputed.
 """

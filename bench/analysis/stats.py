@@ -1,4 +1,4 @@
-"""Statistics shared by the recommender, the report and ``bench.compare``: pure, seeded, no I/O.
+"""Statistics shared by the recommender, the report and ``bench.analysis.compare``: pure, seeded, no I/O.
 
 Owns: per-cluster sums (a cluster = a conversation; every mean here is a macro mean over
 questions, so a resample of clusters is a ratio of summed sums and summed counts), the cluster

@@ -3,7 +3,7 @@
 Owns the objectives (max F1 by default; max recall s.t. mean injected tokens <= B; min tokens
 s.t. recall >= R; optional store p99 latency <= L), the choice of a threshold per
 (dataset, embedder, backend, strategy), 95 % cluster-bootstrap CIs (conversations resampled as
-clusters, via ``bench.stats.cluster_bootstrap``) and the bootstrap stability of the chosen
+clusters, via ``bench.analysis.stats.cluster_bootstrap``) and the bootstrap stability of the chosen
 threshold, leave-one-conversation-out (LOCO) transfer, cross-dataset transfer, per-category
 results (optionally a threshold per category) and the Pareto frontier of recall vs tokens.
 
@@ -25,7 +25,7 @@ import numpy as np
 import pandas as pd
 
 from bench import metrics
-from bench.stats import cluster_bootstrap, cluster_sums, ratio
+from bench.analysis.stats import cluster_bootstrap, cluster_sums, ratio
 
 log = logging.getLogger(__name__)
 

@@ -1,7 +1,7 @@
 """``make load``: concurrent search load on every local store and on the real seekdb and chroma servers.
 
 Per store: ingest ``rows`` synthetic memories (clustered unit vectors with conversation, role and
-time metadata: ``bench.storebench.synthetic``), wait until searchable, measure the read-after-write
+time metadata: ``bench.tools.stores.synthetic``), wait until searchable, measure the read-after-write
 lag of single-row writes (time from ``add()`` returning, through ``wait_ready()``, until an
 unfiltered search returns the row), then ``threads`` threads each run ``queries`` conversation-filtered top-``k`` searches at the
 same time (a barrier releases them together).
@@ -10,7 +10,7 @@ Each thread has its own client (a backend instance on the same collection, opene
 other before the threads start), as a multi-threaded application would use a database client; the
 in-RAM exact store has no client, so its one instance is shared. Every answer is checked: an
 exception, a hit from another conversation, a duplicate id, more than ``k`` hits or hits out of
-order count as an error. Servers are started on 127.0.0.1 by ``bench.servers`` (never anything
+order count as an error. Servers are started on 127.0.0.1 by ``bench.backends.servers`` (never anything
 else). Prints per store: errors, throughput, p50/p99 latency under load, read-after-write lag.
 """
 
@@ -30,7 +30,7 @@ import numpy as np
 
 from bench.types import MemoryBatch, Where
 
-log = logging.getLogger("bench.loadtest")
+log = logging.getLogger("bench.tools.load")
 
 LOCAL_STORES = ("exact", "sqlite_vec", "seekdb", "chroma")
 SERVER_STORES = ("seekdb_server", "chroma_server")
@@ -107,8 +107,8 @@ def measure_lag(backend, dim: int, *, probes: int, rng: np.random.Generator, tim
 def load_store(name: str, *, threads: int, queries: int, rows: int, dim: int, k: int, workdir: Path,
                overrides: dict | None = None, lag_probes: int = 5, seed: int = 0) -> LoadResult:
     """Ingest, measure lag, then ``threads`` x ``queries`` concurrent filtered searches on one store."""
-    from bench.config import load_backend
-    from bench.storebench import synthetic
+    from bench.cli.config import load_backend
+    from bench.tools.stores import synthetic
 
     vecs, conv, roles, ts, qv, qconv = synthetic(rows, dim, n_queries=threads * queries, seed=seed)
     conv_of = {f"m{j}": c for j, c in enumerate(conv)}
@@ -196,7 +196,7 @@ def failed_result(name: str, *, threads: int, queries: int, rows: int, exc: Base
 @contextlib.contextmanager
 def started_servers(stores, workdir: Path):
     """Start the real servers the selected stores need (loopback); yield {store: backend overrides}."""
-    from bench.servers import run_chroma_server, run_seekdb_server
+    from bench.backends.servers import run_chroma_server, run_seekdb_server
 
     with contextlib.ExitStack() as stack:
         out: dict[str, dict] = {}
@@ -240,7 +240,7 @@ def format_table(results: list[LoadResult]) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m bench.loadtest", description=__doc__.split("\n\n")[0])
+    ap = argparse.ArgumentParser(prog="python -m bench.tools.load", description=__doc__.split("\n\n")[0])
     ap.add_argument("--threads", type=int, default=8)
     ap.add_argument("--queries", type=int, default=1000, help="searches per thread")
     ap.add_argument("--rows", type=int, default=5000, help="memories ingested per store")

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from bench.results import write_atomic
+from bench.output import write_atomic
 
 
 def _figure():

@@ -36,7 +36,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from bench.strategies import Selection, above
+from bench.strategies.spec import Selection
+from bench.strategies.vector import above
 from bench.types import Hit, Question, Turn
 
 DAY = 86_400.0

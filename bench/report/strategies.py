@@ -214,7 +214,7 @@ def units_section(s: pd.DataFrame) -> list[str]:
     if not rows:
         return []
     return ["## Per dataset / memory unit (raw turns, LoCoMo observations, session summaries)", "",
-            "Unit corpora map gold through their pointers (bench/units.py): recall is over units, and `scored` = questions "
+            "Unit corpora map gold through their pointers (bench/data/locomo_units.py): recall is over units, and `scored` = questions "
             "whose gold turns some unit points at (the others have no gold there: left out of every column, `n_excluded` in "
             "summary.csv). Token savings are against that unit "
             f"type's own full context; the last column is against the raw-turn full context (`{RAW_TURNS}`).", "",
@@ -222,14 +222,14 @@ def units_section(s: pd.DataFrame) -> list[str]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """``python -m bench.report_strategies RUN_DIR``: write RUN_DIR/strategies.md from a finished run."""
+    """``python -m bench.report.strategies RUN_DIR``: write RUN_DIR/strategies.md from a finished run."""
     import argparse
     import json
     from pathlib import Path
 
-    from bench.results import write_atomic
+    from bench.output import write_atomic
 
-    ap = argparse.ArgumentParser(prog="python -m bench.report_strategies", description=main.__doc__)
+    ap = argparse.ArgumentParser(prog="python -m bench.report.strategies", description=main.__doc__)
     ap.add_argument("run_dir", nargs="?", default="reports/latest")
     run_dir = Path(ap.parse_args(argv).run_dir)
     if not (run_dir / "summary.csv").exists():

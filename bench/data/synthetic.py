@@ -1,7 +1,8 @@
-"""Synthetic conversations at scale (14,726 / 100k / 1M memories) and the fake embedder that goes with them.
+"""Synthetic conversations at scale (14,726 / 100k / 1M memories), for ``bench.embedders.synthetic``.
 
 Owns ``generate`` / ``load_synthetic`` (a ``Corpus``: conversations of alternating user/assistant
-turns in timed sessions, questions with planted gold evidence) and ``SyntheticEmbedder``, a
+turns in timed sessions, questions with planted gold evidence). ``SyntheticEmbedder``
+(``bench/embedders/synthetic.py``) is a
 deterministic embedder that turns the markers written into those texts into clustered vectors, so
 the whole pipeline (``python -m bench dataset=synthetic embedder=synthetic``) runs at a million
 memories without running a model. Plumbing and performance only: ``for_results = False``.
@@ -25,8 +26,6 @@ from __future__ import annotations
 
 import logging
 import re
-import zlib
-from collections.abc import Sequence
 
 import numpy as np
 
@@ -38,8 +37,7 @@ SIZES = (14_726, 100_000, 1_000_000)  # the seed article's memory count, and the
 START = 1_672_531_200.0  # 2023-01-01T00:00:00Z: first session of the first conversation
 TURN_GAP_S = 60.0
 SESSION_GAP_S = 86_400.0
-_MARK = re.compile(r"\[topic (\d+)\](?:\[fact (\d+)\])?")
-_TABLE = 1024  # rows per random table; a jitter/fact vector mixes one row of each of two tables
+MARK = re.compile(r"\[topic (\d+)\](?:\[fact (\d+)\])?")
 _WORDS = ("plans", "weekend", "work", "family", "trip", "book", "music", "food", "garden", "game", "class", "move")
 
 
@@ -148,67 +146,3 @@ def _ts(conv: int, position: int, per_session: int) -> float:
 def load_synthetic(n_memories: int = SIZES[0], name: str | None = None, **params) -> Corpus:
     """Hydra target of ``configs/dataset/synthetic.yaml`` (keyword arguments of ``generate``)."""
     return generate(n_memories, name=name, **params)
-
-
-class SyntheticEmbedder:
-    """Deterministic clustered vectors for the marked texts of ``generate`` (no model). Plumbing only."""
-
-    for_results = False
-    cacheable = False  # computing a vector is cheaper than reading it from the embedding cache
-
-    def __init__(self, dim: int = 384, noise: float = 0.8, fact_weight: float = 1.0, topics: int = 50, seed: int = 0) -> None:
-        if isinstance(dim, bool) or not isinstance(dim, int) or dim < 2:
-            raise ValueError(f"synthetic embedder: dim must be an integer >= 2 (got {dim!r})")
-        for field, value in (("noise", noise), ("fact_weight", fact_weight)):
-            if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
-                raise ValueError(f"synthetic embedder: {field} must be a number >= 0 (got {value!r})")
-        if isinstance(topics, bool) or not isinstance(topics, int) or topics < 1:
-            raise ValueError(f"synthetic embedder: topics must be an integer >= 1 (got {topics!r})")
-        self.dim, self.noise, self.fact_weight, self.topics, self.seed = dim, float(noise), float(fact_weight), topics, seed
-        self.model_id = f"synthetic-v1/dim{dim}/noise{self.noise:g}/fact{self.fact_weight:g}/topics{topics}/seed{seed}"
-        rng = np.random.default_rng([seed, dim])
-
-        def unit(rows: int) -> np.ndarray:
-            t = rng.standard_normal((rows, dim)).astype(np.float32)
-            return t / np.linalg.norm(t, axis=1, keepdims=True)
-
-        self._centres, self._fa, self._fb, self._ja, self._jb = unit(topics), unit(_TABLE), unit(_TABLE), unit(_TABLE), unit(_TABLE)
-
-    @property
-    def identity(self) -> dict:
-        from bench.run import code_digest
-
-        return {"embedder": "synthetic", "model_id": self.model_id, "dim": self.dim, "noise": self.noise, "fact_weight": self.fact_weight,
-                "topics": self.topics, "seed": self.seed, "code": code_digest("synth")}
-
-    def __repr__(self) -> str:
-        return f"SyntheticEmbedder({self.model_id})"
-
-    @staticmethod
-    def _mix(h: np.ndarray, a: np.ndarray, b: np.ndarray) -> np.ndarray:
-        """A near-unit pseudo-random vector per hash: row h % 1024 of ``a`` plus row h // 1024 % 1024 of ``b``."""
-        return (a[h % _TABLE] + b[(h // _TABLE) % _TABLE]) * np.float32(1 / np.sqrt(2))
-
-    def embed(self, texts: Sequence[str]) -> np.ndarray:
-        n = len(texts)
-        topic = np.empty(n, dtype=np.int64)
-        fact = np.full(n, -1, dtype=np.int64)
-        jitter = np.empty(n, dtype=np.int64)
-        for i, t in enumerate(texts):
-            if not isinstance(t, str):
-                raise ValueError(f"synthetic embedder: texts[{i}] is {type(t).__name__}, expected str")
-            h = zlib.crc32(t.encode("utf-8"))
-            jitter[i] = h
-            m = _MARK.match(t)
-            if m is None:
-                topic[i] = h % self.topics
-            else:
-                topic[i] = int(m.group(1)) % self.topics
-                if m.group(2) is not None:
-                    fact[i] = int(m.group(2))
-        out = self._centres[topic] + np.float32(self.noise) * self._mix(jitter, self._ja, self._jb)
-        has = fact >= 0
-        if has.any():
-            out[has] += np.float32(self.fact_weight) * self._mix(fact[has] * 2_654_435_761 % (1 << 32), self._fa, self._fb)
-        out /= np.linalg.norm(out, axis=1, keepdims=True)
-        return out.astype(np.float32, copy=False)

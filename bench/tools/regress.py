@@ -1,4 +1,4 @@
-"""``python -m bench.regress``: the CI regression gate (``make regress``) and its baselines (``make baseline``).
+"""``python -m bench.tools.regress``: the CI regression gate (``make regress``) and its baselines (``make baseline``).
 
 Owns running the CI-sized experiment (``configs/experiment/regress.yaml``, a multirun over its stores,
 traces and jobs measured afresh, embeddings cached) into ``reports/regress/run``, the latency pass,
@@ -15,7 +15,7 @@ The rules (settings: the ``regress:`` block of the experiment config):
   did not ask for (an override) is reported as skipped. Both runs must ask the same questions.
 - Quality: per point and metric (recall, F1, precision: macro means over non-adversarial questions),
   fail when current - baseline < -tolerance AND the paired sign-flip test on the same questions
-  (``bench.stats.paired_test``) is significant after Holm's correction (``bench.stats.holm``) over the
+  (``bench.analysis.stats.paired_test``) is significant after Holm's correction (``bench.analysis.stats.holm``) over the
   quality checks that can be significant (see ``quality_checks``).
 - Tokens: per point, fail when mean injected tokens / baseline's > ``budget_ratio_max``.
 - Latency: in one process, each store is timed right after the exact store on the same queries
@@ -46,9 +46,11 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from bench.resources import PACKAGE_DIR
+
 log = logging.getLogger(__name__)
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = PACKAGE_DIR.parent  # the checkout: tools run from a clone of the repository
 REFERENCE = "exact"  # the store every latency is divided by
 RUN_FLAGS = ("trace_cache=false", "resume=false", "publish_latest=false", "progress=false")
 QUALITY_METRICS = ("recall", "f1", "precision", "hit")
@@ -140,7 +142,7 @@ class RunData:
 
 def load_run(path: Path) -> RunData:
     """Read summary.csv, questions.parquet, meta.json and latency.csv (optional) of a run or baseline."""
-    from bench.recommend import one_format
+    from bench.analysis.recommend import one_format
 
     path = Path(path)
     for name in ("summary.csv", "questions.parquet"):
@@ -264,7 +266,7 @@ def coverage_checks(base: pd.DataFrame, cur: pd.DataFrame, points: Sequence[tupl
 
 
 def _mean(rows: pd.DataFrame, point, metric: str) -> float:
-    from bench.stats import question_values
+    from bench.analysis.stats import question_values
 
     v = question_values(rows, _where(point), metric)["value"]
     return float(v.mean()) if v.notna().any() else NAN
@@ -284,7 +286,7 @@ def quality_checks(base: pd.DataFrame, cur: pd.DataFrame, points: Sequence[tuple
     are one test, counted once. Both keep the family-wise error at alpha and keep power for the
     checks that did move.
     """
-    from bench import stats
+    from bench.analysis import stats
 
     points = [p for p in points if _has(base, p) and _has(cur, p)]
     rows = pd.concat([base.assign(run="baseline"), cur.assign(run="current")], ignore_index=True)
@@ -522,7 +524,7 @@ def time_searches(backends: Mapping[str, object], questions: Sequence, vectors: 
     question every store is called in turn (the order rotates each pass), so all of them see the same
     machine load. Returns one row per (store, pass): backend, repeat, n, p50_ms, p99_ms.
     """
-    from bench.runner import question_filter
+    from bench.trace import question_filter
 
     names = list(backends)
     qs = list(questions)
@@ -552,10 +554,9 @@ def time_searches(backends: Mapping[str, object], questions: Sequence, vectors: 
 
 def measure_latency(run_dir: Path, cfg: GateConfig, stores_dir: Path) -> pd.DataFrame:
     """Rebuild every finished job's store from its resolved config (embeddings from the cache) and time it."""
-    from bench.cli import search_depth
-    from bench.config import build
+    from bench.cli.config import build
     from bench.embedders.cache import CachedEmbedder
-    from bench.runner import batches, embed_corpus
+    from bench.trace import batches, embed_corpus, search_depth
 
     jobs = job_dirs(run_dir)
     cfgs = [load_job_config(j) for j in jobs]
@@ -583,7 +584,7 @@ def measure_latency(run_dir: Path, cfg: GateConfig, stores_dir: Path) -> pd.Data
         by_name = {b.name: b for b in opened.values()}
         if len(by_name) != len(opened):
             raise RegressError(f"{run_dir}: two jobs use the same store name; the latency pass needs one job per store")
-        return time_searches(by_name, questions, qv, depth=search_depth(first, corpus), repeats=cfg.latency_repeats,
+        return time_searches(by_name, questions, qv, depth=search_depth(first.depth, corpus), repeats=cfg.latency_repeats,
                              queries=cfg.latency_queries, warmup=cfg.latency_warmup)
     finally:
         for backend in opened.values():
@@ -598,7 +599,7 @@ def measure_latency(run_dir: Path, cfg: GateConfig, stores_dir: Path) -> pd.Data
 
 def latency_pass(run_dir: Path, stores_dir: Path) -> Path:
     """``measure_latency`` in a child process (an embedded seekdb can serve one path per process) -> latency.csv."""
-    from bench.results import write_atomic
+    from bench.output import write_atomic
 
     cfg = gate_config(run_dir)
     lat = measure_latency(run_dir, cfg, stores_dir)
@@ -607,11 +608,11 @@ def latency_pass(run_dir: Path, stores_dir: Path) -> Path:
 
 def finish_run(run_dir: Path, overrides: Sequence[str], stores_dir: Path) -> GateConfig:
     """After the experiment: the latency pass (latency.csv, in a child process) and meta.json in ``run_dir``."""
-    from bench.results import write_atomic
+    from bench.output import write_atomic
 
     cfg = gate_config(run_dir)
     t0 = time.perf_counter()
-    proc = subprocess.run([sys.executable, "-m", "bench.regress", "--latency-pass", str(run_dir), "--out", str(stores_dir)],
+    proc = subprocess.run([sys.executable, "-m", "bench.tools.regress", "--latency-pass", str(run_dir), "--out", str(stores_dir)],
                           cwd=REPO, stdin=subprocess.DEVNULL)
     if proc.returncode != 0 or not (run_dir / "latency.csv").is_file():
         raise RegressError(f"regress FAIL: the latency pass over {run_dir} failed (exit {proc.returncode}; its error is above)")
@@ -631,7 +632,7 @@ def finish_run(run_dir: Path, overrides: Sequence[str], stores_dir: Path) -> Gat
 
 BASELINE_README = """# Regression baseline: {dataset}
 
-Written by `make baseline` (`python -m bench.regress --write-baseline`) on {made_at}, commit {commit}.
+Written by `make baseline` (`python -m bench.tools.regress --write-baseline`) on {made_at}, commit {commit}.
 Never written automatically: `make regress` only reads it. Review the diff and commit it on purpose.
 
 - Dataset: **{dataset}** ({n_questions} questions; {source}).
@@ -672,7 +673,7 @@ def write_baseline(run_dir: Path, baseline_root: Path) -> Path:
 
 def report(result: GateResult, cfg: GateConfig, baseline: RunData | None, current: RunData | None, out: Path) -> None:
     """summary.md and checks.csv in ``out``; summary.md appended to $GITHUB_STEP_SUMMARY when set."""
-    from bench.results import write_atomic
+    from bench.output import write_atomic
 
     md = render_markdown(result, cfg, baseline, current)
     write_atomic(out / "summary.md", lambda p: p.write_text(md))
@@ -703,7 +704,7 @@ def regress(run_dir: Path, baseline_root: Path, out: Path) -> GateResult:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m bench.regress",
+    ap = argparse.ArgumentParser(prog="python -m bench.tools.regress",
                                  description="Run the CI-sized experiment and gate it against reports/baseline/<dataset>/ "
                                              "(make regress), or rewrite the baselines (make baseline).")
     ap.add_argument("overrides", nargs="*", help="Hydra overrides for the experiment, e.g. backend=exact,sqlite_vec")
@@ -718,7 +719,7 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s", stream=sys.stderr)
     out = args.out.resolve()
     if args.latency_pass is not None:
-        from bench.results import error_line
+        from bench.output import error_line
 
         try:
             latency_pass(args.latency_pass.resolve(), out)

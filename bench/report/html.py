@@ -13,7 +13,7 @@ import html
 import logging
 from pathlib import Path
 
-from bench.results import write_atomic
+from bench.output import write_atomic
 
 log = logging.getLogger(__name__)
 

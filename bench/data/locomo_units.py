@@ -30,7 +30,12 @@ import re
 from collections.abc import Mapping
 
 from bench.data import read_json, require_path, short
-from bench.data.locomo import DEFAULT_ROLES, load_locomo, normalise_dia_id, parse_locomo_date
+from bench.data.locomo import (
+    DEFAULT_ROLES,
+    load_locomo,
+    normalise_dia_id,
+    parse_locomo_date,
+)
 from bench.types import Conversation, Corpus, Defect, Question, Turn
 
 log = logging.getLogger(__name__)

@@ -26,8 +26,18 @@ from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf
 
 from bench import run
-from bench.config import build, build_strategies, redacted_yaml, to_plain
-from bench.results import check_env_name, error_line, redact, redact_override, register_secret_env, scrub, secret_override, write_atomic
+from bench.cli.config import build, build_strategies, redacted_yaml, to_plain
+from bench.output import (
+    check_env_name,
+    error_line,
+    redact,
+    redact_override,
+    register_secret_env,
+    scrub,
+    secret_override,
+    write_atomic,
+)
+from bench.resources import configs_dir
 
 log = logging.getLogger("bench")
 
@@ -115,19 +125,12 @@ def prepare(cfg: DictConfig) -> Job:
     return Job(corpus, sha, embedder, run.job_key(settings=job_settings(cfg), corpus_sha=sha, embedder=embedder.identity))
 
 
-def search_depth(cfg: DictConfig, corpus) -> int:
-    """``depth`` when set, else every eligible memory: the largest conversation's turn count."""
-    if cfg.depth is not None:
-        return int(cfg.depth)
-    return max([len(c.turns) for c in corpus.conversations] + [1])
-
-
 def get_trace(cfg: DictConfig, job: Job, embedder, roles: tuple[str, ...] | None):
     """The trace for (corpus, embedder, store, depth, roles): from the cache when valid, else measured once."""
-    from bench.runner import Trace, build_trace
+    from bench.trace import Trace, build_trace, search_depth
 
     backend_cfg = to_plain(cfg.backend)
-    depth = search_depth(cfg, job.corpus)
+    depth = search_depth(cfg.depth, job.corpus)
     key = run.trace_key(corpus_sha=job.corpus_sha, embedder=job.embedder.identity, backend=backend_cfg, depth=depth,
                         roles=roles, warmup=int(cfg.warmup))
     cached = Path(cfg.paths.cache) / "traces" / key.digest
@@ -259,7 +262,7 @@ def run_or_resume(cfg: DictConfig, out_dir: Path) -> bool:
             write_atomic(out_dir / "meta.json", lambda p: p.write_text(json.dumps(meta, indent=2, default=str)))
             write_atomic(out_dir / "config_resolved.yaml", lambda p: p.write_text(redacted_yaml(cfg)))
             log.info("job %s finished before: results copied from %s (resume=false to re-run)", key.digest, done)
-            return True
+            return True  # a cached job is not cached again
         if done.exists() and problem:
             log.warning("cached job %s not reused: %s; running it again", done, problem)
         run_job(cfg, out_dir, job)
@@ -302,22 +305,19 @@ def _record_failure(cfg: DictConfig, out_dir: Path, key: run.Key | None, reason:
 
 
 def finish_run(run_dir: Path, latest: Path | None) -> None:
-    from bench.report import write_report
+    from bench.report.markdown import write_report
 
     write_report(run_dir)
     if latest is not None:
         run.publish_latest(run_dir, latest)
     log.info("report: %s%s", run_dir / "report.md", f" (latest -> {run_dir})" if latest else "")
-    for line in _defect_lines(run_dir):
-        (log.info if "no label defects" in line else log.warning)(line)
-
-
-def _defect_lines(run_dir: Path) -> list[str]:
-    """One line per dataset of the run: its label defects by kind (from the jobs' meta.json)."""
     jobs = run_dir / "jobs.json"
     metas = json.loads(jobs.read_text()) if jobs.exists() else [json.loads((run_dir / "meta.json").read_text())]
-    lines = {m.get("dataset"): f"{m.get('dataset')}: {m.get('defects_summary', 'label defects not recorded')}" for m in metas}
-    return [v + ("" if "no label defects" in v else " (listed in the report's dataset card)") for v in lines.values()]
+    for m in {m.get("dataset"): m for m in metas}.values():  # one line per dataset: its label defects by kind
+        if m.get("defects"):
+            log.warning("%s: %s (listed in the report's dataset card)", m.get("dataset"), m.get("defects_summary"))
+        else:
+            log.info("%s: no label defects", m.get("dataset"))
 
 
 def _finish(run_dir: Path, cfg) -> None:
@@ -336,7 +336,7 @@ class CollectRuns(Callback):
     """After a multirun: merge every job's results into the sweep directory and write one report."""
 
     def on_multirun_end(self, config: DictConfig, **kwargs) -> None:
-        from bench.report import collect_jobs
+        from bench.report.markdown import collect_jobs
 
         sweep_dir = Path(config.hydra.sweep.dir)
         try:
@@ -408,9 +408,9 @@ def install_scrubbing(argv: list[str]) -> None:
 
 
 def main() -> int:
-    import hydra
-
     import os
+
+    import hydra
 
     install_scrubbing(sys.argv[1:])
     run.new_run_id()
@@ -418,7 +418,7 @@ def main() -> int:
     os.environ["HYDRA_FULL_ERROR"] = "1"  # Hydra re-raises its own start-up errors to us instead of printing a traceback
     _STATE.update(interrupted=False, exit=0)
 
-    @hydra.main(version_base="1.3", config_path=str(Path(__file__).resolve().parent.parent / "configs"), config_name="config")
+    @hydra.main(version_base="1.3", config_path=str(configs_dir()), config_name="config")
     def _app(cfg: DictConfig) -> None:
         hc = HydraConfig.get()
         out_dir = Path(hc.runtime.output_dir)

@@ -1,9 +1,9 @@
-"""``python -m bench.compare RUN_A RUN_B``: significance table between two finished runs.
+"""``python -m bench.analysis.compare RUN_A RUN_B``: significance table between two finished runs.
 
 Owns pairing configurations across two run directories (same dataset and strategy; every
 embedder/store of A against every one of B), each at its own run's recommended threshold (or at
 every common threshold with ``--all-thresholds``), and printing the paired tests of
-``bench.stats.compare_pairs`` (permutation test on the same questions, Holm across all pairs,
+``bench.analysis.stats.compare_pairs`` (permutation test on the same questions, Holm across all pairs,
 win/tie/loss). Reads only ``questions.parquet`` and ``config_resolved.yaml`` of each run.
 """
 
@@ -18,8 +18,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from bench import stats
-from bench.recommend import CONFIG_KEYS, RecommendConfig, one_format, recommend
+from bench.analysis import stats
+from bench.analysis.recommend import CONFIG_KEYS, RecommendConfig, one_format, recommend
 
 log = logging.getLogger(__name__)
 
@@ -66,7 +66,7 @@ def _thresholds(rows: pd.DataFrame, where: dict) -> list[float]:
 def compare_runs(run_a: Path, run_b: Path, *, metric: str | None = None, all_thresholds: bool = False,
                  settings: RecommendConfig | None = None) -> tuple[pd.DataFrame, RecommendConfig]:
     """Paired tests between the configurations of two runs (see module docstring)."""
-    from bench.report import load_settings
+    from bench.report.markdown import load_settings
 
     rows_a, rows_b = load_rows(run_a), load_rows(run_b)
     cfg_a = settings or load_settings(Path(run_a))
@@ -109,7 +109,7 @@ def format_table(res: pd.DataFrame, cfg: RecommendConfig, run_a: Path, run_b: Pa
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m bench.compare", description="Significance table between two finished runs.")
+    ap = argparse.ArgumentParser(prog="python -m bench.analysis.compare", description="Significance table between two finished runs.")
     ap.add_argument("run_a", type=Path)
     ap.add_argument("run_b", type=Path)
     ap.add_argument("--metric", choices=METRIC_CHOICES, help="per-question metric (default: the objective's, F1)")

@@ -30,7 +30,7 @@ from tqdm.auto import tqdm
 
 from bench.backends.base import Backend
 from bench.embedders.base import Embedder
-from bench.results import redact, write_atomic
+from bench.output import redact, write_atomic
 from bench.run import sha256_file
 from bench.types import Corpus, MemoryBatch, Question, Turn, Where
 
@@ -79,6 +79,13 @@ class Trace:
         if table["question_id"].tolist() != [q.question_id for q in corpus.questions]:
             return None, "question ids differ from the corpus"
         return Trace(table, meta), ""
+
+
+def search_depth(depth: int | None, corpus: Corpus) -> int:
+    """``depth`` when set, else every eligible memory: the largest conversation's turn count."""
+    if depth is not None:
+        return int(depth)
+    return max([len(c.turns) for c in corpus.conversations] + [1])
 
 
 def question_filter(q: Question, *, roles: tuple[str, ...] | None = None) -> Where:

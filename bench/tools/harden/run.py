@@ -1,4 +1,4 @@
-"""``make harden`` (``python -m bench.harden``): bad input, planted secrets, store faults and load, with figures.
+"""``make harden`` (``python -m bench.tools.harden.run``): bad input, planted secrets, store faults and load, with figures.
 
 Owns the hardening suite and the test doubles it needs:
 
@@ -8,13 +8,13 @@ Owns the hardening suite and the test doubles it needs:
   naming file, record and field, or the documented report-and-skip (a ``Defect``), never a
   traceback and never a half-written result. ``tests/test_bad_input.py`` runs the same table.
 * ``FaultBackend``: a store that fails on purpose (raise, time out, kill a real server, crash the
-  process), built by the CLI through ``backend._target_=bench.harden.FaultBackend``.
+  process), built by the CLI through ``backend._target_=bench.tools.harden.run.FaultBackend``.
 * ``EmbeddingServer``: an OpenAI-compatible ``/embeddings`` server on 127.0.0.1 with bad-reply modes.
 * ``secret_hits``: every occurrence of planted secrets in every file under a directory (parquet
   cells included).
 * ``main``: runs the table, the planted-secret scan, the fault scenarios (a multirun with failing
   stores and real servers killed mid-run, its resume, a crash mid-run and a kill during a write) and
-  a short load run (``bench.loadtest``), and prints the figures. Nothing leaves 127.0.0.1.
+  a short load run (``bench.tools.load``), and prints the figures. Nothing leaves 127.0.0.1.
 """
 
 from __future__ import annotations
@@ -43,10 +43,12 @@ from pathlib import Path
 
 import numpy as np
 
-log = logging.getLogger("bench.harden")
+from bench.resources import PACKAGE_DIR, demo_dir
 
-REPO = Path(__file__).resolve().parent.parent
-DEMO = REPO / "datasets" / "demo"
+log = logging.getLogger("bench.tools.harden.run")
+
+REPO = PACKAGE_DIR.parent  # the checkout: tools run from a clone of the repository
+DEMO = demo_dir()
 TRACEBACK = "Traceback (most recent call last)"
 CLEAR_ERRORS = ("ValueError", "FileNotFoundError")  # what the library raises for bad input
 
@@ -72,7 +74,7 @@ class FaultBackend:
 
     fault: ``none`` (pass through), ``raise`` (RuntimeError), ``timeout`` (blocks ``delay_s`` then
     raises TimeoutError, like a client-side timeout), ``kill`` (SIGKILL the process group
-    ``kill_pid`` -- a real server started by bench.servers -- then call the real search, which
+    ``kill_pid`` -- a real server started by bench.backends.servers -- then call the real search, which
     fails as it would in production), ``crash`` (SIGKILL this process: power cut / OOM kill).
     """
 
@@ -641,14 +643,10 @@ def secret_hits(root: Path, needles: list[str]) -> dict[str, int]:
 
 
 def pinecone_double():
-    """The loopback Pinecone protocol test double (tests/pinecone_server.py), or None when absent."""
-    path = REPO / "tests" / "pinecone_server.py"
-    if not path.is_file():
-        return None
-    spec = importlib.util.spec_from_file_location("rb_pinecone_double", path)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod.PineconeTestServer
+    """The loopback Pinecone protocol test double (``bench.tools.harden.pinecone_double``)."""
+    from bench.tools.harden.pinecone_double import PineconeTestServer
+
+    return PineconeTestServer
 
 
 @dataclass(frozen=True)
@@ -730,7 +728,7 @@ def fault_configs(conf_dir: Path, specs: dict[str, dict]) -> Path:
 
     (conf_dir / "backend").mkdir(parents=True, exist_ok=True)
     for name, spec in specs.items():
-        (conf_dir / "backend" / f"{name}.yaml").write_text(yaml.safe_dump({"_target_": "bench.harden.FaultBackend", **spec}))
+        (conf_dir / "backend" / f"{name}.yaml").write_text(yaml.safe_dump({"_target_": "bench.tools.harden.run.FaultBackend", **spec}))
     return conf_dir
 
 
@@ -752,7 +750,7 @@ def kill_during_write(target: Path, *, size_mb: int = 64) -> tuple[bool, str]:
     before = target.read_bytes()
     started = target.with_name(".kill-during-write.started")
     code = (
-        "import sys, time\nfrom pathlib import Path\nfrom bench.results import write_atomic\n"
+        "import sys, time\nfrom pathlib import Path\nfrom bench.output import write_atomic\n"
         "def w(p):\n    with open(p, 'wb') as f:\n        for i in range(%d):\n            f.write(b'x' * 1048576); f.flush()\n"
         "            if i == 1: Path(%r).touch()\n            time.sleep(0.02)\n"
         "write_atomic(Path(%r), w)\n" % (size_mb, str(started), str(target))
@@ -854,7 +852,7 @@ def fault_run(root: Path, servers: dict) -> FaultFigures:
 # ----------------------------------------------------------------------------- main
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m bench.harden", description="Run the hardening suite and print its figures.")
+    ap = argparse.ArgumentParser(prog="python -m bench.tools.harden.run", description="Run the hardening suite and print its figures.")
     ap.add_argument("--threads", type=int, default=8, help="load: threads per store")
     ap.add_argument("--queries", type=int, default=100, help="load: searches per thread (make load uses 1000)")
     ap.add_argument("--rows", type=int, default=2000, help="load: memories per store")
@@ -863,8 +861,8 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(name)s %(levelname)s %(message)s")
     log.setLevel(logging.INFO)
-    from bench import loadtest
-    from bench.servers import run_chroma_server, run_seekdb_server
+    from bench.backends.servers import run_chroma_server, run_seekdb_server
+    from bench.tools import load as loadtest
 
     t0 = time.monotonic()
     with contextlib.ExitStack() as stack:

@@ -1,20 +1,7 @@
-"""Recall strategies: pure selection functions over a question's scored candidates.
+"""Vector strategies: pure selections over a question's store candidates (best first).
 
-Every strategy has the signature
-``fn(hits, *, question, eligible, threshold, **params) -> Sequence[Hit]``:
-``hits`` are the store's candidates for one question, best first (similarity, higher is better);
-``question`` is the Question; ``eligible`` are the Turns the question may see, in conversation
-order (for baselines that ignore the store, and for text/time based policies); ``threshold`` is
-the swept similarity threshold (None for strategies without one, which still accept it). No I/O, no randomness, no mutation: the same inputs give the same subset.
-
-A strategy that has more to report than the hits returns a ``Selection`` (hits + the route a router
-took, the tier of each hit, the state a stateful policy hands to the next question). Two extra
-inputs are supplied by the sweep only when the strategy's spec asks for them: ``tokens`` (memory
-key -> injected tokens, ``needs_tokens``) and ``state`` (``stateful``; see ``bench.tiers``).
-
-This module owns the store-based selections (limit, threshold, hybrid, token budget, query routing)
-and the store-free baselines full context and recency; lexical ones live in ``bench.lexical``, the
-dual-tier policy in ``bench.tiers``.
+limit (top-k), threshold, hybrid (threshold then cap), token budget and query-type routing. The
+contract every strategy follows is in ``bench.strategies.spec``.
 """
 
 from __future__ import annotations
@@ -22,13 +9,10 @@ from __future__ import annotations
 import bisect
 import re
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from operator import neg
-from typing import Any
 
+from bench.strategies.spec import Selection
 from bench.types import Hit, Hits, Question, Turn
-
-NAN = float("nan")
 
 # The seekdb agent-memory article's profile-question detector (English and Chinese), as regexes
 # searched case-insensitively; configurable per strategy config.
@@ -36,22 +20,6 @@ PROFILE_PATTERNS = (
     r"\b(I am|I'm|I’m|my name|my job|good at|what do I do|who am I)\b",
     r"我(擅长|会|职业|工作|做什么|是什么|叫什么)",
 )
-
-
-@dataclass(frozen=True)
-class Selection:
-    """What a strategy selected, plus what the sweep reports beside it."""
-
-    hits: Sequence[Hit]  # a tuple, or a store's columnar Hits (a prefix of them)
-    route: str = ""  # the route a router took ("" for strategies without routes)
-    tiers: tuple[str, ...] = ()  # per hit, e.g. "L1"/"L2"; () for strategies without tiers
-    state: Any = None  # stateful policies: the state after this question, fed to the next one
-
-    def __iter__(self):  # iterates like the plain tuple of hits other strategies return
-        return iter(self.hits)
-
-    def __len__(self) -> int:
-        return len(self.hits)
 
 
 def prefix(hits: Sequence[Hit], n: int) -> Sequence[Hit]:
@@ -88,28 +56,6 @@ def hybrid(hits: Sequence[Hit], *, question: Question | None = None, eligible: S
     if threshold is None:
         raise ValueError("hybrid: a threshold is required")
     return prefix(hits, min(k, above(hits, threshold)))
-
-
-def full_context(hits: Sequence[Hit], *, question: Question | None = None, eligible: Sequence[Turn] = (), threshold: float | None = None) -> Hits:
-    """Baseline: inject every memory the question may see (every earlier turn), no store involved."""
-    global _FULL
-    if _FULL[0] is eligible:  # memo of the last answer: the sweep hands a conversation's questions the same tuple
-        return _FULL[1]
-    out = Hits(tuple(t.key for t in eligible), (NAN,) * len(eligible))  # columnar: no object per memory
-    if isinstance(eligible, tuple):  # immutable, so the memo cannot go stale
-        _FULL = (eligible, out)
-    return out
-
-
-_FULL: tuple = (None, ())
-
-
-def recency(hits: Sequence[Hit], *, question: Question | None = None, eligible: Sequence[Turn] = (), threshold: float | None = None, k: int = 5) -> Hits:
-    """Baseline: the last k turns the question may see, most recent first (no store involved)."""
-    if k < 0:
-        raise ValueError(f"recency: k must be >= 0 (got {k})")
-    last = eligible[len(eligible) - k:] if k else ()
-    return Hits(tuple(t.key for t in reversed(last)), (NAN,) * len(last))
 
 
 def token_budget(hits: Sequence[Hit], *, question: Question | None = None, eligible: Sequence[Turn] = (), threshold: float | None = None,

@@ -27,12 +27,12 @@ import numpy as np
 import pandas as pd
 from tqdm.auto import tqdm
 
-from bench.config import load_backend
-from bench.results import write_atomic
-from bench.runner import disk_bytes
+from bench.cli.config import load_backend
+from bench.output import write_atomic
+from bench.trace import disk_bytes
 from bench.types import MemoryBatch, Where
 
-log = logging.getLogger("bench.storebench")
+log = logging.getLogger("bench.tools.stores")
 
 LOCAL_STORES = ("exact", "sqlite_vec", "seekdb", "seekdb_server", "chroma", "chroma_server")
 # Quoted from the seed article (14,726 memories x 1536-d), NOT measured here.
@@ -131,7 +131,7 @@ def _recall(got: list[list[str]], truth: list[list[str]]) -> float:
 @contextlib.contextmanager
 def servers(stores: list[str], workdir: Path):
     """Start the real seekdb/chroma servers the selected stores need; yield {store: overrides}."""
-    from bench.servers import run_chroma_server, run_seekdb_server
+    from bench.backends.servers import run_chroma_server, run_seekdb_server
 
     with contextlib.ExitStack() as stack:
         out: dict[str, dict] = {}
@@ -250,7 +250,7 @@ def _md(df: pd.DataFrame, cols: list[str]) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m bench.storebench", description=__doc__.splitlines()[0])
+    ap = argparse.ArgumentParser(prog="python -m bench.tools.stores", description=__doc__.splitlines()[0])
     ap.add_argument("--stores", default=",".join(LOCAL_STORES))
     ap.add_argument("--sizes", default="14726,100000")
     ap.add_argument("--dims", default="384,1536")

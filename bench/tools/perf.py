@@ -1,16 +1,16 @@
-"""``make bench`` (``python -m bench.perfbench``): the five performance ratios, each with its target and PASS/FAIL.
+"""``make bench`` (``python -m bench.tools.perf``): the five performance ratios, each with its target and PASS/FAIL.
 
 This machine is shared and noisy, so every figure is a ratio of two things measured in the same
 run (interleaved where they are short), never an absolute time held against a constant in a test.
 
-P1  wall time of a job (``bench.cli.run_job`` + its report) with the 17-threshold grid / the same
+P1  wall time of a job (``bench.cli.sweep.run_job`` + its report) with the 17-threshold grid / the same
     job with one threshold; all strategies, the default store, warm embedding cache, fresh temporary
     store/trace/job caches. Timed by pieces so that load swings on a shared machine do not decide
     it: one cold job measures the trace (the store, queried once per role set), then warm jobs
     reusing that trace time the post-processing of 17 vs 1 threshold, interleaved, best of each:
     (trace + post 17) / (trace + post 1). Target <= 1.1: thresholds are post-processing.
 P2  harness overhead per query / the exact store's own search time, on the synthetic corpus at
-    14,726 memories (``bench.runner.build_trace``: wall time of the query loop minus the summed
+    14,726 memories (``bench.trace.build_trace``: wall time of the query loop minus the summed
     store calls). Target <= 5 %. Printed beside it, as information (P2/info): the exact reference pass after the
     loop (trace ``exact_scores`` + fidelity), itself an exact search, relative to the same store time.
 P3a wall time of a warm-cache LoCoMo multirun over exact + sqlite_vec + seekdb + chroma x the main
@@ -52,12 +52,13 @@ from pathlib import Path
 
 import numpy as np
 
-from bench.results import write_atomic
+from bench.output import write_atomic
+from bench.resources import PACKAGE_DIR, configs_dir
 
-log = logging.getLogger("bench.perfbench")
+log = logging.getLogger("bench.tools.perf")
 
-REPO = Path(__file__).resolve().parent.parent
-CONFIGS = REPO / "configs"
+REPO = PACKAGE_DIR.parent  # the checkout: tools run from a clone of the repository
+CONFIGS = configs_dir()
 P3_STORES = ("seekdb", "chroma", "sqlite_vec", "exact")  # slowest first: joblib dispatches in order
 P4_STORES = ("exact", "sqlite_vec", "seekdb", "chroma")
 MAIN_STRATEGIES = "[limit,threshold,hybrid,full_context]"
@@ -126,7 +127,7 @@ def compose(overrides: Sequence[str] = ()):
 
 def warm_embeddings(overrides: Sequence[str], cache_dir: Path) -> int:
     """Embed every text of the configured dataset into the embedding cache; returns texts embedded now."""
-    from bench.config import build
+    from bench.cli.config import build
     from bench.embedders.cache import CachedEmbedder
 
     cfg = compose(overrides)
@@ -248,7 +249,7 @@ def all_strategies() -> str:
 
 def _timed_job(cfg, out_dir: Path) -> tuple[float, float]:
     """(wall s, CPU s of this process) of one in-process job: ``run_job`` + its report (``finish_run``)."""
-    from bench.cli import finish_run, run_job
+    from bench.cli.sweep import finish_run, run_job
 
     ru0, t0 = resource.getrusage(resource.RUSAGE_SELF), time.perf_counter()
     run_job(cfg, out_dir)
@@ -276,7 +277,7 @@ def p1_threshold_sweep(*, backend: str | None, strategies: str, data: list[str],
     trace_s = max(cold - r1, 0.0)
     value = (trace_s + r17) / (trace_s + r1)
     return Ratio("P1", "17-threshold all-strategy run / single-threshold run (store queried once per role set)", value, "<=", 1.1,
-                 method=("in-process `bench.cli.run_job` + report: one cold single-threshold job measures the trace (store "
+                 method=("in-process `bench.cli.sweep.run_job` + report: one cold single-threshold job measures the trace (store "
                          "queried once per role set; trace cost = cold job - warm single job), then warm jobs reusing that "
                          f"trace for 17 thresholds (0.10..0.90 step 0.05) and 1 threshold (0.50), interleaved x{repeats}, "
                          "best of each; ratio = (trace + warm 17) / (trace + warm 1)"),
@@ -300,8 +301,9 @@ def harness_ratio(meta: dict, n_questions: int) -> tuple[float, float, float]:
 
 def p2_harness(n_memories: int = 14_726, *, depth: int = 1000, questions_per_conversation: int = 40) -> list[Ratio]:
     from bench.backends.exact import ExactBackend
-    from bench.runner import build_trace
-    from bench.synth import SyntheticEmbedder, generate
+    from bench.data.synthetic import generate
+    from bench.embedders.synthetic import SyntheticEmbedder
+    from bench.trace import build_trace
 
     corpus = generate(n_memories, questions_per_conversation=questions_per_conversation)
     trace = build_trace(corpus, SyntheticEmbedder(), ExactBackend(), depth=depth, progress=False)
@@ -312,7 +314,7 @@ def p2_harness(n_memories: int = 14_726, *, depth: int = 1000, questions_per_con
     workload = f"synthetic corpus, exact store, conversation + time filter, k={depth}"
     return [
         Ratio("P2", f"harness overhead per query / exact store search time ({n_memories:,} memories)", 100 * loop, "<=", 5.0, "%",
-              method=(f"bench.runner.build_trace ({workload}): (wall time of the query loop - summed store calls) / summed "
+              method=(f"bench.trace.build_trace ({workload}): (wall time of the query loop - summed store calls) / summed "
                       "store calls; the loop builds the filter, times the call, copies ids and scores out of the hits, frees them"),
               details=details),
         Ratio("P2/info", "exact reference pass (trace exact_scores + fidelity) / exact store search time", 100 * post, "<=", 100.0, "%",
@@ -419,7 +421,11 @@ class RawOnnx:
     def __init__(self, batch_size: int = 64, threads: int = 0) -> None:
         import onnxruntime as ort
 
-        from bench.embedders.minilm import _usable_cores, load_tokenizer, verified_model_path
+        from bench.embedders.minilm import (
+            _usable_cores,
+            load_tokenizer,
+            verified_model_path,
+        )
 
         opts = ort.SessionOptions()
         opts.intra_op_num_threads = threads or _usable_cores()
@@ -553,8 +559,8 @@ def alternate(adapter: Callable[[int], object], raw: Callable[[int], object], n:
 
 
 def p4_adapter(name: str, corpus, tv: np.ndarray, qv: np.ndarray, *, stores_dir: Path, depth: int = 1000) -> Ratio:
-    from bench.config import load_backend
-    from bench.runner import batches, question_filter
+    from bench.cli.config import load_backend
+    from bench.trace import batches, question_filter
 
     backend = load_backend(name, stores_dir=stores_dir, collection=f"perf_{name}")
     k = min(depth, backend.capabilities.max_k)
@@ -583,8 +589,9 @@ def p4_adapter(name: str, corpus, tv: np.ndarray, qv: np.ndarray, *, stores_dir:
 
 
 def p4_all(stores: Sequence[str], *, n_memories: int = 6000) -> list[Ratio]:
-    from bench.runner import embed_corpus
-    from bench.synth import SyntheticEmbedder, generate
+    from bench.data.synthetic import generate
+    from bench.embedders.synthetic import SyntheticEmbedder
+    from bench.trace import embed_corpus
 
     corpus = generate(n_memories, questions_per_conversation=30, seed=4)
     tv, qv, _ = embed_corpus(corpus, SyntheticEmbedder())
@@ -637,7 +644,7 @@ def write_results(results: Sequence[Ratio], out: Path) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m bench.perfbench", description=__doc__.splitlines()[0])
+    ap = argparse.ArgumentParser(prog="python -m bench.tools.perf", description=__doc__.splitlines()[0])
     ap.add_argument("--only", default=",".join(PARTS), help="comma-separated subset of P1,P2,P3 (or P3a, P3b),P4,P5")
     ap.add_argument("--p1-backend", default=None, help="store of the P1 runs (default: the config's default store)")
     ap.add_argument("--p1-strategies", default="all", help="'all' (every configs/strategy/*.yaml) or a Hydra list")
@@ -672,7 +679,7 @@ def main(argv: list[str] | None = None) -> int:
     if "P3" in only or "P3B" in only:
         texts = locomo_texts(data_dir, args.embed_texts) if has_locomo else None
         if texts is None:
-            from bench.synth import generate
+            from bench.data.synthetic import generate
 
             texts = [t.text for t in generate(args.embed_texts).turns()]
             notes.append("P3b ran on synthetic texts (no LoCoMo found)")

@@ -1,0 +1,61 @@
+"""Config helpers of the CLI: OmegaConf resolvers, plain (resolved) config nodes, redacted YAML, plugins by name.
+
+Objects are built from resolved plain mappings by ``bench.plugins``; library code elsewhere takes
+typed arguments and never sees a config node.
+"""
+
+from __future__ import annotations
+
+import os
+
+from omegaconf import DictConfig, OmegaConf
+
+from bench import run
+from bench.output import redact
+from bench.plugins import instantiate
+from bench.resources import configs_dir, demo_dir
+from bench.strategies.spec import load_spec
+
+# Resolvers the configs use instead of ``${hydra:...}``, so every config value resolves in a
+# multirun's sweep directory, in the Compose API and in a notebook, not only inside a Hydra job.
+OmegaConf.register_new_resolver("rb.cwd", os.getcwd, replace=True)  # the directory the command was started from
+OmegaConf.register_new_resolver("rb.run_id", run.run_id, replace=True)  # keeps two runs started in one second apart
+OmegaConf.register_new_resolver("rb.demo", lambda: str(demo_dir()), replace=True)  # the demo corpus we ship
+
+
+def build(node, **overrides):
+    """Build a config node with a ``_target_`` (plus keyword overrides): resolved here, built by ``bench.plugins``."""
+    return instantiate(to_plain(node), **overrides)
+
+
+def to_plain(node, *, resolve: bool = True) -> dict:
+    """A config node as a plain dict (resolved; a missing mandatory ``???`` value is an error naming its key)."""
+    if isinstance(node, DictConfig):
+        return OmegaConf.to_container(node, resolve=resolve, throw_on_missing=resolve)
+    return dict(node)
+
+
+def build_strategies(strategy_cfg) -> list:
+    """StrategySpecs from a ``strategy:`` config node (``configs/strategy/*.yaml``), validated."""
+    return [load_spec(to_plain(s)) for s in strategy_cfg.values()]
+
+
+def redacted_yaml(cfg: DictConfig) -> str:
+    """The resolved config with secret-looking values replaced, as YAML."""
+    return OmegaConf.to_yaml(OmegaConf.create(redact(OmegaConf.to_container(cfg, resolve=True))))
+
+
+CONFIGS = configs_dir()
+
+
+def backend_names() -> list[str]:
+    return sorted(p.stem for p in (CONFIGS / "backend").glob("*.yaml"))
+
+
+def load_backend(name: str, *, stores_dir, **overrides):
+    """Instantiate ``configs/backend/<name>.yaml`` outside Hydra (``${paths.stores}`` = stores_dir)."""
+    path = CONFIGS / "backend" / f"{name}.yaml"
+    if not path.is_file():
+        raise ValueError(f"unknown store {name!r}: no {path} (known: {', '.join(backend_names())})")
+    root = OmegaConf.create({"paths": {"stores": str(stores_dir)}, "backend": OmegaConf.load(path)})
+    return build(root.backend, **overrides)

@@ -1,0 +1,5 @@
+import sys
+
+from bench.report.markdown import main
+
+sys.exit(main())

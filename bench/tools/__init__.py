@@ -1,0 +1,1 @@
+"""QA tools built on the pipeline, never inside it: regress, perf, stores, load, harden."""

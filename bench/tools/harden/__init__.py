@@ -1,0 +1,1 @@
+"""``make harden``: bad input, planted secrets, store faults and load (see ``run``)."""
