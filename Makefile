@@ -45,7 +45,7 @@ baseline: $(STAMP) ## Rewrite the committed regression baselines in reports/base
 	$(BIN)/python -m bench.tools.regress --write-baseline $(ARGS)
 
 harden: $(STAMP) ## Hardening suite: bad input, planted secrets, store faults, short load; prints the figures
-	$(BIN)/python -m bench.tools.harden.run $(ARGS)
+	$(BIN)/python -m bench.tools.harden $(ARGS)
 
 load: $(STAMP) ## 8 threads x 1,000 queries on every local store and the real seekdb/chroma servers
 	$(BIN)/python -m bench.tools.load $(ARGS)

@@ -1,4 +1,4 @@
-"""Fixture ``server_pinecone``: the loopback Pinecone data-plane PROTOCOL TEST DOUBLE (bench/tools/harden/pinecone_double.py).
+"""Fixture ``server_pinecone``: the loopback Pinecone data-plane PROTOCOL TEST DOUBLE (bench/tools/harden/doubles.py).
 
 Session-scoped. Starts the double on 127.0.0.1 (free port), plants a dummy key in a test-only
 environment variable (never PINECONE_API_KEY, so a real key in the environment is left alone and
@@ -13,7 +13,7 @@ import os
 
 import pytest
 
-from bench.tools.harden.pinecone_double import PineconeTestServer
+from bench.tools.harden.doubles import PineconeTestServer
 
 PINECONE_TEST_KEY_ENV = "RECALLBENCH_TEST_PINECONE_KEY"
 PINECONE_TEST_KEY = "test-double-key-not-a-secret"

@@ -1,6 +1,6 @@
 """Pinecone backend specifics, through the real SDK against the loopback PROTOCOL TEST DOUBLE.
 
-The double (bench/tools/harden/pinecone_double.py) says nothing about Pinecone's latency or recall; these tests
+The double (bench/tools/harden/doubles.py) says nothing about Pinecone's latency or recall; these tests
 check what the adapter sends and how it handles keys, limits, ids, consistency and errors.
 Hand-worked fixture: q=[2,0,0,0] vs a=[1,0,0,0], d=[.5,.5,0,0], b=[0,1,0,0], c=[-1,0,0,0]
 gives cosines 1, 0.70710678, 0, -1.
@@ -23,7 +23,7 @@ from bench.backends.pinecone import (
     _to_pinecone_id,
     pinecone_filter,
 )
-from bench.tools.harden.pinecone_double import PineconeTestServer, matches
+from bench.tools.harden.doubles import PineconeTestServer, matches
 from bench.types import MemoryBatch, Where
 
 pytest.importorskip("pinecone", reason="pinecone SDK not installed")

@@ -1,4 +1,4 @@
-"""Bad input, table-driven (bench.tools.harden.run.CASES): every kind gets a clear one-line error naming file,
+"""Bad input, table-driven (bench.tools.harden.cases.CASES): every kind gets a clear one-line error naming file,
 record and field, or the documented report-and-skip (a Defect); never a traceback, never a
 half-written result. Each case carries its input and the expected text next to it.
 
@@ -11,14 +11,8 @@ from __future__ import annotations
 
 import pytest
 
-from bench.tools.harden.run import (
-    CASES,
-    CLEAR_ERRORS,
-    EmbeddingServer,
-    judge,
-    observe,
-    run_cases,
-)
+from bench.tools.harden.cases import CASES, CLEAR_ERRORS, judge, observe, run_cases
+from bench.tools.harden.doubles import EmbeddingServer
 
 LIBRARY = [c for c in CASES if c.layer != "cli"]
 CLI = [c for c in CASES if c.layer == "cli"]

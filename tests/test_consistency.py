@@ -23,7 +23,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from bench.tools.harden.run import DEMO, count_tracebacks, run_cli
+from bench.tools.harden.cases import DEMO, count_tracebacks, run_cli
 from bench.tools.load import measure_lag
 from bench.types import MemoryBatch, Where
 

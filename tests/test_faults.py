@@ -5,7 +5,7 @@ hashing embedder): each failing job ends with failed.json and a one-line reason,
 finishes, the report lists the failures, nothing prints a traceback. A second multirun
 (backend=exact,fault_crash) skips the finished job (same config hash) and is then SIGKILLed mid-run:
 the earlier results stay byte-identical. A process killed while rewriting a result file leaves the
-old file intact. The fault stores are ``bench.tools.harden.run.FaultBackend`` via test-only configs written
+old file intact. The fault stores are ``bench.tools.harden.doubles.FaultBackend`` via test-only configs written
 to a temp dir and added with ``hydra.searchpath`` (never configs/backend/).
 """
 
@@ -26,15 +26,13 @@ import numpy as np
 import pytest
 
 from bench.output import write_atomic
+from bench.tools.harden.cases import DEMO, count_tracebacks, run_cli
+from bench.tools.harden.doubles import FaultBackend
 from bench.tools.harden.run import (
-    DEMO,
-    FaultBackend,
-    count_tracebacks,
     fault_configs,
     fingerprints,
     finished_artefacts,
     kill_during_write,
-    run_cli,
 )
 from bench.types import MemoryBatch, Where
 
@@ -159,7 +157,7 @@ def test_a_failing_write_leaves_the_old_file_and_no_temp(tmp_path):
 
 # --- faults of the run itself: unwritable or full directories, Ctrl-C ----------------------------
 
-from bench.tools.harden.run import REPO, cli_env  # noqa: E402
+from bench.tools.harden.cases import REPO, cli_env  # noqa: E402
 
 FAST = ["embedder=hashing", "dataset=own", f"dataset.path={DEMO}", "strategy=[limit,threshold]", "progress=false"]
 

@@ -1,7 +1,7 @@
 """Secrets: keys come only from the environment, and a planted key appears 0 times in anything written.
 
 The CLI runs a multirun with the HTTP embedder (loopback EmbeddingServer that REQUIRES the planted
-key) and the Pinecone backend (loopback protocol test double, bench/tools/harden/pinecone_double.py, that also
+key) and the Pinecone backend (loopback protocol test double, bench/tools/harden/doubles.py, that also
 requires its planted key); a second job's endpoint answers 401 echoing the key back. Then one run
 per other channel a key can come by: typed into ``backend.api_key_env`` and ``embedder.api_key_env``,
 a ``+embedder.api_key=`` override, a URL's user:password, a newline inside the environment value.

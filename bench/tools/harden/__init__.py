@@ -1,1 +1,1 @@
-"""``make harden``: bad input, planted secrets, store faults and load (see ``run``)."""
+"""``make harden``: the bad-input table (``cases``), test doubles (``doubles``) and the suite (``run``)."""

@@ -1,23 +1,36 @@
-"""PROTOCOL TEST DOUBLE of the Pinecone data plane, on 127.0.0.1 only. Not Pinecone.
+"""Test doubles on 127.0.0.1: a store that fails on purpose, an embeddings endpoint with bad-reply modes,
+and a Pinecone data-plane protocol double. None of them says anything about speed.
 
-It answers the JSON the official SDK sends (REST, API version header ignored) so the Pinecone
-backend's real SDK code path runs in tests without network or a key. Its latency, recall and
-consistency behaviour say NOTHING about Pinecone: ranking is exact numpy cosine, and the only
-"eventual consistency" is an optional fixed visibility delay for writes (to exercise wait_ready).
+* ``FaultBackend``: a real store (``inner``) that fails at search number ``after`` (raise, time out,
+  kill a real server, crash the process); built by the CLI through
+  ``backend._target_=bench.tools.harden.doubles.FaultBackend``.
+* ``EmbeddingServer``: an OpenAI-compatible ``/embeddings`` server with bad-reply modes.
+* ``PineconeTestServer``: PROTOCOL TEST DOUBLE of the Pinecone data plane, on 127.0.0.1 only. Not Pinecone.
 
-Endpoints: ``POST /vectors/upsert``, ``POST /query``, ``GET /vectors/fetch?ids=..&namespace=..``,
-``POST /vectors/delete`` (ids / deleteAll / filter), ``POST /describe_index_stats``.
-Requests must carry the ``Api-Key`` header. Like the service it rejects an upsert of more than
-1,000 vectors or a body over 2 MB, a wrong dimension, and topK > 10,000; deleting from a namespace
-that does not exist answers 404. Empty namespaces disappear.
+  It answers the JSON the official SDK sends (REST, API version header ignored) so the Pinecone
+  backend's real SDK code path runs in tests without network or a key. Its latency, recall and
+  consistency behaviour say NOTHING about Pinecone: ranking is exact numpy cosine, and the only
+  "eventual consistency" is an optional fixed visibility delay for writes (to exercise wait_ready).
 
-Usage: ``with PineconeTestServer(api_key="k") as srv: Index(host=srv.host, api_key="k")``.
+  Endpoints: ``POST /vectors/upsert``, ``POST /query``, ``GET /vectors/fetch?ids=..&namespace=..``,
+  ``POST /vectors/delete`` (ids / deleteAll / filter), ``POST /describe_index_stats``.
+  Requests must carry the ``Api-Key`` header. Like the service it rejects an upsert of more than
+  1,000 vectors or a body over 2 MB, a wrong dimension, and topK > 10,000; deleting from a namespace
+  that does not exist answers 404. Empty namespaces disappear.
+
+  Usage: ``with PineconeTestServer(api_key="k") as srv: Index(host=srv.host, api_key="k")``.
 """
 
 from __future__ import annotations
 
+import contextlib
+import hashlib
+import importlib
 import json
 import logging
+import os
+import signal
+import socket
 import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -26,6 +39,171 @@ from urllib.parse import parse_qs, urlsplit
 import numpy as np
 
 log = logging.getLogger(__name__)
+
+
+# ----------------------------------------------------------------------------- a store that fails on purpose
+
+class FaultBackend:
+    """A real store (``inner``, a backend class path) that fails on purpose at search number ``after``.
+
+    fault: ``none`` (pass through), ``raise`` (RuntimeError), ``timeout`` (blocks ``delay_s`` then
+    raises TimeoutError, like a client-side timeout), ``kill`` (SIGKILL the process group
+    ``kill_pid`` -- a real server started by bench.backends.servers -- then call the real search, which
+    fails as it would in production), ``crash`` (SIGKILL this process: power cut / OOM kill).
+    """
+
+    def __init__(self, collection: str = "recallbench", fault: str = "none", after: int = 8, delay_s: float = 1.0,
+                 kill_pid: int | None = None, inner: str = "bench.backends.exact.ExactBackend",
+                 inner_kwargs=None) -> None:
+        if fault not in ("none", "raise", "timeout", "kill", "crash"):
+            raise ValueError(f"FaultBackend: unknown fault {fault!r}")
+        if fault == "kill" and not kill_pid:
+            raise ValueError("FaultBackend: fault 'kill' needs kill_pid")
+        module, _, cls = inner.rpartition(".")
+        self._inner = getattr(importlib.import_module(module), cls)(collection=collection, **dict(inner_kwargs or {}))
+        self.fault, self.after, self.delay_s, self.kill_pid = fault, int(after), float(delay_s), kill_pid
+        self.name = self._inner.name if fault == "none" else f"{self._inner.name}+{fault}"
+        self.capabilities = self._inner.capabilities
+        self.path = getattr(self._inner, "path", None)
+        self.searches = 0
+
+    def open(self, *, dim: int, metric: str = "cosine") -> None:
+        self._inner.open(dim=dim, metric=metric)
+
+    def add(self, batch) -> None:
+        self._inner.add(batch)
+
+    def wait_ready(self, timeout_s: float = 300.0) -> None:
+        self._inner.wait_ready(timeout_s)
+
+    def search(self, vector, *, k: int, where):
+        self.searches += 1
+        if self.searches == self.after:
+            if self.fault == "raise":
+                raise RuntimeError(f"injected fault: the store raised on search {self.searches}")
+            if self.fault == "timeout":
+                log.warning("injected fault: search %d blocks for %.1f s", self.searches, self.delay_s)
+                time.sleep(self.delay_s)
+                raise TimeoutError(f"injected fault: the store did not answer search {self.searches} "
+                                   f"within {self.delay_s:.1f} s")
+            if self.fault == "crash":
+                log.warning("injected fault: killing this process (pid %d) mid-run", os.getpid())
+                os.kill(os.getpid(), signal.SIGKILL)
+            if self.fault == "kill":
+                log.warning("injected fault: killing the server process group %d mid-run", self.kill_pid)
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(int(self.kill_pid), signal.SIGKILL)
+                time.sleep(0.5)  # the kernel closes its sockets once it is gone
+        return self._inner.search(vector, k=k, where=where)
+
+    def close(self) -> None:
+        self._inner.close()
+
+    def drop(self) -> None:
+        self._inner.drop()
+
+
+# ----------------------------------------------------------------------------- loopback embeddings server
+
+EMBED_MODES = ("ok", "nan", "inf", "wrong_dim", "wrong_count", "not_json", "zero", "not_numbers", "reject")
+
+
+def _vector(text: str, dim: int) -> list[float]:
+    seed = int.from_bytes(hashlib.sha256(text.encode("utf-8")).digest()[:8], "little")
+    return np.random.default_rng(seed).standard_normal(dim).tolist()
+
+
+class EmbeddingServer:
+    """OpenAI-compatible ``POST /<mode>/v1/embeddings`` on 127.0.0.1 (a test double, not a model).
+
+    ``ok`` answers deterministic vectors (a hash of the text seeds them); the other modes answer what
+    a broken endpoint might: NaN/inf values, a wrong dimension or count, an HTML page, a zero vector,
+    strings instead of numbers, or 401 with the received key echoed back (as some services do).
+    A request whose ``model`` is a mode name gets that mode whatever the path.
+    When ``key`` is set, requests must carry ``Authorization: Bearer <key>`` (else 401, key echoed).
+    """
+
+    def __init__(self, *, dim: int = 32, key: str | None = None) -> None:
+        self.dim, self.key = dim, key
+        self.requests = 0
+        self.authorised = 0  # requests that carried the expected key
+        self._httpd: ThreadingHTTPServer | None = None
+
+    @property
+    def url(self) -> str:
+        assert self._httpd is not None, "EmbeddingServer not started"
+        return f"http://127.0.0.1:{self._httpd.server_address[1]}"
+
+    def base_url(self, mode: str = "ok") -> str:
+        return f"{self.url}/{mode}/v1"
+
+    def start(self) -> "EmbeddingServer":
+        srv = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, *args) -> None:  # quiet
+                pass
+
+            def setup(self) -> None:
+                super().setup()
+                self.connection.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+
+            def _send(self, status: int, body: bytes, ctype: str = "application/json") -> None:
+                self.send_response(status)
+                self.send_header("Content-Type", ctype)
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def do_POST(self) -> None:  # noqa: N802
+                srv.requests += 1
+                mode = self.path.strip("/").split("/")[0]
+                payload = json.loads(self.rfile.read(int(self.headers.get("Content-Length", 0))) or b"{}")
+                if payload.get("model") in EMBED_MODES:  # the model name may pick the mode too
+                    mode = payload["model"]
+                got = (self.headers.get("Authorization") or "").removeprefix("Bearer ")
+                if mode == "reject" or (srv.key and got != srv.key):
+                    msg = {"error": {"message": f"Incorrect API key provided: {got}", "code": 401}}
+                    return self._send(401, json.dumps(msg).encode())
+                if srv.key:
+                    srv.authorised += 1
+                texts = payload.get("input") or []
+                dim = srv.dim + (1 if mode == "wrong_dim" else 0)
+                rows = [_vector(t, dim) for t in texts]
+                if mode == "nan" and rows:
+                    rows[-1][0] = float("nan")
+                if mode == "inf" and rows:
+                    rows[-1][1] = float("inf")
+                if mode == "zero" and rows:
+                    rows[-1] = [0.0] * dim
+                if mode == "wrong_count":
+                    rows = rows[:-1]
+                if mode == "not_json":
+                    return self._send(200, b"<html><body>502 Bad Gateway</body></html>", "text/html")
+                data = [{"object": "embedding", "index": i, "embedding": r if mode != "not_numbers" else [str(x) for x in r]}
+                        for i, r in enumerate(rows)]
+                return self._send(200, json.dumps({"object": "list", "data": data, "model": payload.get("model")}).encode())
+
+        self._httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self._httpd.daemon_threads = True
+        threading.Thread(target=self._httpd.serve_forever, name="embedding-server", daemon=True).start()
+        return self
+
+    def stop(self) -> None:
+        if self._httpd is not None:
+            self._httpd.shutdown()
+            self._httpd.server_close()
+            self._httpd = None
+
+    def __enter__(self) -> "EmbeddingServer":
+        return self.start()
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
+
+
+# ----------------------------------------------------------------------------- Pinecone data plane
+
 
 MAX_UPSERT_VECTORS = 1000
 MAX_BODY_BYTES = 2 * 1024 * 1024

@@ -1,0 +1,5 @@
+import sys
+
+from bench.tools.harden.run import main
+
+sys.exit(main())
