@@ -52,10 +52,10 @@ def from_plain(data: dict, *, where: str = "corpus snapshot") -> Corpus:
 
 
 def dump(corpus: Corpus, path: str | os.PathLike) -> Path:
-    """Write ``corpus`` to ``path`` (gzip JSON; ``mtime=0`` so the same corpus gives the same bytes)."""
+    """Write ``corpus`` to ``path`` (gzip JSON; no name or time in its header, so the same corpus gives the same bytes)."""
     path = Path(path)
     raw = json.dumps(to_plain(corpus), ensure_ascii=False, separators=(",", ":")).encode("utf-8")
-    with open(path, "wb") as f, gzip.GzipFile(fileobj=f, mode="wb", compresslevel=6, mtime=0) as gz:
+    with open(path, "wb") as f, gzip.GzipFile(filename="", fileobj=f, mode="wb", compresslevel=6, mtime=0) as gz:
         gz.write(raw)
     return path
 
