@@ -22,8 +22,8 @@ from demo_run import demo_run
 from bench import rundir
 from bench.data import snapshot
 from bench.data.own import load_own
-from bench.rundir import RunDir, collect_jobs, strategy_record
 from bench.run import corpus_digest
+from bench.rundir import RunDir, collect_jobs, strategy_record
 from bench.strategies.spec import load_spec
 from bench.trace import Trace
 from bench.types import Conversation, Corpus, Defect, Hit, Question, Turn

@@ -28,6 +28,7 @@ import pandas as pd
 
 from bench import metrics
 from bench.analysis.stats import cluster_bootstrap, cluster_sums, ratio
+from bench.rundir import QUESTIONS
 
 log = logging.getLogger(__name__)
 
@@ -241,7 +242,7 @@ def one_format(rows: pd.DataFrame) -> pd.DataFrame:
     return rows[rows["format"] == keep]
 
 
-def build_grids(rows: pd.DataFrame, *, source: str = "questions.parquet") -> list[Grid]:
+def build_grids(rows: pd.DataFrame, *, source: str = QUESTIONS) -> list[Grid]:
     """Split a run's per-question rows into one Grid per configuration (sweep order)."""
     need = set(CONFIG_KEYS) | {"threshold", "question_id", "conversation_id", "category", "adversarial", "f1", "recall",
                                "precision", "tokens_injected", "empty", "latency_ns"}
@@ -508,7 +509,7 @@ class Recommendation:
         return self.points[self.points["best"]]
 
 
-def recommend(rows: pd.DataFrame, cfg: RecommendConfig | None = None, *, source: str = "questions.parquet") -> Recommendation:
+def recommend(rows: pd.DataFrame, cfg: RecommendConfig | None = None, *, source: str = QUESTIONS) -> Recommendation:
     """Choose an operating point for every configuration in ``rows`` and the best one per dataset."""
     cfg = cfg or RecommendConfig.defaults()
     grids = build_grids(one_format(rows), source=source)
