@@ -33,6 +33,7 @@ from pathlib import Path
 import pandas as pd
 
 from bench.output import write_atomic
+from bench.types import Corpus
 
 log = logging.getLogger(__name__)
 
@@ -166,7 +167,7 @@ class RunDir:
             raise ValueError(f"{path}: expected a mapping, got {type(data).__name__}")
         return data
 
-    def corpus(self):
+    def corpus(self) -> Corpus:
         """The corpus this job measured, from its snapshot, checked against meta.json's ``corpus_sha256``."""
         from bench.data import snapshot
         from bench.run import corpus_digest
@@ -236,6 +237,7 @@ class RunDir:
         return self.path / trace_dirname(roles)
 
     def write_results(self, rows: pd.DataFrame, summary: pd.DataFrame) -> None:
+        """questions.parquet, then summary.csv (whose presence marks finished results)."""
         write_atomic(self.file(QUESTIONS), lambda p: rows.to_parquet(p, index=False))
         write_atomic(self.file(SUMMARY), lambda p: summary.to_csv(p, index=False))
 
@@ -296,9 +298,9 @@ def collect_jobs(sweep_dir: Path) -> bool:
         for t in (summaries[i], rows_of[i]):
             t["backend"] = t["backend"].astype(str) + f" ({label})"
         metas[i]["backend"] = f"{metas[i]['backend']} ({label})"
-    run.write_results(pd.concat(rows_of, ignore_index=True), pd.concat(summaries, ignore_index=True))
     _json(run.file(JOBS), metas)
     run.write_card("\n\n".join(dict.fromkeys(j.card() for j in jobs if j.has(CARD))))
+    run.write_results(pd.concat(rows_of, ignore_index=True), pd.concat(summaries, ignore_index=True))
     return True
 
 

@@ -207,7 +207,6 @@ def run_job(cfg: DictConfig, out_dir: Path, job: Job | None = None) -> pd.DataFr
 
     embed_cache = {"key": embedder.dir.name, "inputs": inner.identity, "hits": embedder.hits, "misses": embedder.misses} \
         if isinstance(embedder, CachedEmbedder) else {"status": "not cached", "inputs": inner.identity}
-    out.write_results(rows, summary)
     out.write_card(dataset_card(corpus))
     out.write_corpus(corpus)  # what the report reads: never the dataset files again
     out.write_strategies(redact([strategy_record(s, n) for s, n in zip(strategies, nodes)]))
@@ -219,6 +218,7 @@ def run_job(cfg: DictConfig, out_dir: Path, job: Job | None = None) -> pd.DataFr
             "caches": {"job": {**job.key.describe(), "status": "miss"}, "traces": [m.get("cache") for m in metas],
                        "embeddings": embed_cache}}
     out.write_meta(redact(meta))
+    out.write_results(rows, summary)  # summary.csv last: a job directory with it is complete
     return summary
 
 
