@@ -111,9 +111,9 @@ class RunDir:
 
     def job_dirs(self) -> list["RunDir"]:
         """The finished jobs: ``[self]`` for a single run (or a job), else the multirun's finished ``job<N>/``."""
-        if self.has(META) and not self.has(JOBS):
-            return [self]
-        return [j for j in self.all_job_dirs() if j.finished()]
+        if self.has(JOBS) or not self.has(META):  # a multirun, merged or not
+            return [j for j in self.all_job_dirs() if j.finished()]
+        return [self] if self.finished() else []
 
     # --- readers -----------------------------------------------------------------------------------
 
