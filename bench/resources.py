@@ -39,3 +39,17 @@ def manifests_dir() -> Path:
 def plugin_names(group: str) -> list[str]:
     """The options of a config group (``backend``, ``embedder``, ``strategy``, ``dataset``): its YAML files' names."""
     return sorted(p.stem for p in (configs_dir() / group).glob("*.yaml"))
+
+
+def shipped_config(relpath: str) -> dict:
+    """A shipped YAML config (``configs/<relpath>``) as plain data, read with PyYAML (no Hydra, nothing resolved).
+
+    Library callers get the shipped defaults of a settings block from here (``RecommendConfig.defaults()``,
+    ``GateConfig.defaults()``): the YAML is their only copy."""
+    import yaml
+
+    path = configs_dir() / relpath
+    data = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+    if not isinstance(data, dict):
+        raise ValueError(f"{path}: expected a mapping, got {type(data).__name__}")
+    return data

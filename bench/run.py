@@ -216,8 +216,9 @@ def save_job(out_dir: Path, cache_dir: Path, key: Key, *, exclude: Iterable[str]
     return done
 
 
-def check_job(done: Path, key: Key) -> str:
-    """'' when ``done`` holds a complete, unaltered cached job for ``key``; else what is wrong."""
+def check_job(done: Path, key: Key, *, required: Iterable[str] = ()) -> str:
+    """'' when ``done`` holds a complete, unaltered cached job for ``key`` (with every file in ``required``,
+    ``bench.rundir.RESULTS`` for a sweep job); else what is wrong."""
     manifest = Path(done) / MANIFEST
     if not manifest.is_file():
         return "no manifest"
@@ -228,8 +229,9 @@ def check_job(done: Path, key: Key) -> str:
     if m.get("key") != key.digest:
         return "manifest is for another key"
     files = m.get("files") or {}
-    if "summary.csv" not in files or "questions.parquet" not in files:
-        return "summary.csv or questions.parquet missing from the manifest"
+    for rel in required:
+        if rel not in files:
+            return f"{rel} missing from the manifest"
     for rel, want in files.items():
         p = Path(done) / rel
         if not p.is_file():

@@ -64,16 +64,43 @@ def point(rec, strategy):
 
 def test_config_validation_names_the_problem():
     with pytest.raises(ValueError, match="max_recall needs token_budget"):
-        RecommendConfig(objective="max_recall")
+        RecommendConfig.defaults(objective="max_recall")
     with pytest.raises(ValueError, match="min_tokens needs min_recall"):
-        RecommendConfig(objective="min_tokens")
+        RecommendConfig.defaults(objective="min_tokens")
     with pytest.raises(ValueError, match="objective must be one of"):
-        RecommendConfig(objective="best")
+        RecommendConfig.defaults(objective="best")
     with pytest.raises(ValueError, match=r"conf.yaml: recommend has unknown key\(s\) \['objectve'\]"):
         RecommendConfig.from_mapping({"objectve": "max_f1"}, source="conf.yaml")
     with pytest.raises(ValueError, match="conf.yaml: .*min_recall must be in"):
         RecommendConfig.from_mapping({"objective": "min_tokens", "min_recall": 2}, source="conf.yaml")
-    assert RecommendConfig(objective="max_recall", token_budget=300).describe() == "maximise recall subject to mean injected tokens <= 300"
+    assert RecommendConfig.defaults(objective="max_recall", token_budget=300).describe() == "maximise recall subject to mean injected tokens <= 300"
+
+
+def test_defaults_come_from_the_shipped_yaml_only(tmp_path, monkeypatch):
+    """configs/recommend/default.yaml is the one copy: a partial block keeps the others' shipped values,
+    ``seed: ${seed}`` follows config.yaml's seed, and an edited YAML changes the defaults."""
+    import yaml
+
+    from bench.analysis import recommend as R
+    from bench.resources import configs_dir
+
+    shipped = yaml.safe_load((configs_dir() / "recommend" / "default.yaml").read_text())
+    d = RecommendConfig.defaults()
+    assert d.n_resamples == shipped["n_resamples"] == 1000 and d.objective == shipped["objective"] == "max_f1"
+    assert shipped["seed"] == "${seed}" and d.seed == yaml.safe_load((configs_dir() / "config.yaml").read_text())["seed"] == 0
+    assert RecommendConfig.from_mapping({"alpha": 0.01}) == RecommendConfig.defaults(alpha=0.01)
+    assert RecommendConfig.from_settings({"seed": 7, "recommend": {"n_resamples": 30}}) == RecommendConfig.defaults(seed=7, n_resamples=30)
+    assert RecommendConfig.from_settings({"seed": 7, "recommend": {"seed": 2}}).seed == 2  # the block wins
+    conf = tmp_path / "configs"
+    (conf / "recommend").mkdir(parents=True)
+    (conf / "config.yaml").write_text("seed: 5\n")
+    (conf / "recommend" / "default.yaml").write_text(yaml.safe_dump({**shipped, "n_resamples": 77}))
+    monkeypatch.setattr("bench.resources.configs_dir", lambda: conf)
+    R._shipped.cache_clear()
+    try:
+        assert (RecommendConfig.defaults().n_resamples, RecommendConfig.defaults().seed) == (77, 5)
+    finally:
+        R._shipped.cache_clear()
 
 
 def test_choose_objectives_and_ties():
@@ -82,13 +109,13 @@ def test_choose_objectives_and_ties():
     m[i["f1"]] = [0.3, 0.5, 0.5]  # thresholds 0 and 1 ... f1 tie between columns 1 and 2
     m[i["tokens"]] = [100, 60, 40]
     m[i["recall"]] = [0.9, 0.7, 0.6]
-    assert int(choose(m, RecommendConfig())) == 2  # F1 tie -> fewer tokens
-    assert int(choose(m, RecommendConfig(objective="max_recall", token_budget=70))) == 1  # col 0 over budget
-    assert int(choose(m, RecommendConfig(objective="min_tokens", min_recall=0.65))) == 1  # col 2 too little recall
-    assert int(choose(m, RecommendConfig(objective="min_tokens", min_recall=0.95))) == -1  # infeasible
-    assert int(choose(m, RecommendConfig(token_budget=50))) == 2
+    assert int(choose(m, RecommendConfig.defaults())) == 2  # F1 tie -> fewer tokens
+    assert int(choose(m, RecommendConfig.defaults(objective="max_recall", token_budget=70))) == 1  # col 0 over budget
+    assert int(choose(m, RecommendConfig.defaults(objective="min_tokens", min_recall=0.65))) == 1  # col 2 too little recall
+    assert int(choose(m, RecommendConfig.defaults(objective="min_tokens", min_recall=0.95))) == -1  # infeasible
+    assert int(choose(m, RecommendConfig.defaults(token_budget=50))) == 2
     batch = np.stack([m, m[:, ::-1]])  # leading batch axis
-    assert choose(batch, RecommendConfig()).tolist() == [2, 0]
+    assert choose(batch, RecommendConfig.defaults()).tolist() == [2, 0]
 
 
 def test_pareto_front_hand_worked():
@@ -99,7 +126,7 @@ def test_pareto_front_hand_worked():
 
 
 def test_point_estimates_match_metrics_aggregate():
-    rec = recommend(ROWS, RecommendConfig(n_resamples=200))
+    rec = recommend(ROWS, RecommendConfig.defaults(n_resamples=200))
     agg = metrics.aggregate(ROWS, ["strategy", "threshold"])
     thr = rec.curves[rec.curves["strategy"] == "thr"]
     for t in (0.3, 0.5):
@@ -115,7 +142,7 @@ def test_point_estimates_match_metrics_aggregate():
 
 
 def test_max_f1_choice_ci_and_best_across_configs():
-    rec = recommend(ROWS, RecommendConfig(n_resamples=2000, seed=3))
+    rec = recommend(ROWS, RecommendConfig.defaults(n_resamples=2000, seed=3))
     thr, lim = point(rec, "thr"), point(rec, "lim")
     assert thr["threshold"] == 0.3 and thr["f1"] == pytest.approx(0.5) and thr["tokens"] == pytest.approx(50)
     # cluster bootstrap of F1 at 0.3: c1 sum 0.9 over 2, c2 0.6 over 1 -> c1c1 0.45, c1c2 0.5, c2c2 0.6
@@ -132,27 +159,27 @@ def test_max_f1_choice_ci_and_best_across_configs():
 
 
 def test_constrained_objectives():
-    r = recommend(ROWS, RecommendConfig(objective="max_recall", token_budget=40, n_resamples=50))
+    r = recommend(ROWS, RecommendConfig.defaults(objective="max_recall", token_budget=40, n_resamples=50))
     assert point(r, "thr")["threshold"] == 0.5 and point(r, "thr")["recall"] == pytest.approx(0.5)  # 0.3 costs 50
     assert point(r, "lim")["feasible"]  # 40 <= 40
     assert r.best()["strategy"].tolist() == ["thr"]  # recall 0.5 = lim's 0.5, fewer tokens (10)
-    r = recommend(ROWS, RecommendConfig(objective="max_recall", token_budget=60, n_resamples=50))
+    r = recommend(ROWS, RecommendConfig.defaults(objective="max_recall", token_budget=60, n_resamples=50))
     assert point(r, "thr")["threshold"] == 0.3 and r.best()["strategy"].tolist() == ["thr"]
-    r = recommend(ROWS, RecommendConfig(objective="min_tokens", min_recall=0.8, n_resamples=50))
+    r = recommend(ROWS, RecommendConfig.defaults(objective="min_tokens", min_recall=0.8, n_resamples=50))
     assert point(r, "thr")["threshold"] == 0.3 and not point(r, "lim")["feasible"]
-    r = recommend(ROWS, RecommendConfig(objective="min_tokens", min_recall=0.9, n_resamples=50))
+    r = recommend(ROWS, RecommendConfig.defaults(objective="min_tokens", min_recall=0.9, n_resamples=50))
     p = point(r, "thr")
     assert not p["feasible"] and math.isnan(p["threshold"]) and "constraints" in p["note"]
     assert r.best().empty
-    r = recommend(ROWS, RecommendConfig(max_p99_ms=0.5, n_resamples=50))  # every store call took 1 ms
+    r = recommend(ROWS, RecommendConfig.defaults(max_p99_ms=0.5, n_resamples=50))  # every store call took 1 ms
     assert not r.points["feasible"].any() and "p99 latency 1.0 ms > 0.5 ms" in point(r, "thr")["note"]
-    r = recommend(ROWS, RecommendConfig(objective="max_f1_abstain", n_resamples=50))
+    r = recommend(ROWS, RecommendConfig.defaults(objective="max_f1_abstain", n_resamples=50))
     assert point(r, "thr")["threshold"] == 0.5 and point(r, "thr")["f1_abstain"] == pytest.approx(0.55)
 
 
 def test_loco_hand_worked():
     grid = [g for g in build_grids(ROWS) if g.key[3] == "thr"][0]
-    summary, folds = loco(grid, RecommendConfig())
+    summary, folds = loco(grid, RecommendConfig.defaults())
     f = folds.set_index("conversation_id")
     # leave out c1: tune on c2 (F1 .6 at 0.3, .2 at 0.5) -> 0.3; train .6; c1 at 0.3 = (.5+.4)/2 = .45; gap .15;
     # c1's own best is 0.5 (F1 .5): regret .05
@@ -174,7 +201,7 @@ def test_loco_hand_worked():
 
 def test_loco_with_a_constraint_reports_violations():
     grid = [g for g in build_grids(ROWS) if g.key[3] == "thr"][0]
-    cfg = RecommendConfig(objective="max_recall", token_budget=45)
+    cfg = RecommendConfig.defaults(objective="max_recall", token_budget=45)
     summary, folds = loco(grid, cfg)
     f = folds.set_index("conversation_id")
     # leave out c1: on c2 tokens are 90 (0.3) and 20 (0.5): only 0.5 fits; c1 at 0.5 uses 5 tokens: no violation
@@ -184,7 +211,7 @@ def test_loco_with_a_constraint_reports_violations():
 
 
 def test_categories_with_and_without_own_thresholds():
-    rec = recommend(ROWS, RecommendConfig(per_category=True, n_resamples=400))
+    rec = recommend(ROWS, RecommendConfig.defaults(per_category=True, n_resamples=400))
     c = rec.categories[rec.categories["strategy"] == "thr"].set_index("category")
     assert c.loc["single-hop", "f1"] == pytest.approx(0.55) and c.loc["multi-hop", "f1"] == pytest.approx(0.4)  # at 0.3
     assert c.loc["single-hop", "n"] == 2 and c.loc["adversarial", "abstained"] == 0.0
@@ -196,7 +223,7 @@ def test_categories_with_and_without_own_thresholds():
     assert (c.loc["single-hop", "own_threshold"], c.loc["single-hop", "own_f1"]) == (0.5, pytest.approx(0.6))
     assert c.loc["single-hop", "own_gain"] == pytest.approx(0.05)
     assert (c.loc["multi-hop", "own_threshold"], c.loc["multi-hop", "own_gain"]) == (0.3, 0.0)
-    plain = recommend(ROWS, RecommendConfig(n_resamples=50)).categories
+    plain = recommend(ROWS, RecommendConfig.defaults(n_resamples=50)).categories
     assert "own_threshold" not in plain
 
 
@@ -205,7 +232,7 @@ def test_cross_dataset_transfer():
         row("p1", "d1", "x", False, "thr", 0.3, 0.1, 0.5, 0.1, 5, 0.0, dataset="ds2"),
         row("p1", "d1", "x", False, "thr", 0.5, 0.7, 0.5, 0.9, 3, 0.0, dataset="ds2"),
     ])
-    rec = recommend(pd.concat([ROWS, other], ignore_index=True), RecommendConfig(n_resamples=50))
+    rec = recommend(pd.concat([ROWS, other], ignore_index=True), RecommendConfig.defaults(n_resamples=50))
     t = rec.transfer.set_index(["source", "target"])
     # ds1 chooses 0.3 -> ds2 at 0.3 = .1; ds2's own choice 0.5 = .7: gap .6
     a = t.loc[("ds1", "ds2")]
@@ -218,7 +245,7 @@ def test_cross_dataset_transfer():
 
 
 def test_neighbours_and_grid_errors():
-    rec = recommend(ROWS, RecommendConfig(neighbours=1, n_resamples=50))
+    rec = recommend(ROWS, RecommendConfig.defaults(neighbours=1, n_resamples=50))
     nb = neighbours(rec, point(rec, "thr"))
     assert nb["threshold"].tolist() == [0.3, 0.5] and nb["chosen"].tolist() == [True, False]
     with pytest.raises(ValueError, match="more than one row for question 'q1'"):
@@ -233,11 +260,11 @@ def test_one_format_keeps_format_a():
     rows = pd.concat([ROWS.assign(format="A"), ROWS.assign(format="B", tokens_injected=ROWS["tokens_injected"] * 2)])
     kept = one_format(rows)
     assert set(kept["format"]) == {"A"} and len(kept) == len(ROWS)
-    assert recommend(rows, RecommendConfig(n_resamples=20)).points["tokens"].tolist() == pytest.approx([50, 40])
+    assert recommend(rows, RecommendConfig.defaults(n_resamples=20)).points["tokens"].tolist() == pytest.approx([50, 40])
 
 
 def test_edge_of_grid_is_flagged():
-    rec = recommend(ROWS, RecommendConfig(n_resamples=20))
+    rec = recommend(ROWS, RecommendConfig.defaults(n_resamples=20))
     # thr chooses 0.3, the lowest threshold swept
     assert point(rec, "thr")["note"] == "0.30 is the lowest threshold swept: the optimum may lie beyond it (widen `thresholds`)"
     assert point(rec, "lim")["note"] == ""
@@ -250,7 +277,7 @@ def test_questions_without_gold_are_not_in_the_grid_and_counts_agree_with_the_su
     rows = pd.concat([ROWS, pd.DataFrame(nogold).assign(n_gold=0)], ignore_index=True)
     grid = next(g for g in build_grids(rows) if g.key[3] == "thr")
     assert grid.question_ids.tolist() == ["q1", "q2", "q3", "q4"] and grid.n_excluded == 1
-    rec = recommend(rows, RecommendConfig(n_resamples=200))
+    rec = recommend(rows, RecommendConfig.defaults(n_resamples=200))
     thr = rec.curves[rec.curves["strategy"] == "thr"]
     assert thr["tokens"].tolist() == pytest.approx([50, 10])
     assert thr["precision"].tolist() == pytest.approx([(1 / 3 + 1 / 3 + 3 / 7) / 3, (1 + 0.125) / 2])

@@ -21,7 +21,7 @@ from bench.types import Conversation, Corpus, MemoryBatch, Question, Turn
 REPO = Path(__file__).resolve().parent.parent
 DEMO = REPO / "datasets" / "demo"
 NAN = float("nan")
-CFG = R.GateConfig()  # tolerance 0.02, alpha 0.05, 10000 resamples, budget 1.10, latency 3.0
+CFG = R.GateConfig.defaults()  # tolerance 0.02, alpha 0.05, 10000 resamples, budget 1.10, latency 3.0
 
 
 def qrows(backend: str, strategy: str, threshold: float, recall, *, tokens=100, embedder="emb", dataset="ds") -> pd.DataFrame:
@@ -54,18 +54,38 @@ def test_gate_config_rejects_unknown_and_mistyped_settings():
     with pytest.raises(ValueError, match="budget_ratio_max must be a number"):
         R.GateConfig.from_mapping({"budget_ratio_max": "1.1"})
     with pytest.raises(ValueError, match="latency_ratio_max must be a ratio >= 1"):
-        R.GateConfig(latency_ratio_max=0.5)
+        R.GateConfig.defaults(latency_ratio_max=0.5)
     with pytest.raises(ValueError, match="metrics must be a non-empty subset"):
-        R.GateConfig(metrics=("tokens",))
+        R.GateConfig.defaults(metrics=("tokens",))
 
 
-def test_the_experiment_config_gate_block_is_valid():
-    from omegaconf import OmegaConf
+def test_the_experiment_config_gate_block_is_the_only_copy_of_the_defaults(tmp_path, monkeypatch):
+    import yaml
 
-    y = OmegaConf.load(REPO / "configs" / "experiment" / "regress.yaml")
-    cfg = R.GateConfig.from_mapping(OmegaConf.to_container(y.regress))
+    y = yaml.safe_load((REPO / "configs" / "experiment" / "regress.yaml").read_text())
+    cfg = R.GateConfig.defaults()
     assert (cfg.tolerance, cfg.alpha, cfg.budget_ratio_max, cfg.latency_ratio_max, cfg.latency_repeats) == (0.02, 0.05, 1.10, 3.0, 3)
-    assert y.hydra.sweeper.params.backend == "exact,sqlite_vec,seekdb"
+    assert cfg == R.GateConfig.from_mapping(y["regress"]) and cfg.metrics == ("recall", "f1", "precision")
+    assert y["hydra"]["sweeper"]["params"]["backend"] == "exact,sqlite_vec,seekdb"
+    assert R.GateConfig.from_mapping({"tolerance": 0.1}) == R.GateConfig.defaults(tolerance=0.1)  # the rest from the YAML
+    conf = tmp_path / "configs"
+    (conf / "experiment").mkdir(parents=True)
+    (conf / "experiment" / "regress.yaml").write_text(yaml.safe_dump({**y, "regress": {**y["regress"], "tolerance": 0.07}}))
+    monkeypatch.setattr("bench.resources.configs_dir", lambda: conf)
+    assert R.GateConfig.defaults().tolerance == 0.07  # an edited YAML is the new default: nothing repeats it
+
+
+def test_gate_config_is_read_from_the_first_finished_job(tmp_path):
+    """A multirun's regress: block comes from its first finished job's config_resolved.yaml (plain YAML)."""
+    run = tmp_path / "run"
+    for i, tol in ((1, 0.09), (10, 0.5)):
+        (run / f"job{i}").mkdir(parents=True)
+        (run / f"job{i}" / "summary.csv").write_text("x\n1\n")
+        (run / f"job{i}" / "config_resolved.yaml").write_text(f"seed: 0\nregress:\n  tolerance: {tol}\n")
+    (run / "job0").mkdir()  # failed: no results, no config
+    assert R.gate_config(run) == R.GateConfig.defaults(tolerance=0.09)
+    assert R.job_dirs(run) == [run / "job1", run / "job10"]  # numeric order
+    assert R.gate_config(tmp_path / "empty") == R.GateConfig.defaults()
 
 
 # ---------------------------------------------------------------------------------------- points
@@ -123,7 +143,7 @@ def test_holm_counts_each_distinct_testable_check_once():
     cur = pd.concat([qrows("exact", "limit5", NAN, [0.5] * 20), qrows("sqlite_vec", "limit5", NAN, [0.5] * 20),
                      qrows("exact", "full_context", NAN, lost8)])
     pts = [("exact", "limit5", NAN), ("sqlite_vec", "limit5", NAN), ("exact", "full_context", NAN)]
-    q = R.quality_checks(base, cur, pts, R.GateConfig(metrics=("recall",)))
+    q = R.quality_checks(base, cur, pts, R.GateConfig.defaults(metrics=("recall",)))
     p20 = paired_test(np.full(20, 0.5), np.ones(20), n_resamples=10000).p_value
     by_id = np.argsort([f"q{i}" for i in range(20)])  # the gate pairs questions in question_id order
     p8 = paired_test(np.asarray(lost8)[by_id], np.ones(20), n_resamples=10000).p_value

@@ -1,6 +1,6 @@
 """bench.report on a real finished run (demo corpus, hashing embedder, exact store): the report starts
 with the recommendation, its numbers agree with the tables they come from, settings come from the
-run's config, and calibration/attribution degrade to a stated reason when the corpus is gone."""
+run's config, and calibration/attribution degrade to a stated reason when the corpus snapshot is gone."""
 
 import json
 import math
@@ -13,7 +13,9 @@ import yaml
 from demo_run import demo_run
 
 from bench.analysis.recommend import RecommendConfig, recommend
+from bench.analysis.tables import load_settings
 from bench.report import markdown as report
+from bench.rundir import RunDir
 
 
 @pytest.fixture(scope="module")
@@ -61,7 +63,7 @@ def test_recommendation_table_agrees_with_summary_and_recompute(run):
         assert p["f1_lo"] <= p["f1"] <= p["f1_hi"]
     thr = summary[summary["strategy"] == "threshold"]
     assert pts.set_index("strategy").loc["threshold", "f1"] == pytest.approx(thr["f1"].max())  # max F1 objective
-    again = recommend(pd.read_parquet(run / "questions.parquet"), RecommendConfig(n_resamples=20))
+    again = recommend(pd.read_parquet(run / "questions.parquet"), RecommendConfig.defaults(n_resamples=20))
     assert again.points["threshold"].equals(pts["threshold"]) and again.points["f1"].tolist() == pytest.approx(pts["f1"].tolist())
 
 
@@ -93,8 +95,8 @@ def test_settings_come_from_the_runs_config(copy):
     cfg = yaml.safe_load(cfg_path.read_text())
     cfg["recommend"] = {"objective": "max_recall", "token_budget": 50, "n_resamples": 50, "per_category": True, "test_resamples": 100}
     cfg_path.write_text(yaml.safe_dump(cfg))
-    assert report.load_settings(copy) == RecommendConfig(objective="max_recall", token_budget=50, n_resamples=50,
-                                                         per_category=True, test_resamples=100, seed=cfg["seed"])
+    assert load_settings(RunDir(copy)) == RecommendConfig.defaults(objective="max_recall", token_budget=50, n_resamples=50,
+                                                                   per_category=True, test_resamples=100, seed=cfg["seed"])
     text = report.write_report(copy).read_text()
     assert "maximise recall subject to mean injected tokens <= 50" in text and "50 resamples" in text
     pts = pd.read_csv(copy / "analysis" / "recommendation.csv")
@@ -107,21 +109,41 @@ def test_settings_come_from_the_runs_config(copy):
 
 
 def test_defaults_without_config(tmp_path):
-    assert report.load_settings(tmp_path) == RecommendConfig()
+    assert load_settings(RunDir(tmp_path)) == RecommendConfig.defaults()
 
 
-def test_missing_corpus_is_stated_not_fatal(copy):
+def test_the_dataset_path_is_never_read_again(copy):
+    """The report reads the corpus snapshot: a dataset path that no longer exists changes nothing."""
     cfg_path = copy / "config_resolved.yaml"
     cfg = yaml.safe_load(cfg_path.read_text())
     cfg["dataset"]["path"] = str(copy / "no_such_corpus")
     cfg["recommend"] = {"n_resamples": 50, "test_resamples": 100}
     cfg_path.write_text(yaml.safe_dump(cfg))
+    text = report.write_report(copy).read_text()
+    assert "Not available" not in text and "AUC " in text and "## Why gold memories are missed (at each" in text
+
+
+def test_missing_corpus_snapshot_is_stated_not_fatal(copy):
+    cfg_path = copy / "config_resolved.yaml"
+    cfg = yaml.safe_load(cfg_path.read_text())
+    cfg["recommend"] = {"n_resamples": 50, "test_resamples": 100}
+    cfg_path.write_text(yaml.safe_dump(cfg))
+    (copy / "corpus.json.gz").unlink()
+    (copy / "analysis" / "attribution.parquet").unlink()
     (copy / "failed.json").write_text(json.dumps([{"job": "job1", "reason": "BackendUnavailable: no server", "overrides": ["backend=x"]}]))
     text = report.write_report(copy).read_text()
     assert sections(text)[0] == "Recommendation"
-    assert "Not available: could not reload the corpus" in text
+    assert "Not available: could not read the corpus snapshot and traces (FileNotFoundError: " in text
+    assert text.split("## Why gold memories are missed")[1].split("##")[0].count("Not available: could not read the corpus snapshot") == 1
+    assert not (copy / "analysis" / "attribution.parquet").exists()  # no misses table without the corpus
     assert "1 job(s) failed" in text and "BackendUnavailable: no server" in text
     assert (copy / "report.html").exists()
+
+
+def test_seed_claims_find_the_seed_settings_of_a_default_run(run):
+    claims = (run / "report.md").read_text().split("## Seed claims, re-measured\n")[1].split("\n## ")[0]
+    assert "| limit-5 saves tokens (seekdb agent-memory article) | limit5 |" in claims
+    assert "| threshold 0.65 (seed articles) | threshold >= 0.65 |" in claims
 
 
 def test_rerun_cli(run, capsys):

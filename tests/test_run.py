@@ -76,6 +76,8 @@ def test_cached_job_is_checked_file_by_file(tmp_path):
     assert sorted(manifest["files"]) == ["questions.parquet", "summary.csv", "trace/trace.parquet"]  # no log, no config
     assert manifest["inputs"] == {"x": 1}
     assert run.check_job(done, key) == ""
+    assert run.check_job(done, key, required=("summary.csv", "questions.parquet")) == ""
+    assert run.check_job(done, key, required=("summary.csv", "corpus.json.gz")) == "corpus.json.gz missing from the manifest"
     assert run.check_job(done, run.Key("job", {"x": 2})) == "manifest is for another key"
     (done / "summary.csv").write_text("a,b\n")  # rows lost
     assert run.check_job(done, key) == "summary.csv changed since it was cached (sha256 mismatch)"

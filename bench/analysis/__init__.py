@@ -1,5 +1,6 @@
-"""Analysis: tables computed from a finished run's results (never a store, never a config).
+"""Analysis: tables computed from a finished run's results (never a store, never a config to instantiate).
 
+``tables`` (everything the report shows, from the run directory: ``analyse(RunDir) -> Analysis``),
 ``recommend`` (operating points with CIs, LOCO, categories, transfer), ``stats`` (bootstrap,
 paired tests, Holm), ``calibration`` (gold vs non-gold scores), ``attribution`` (why gold memories
 were missed), ``compare`` (two runs side by side).

@@ -5,7 +5,7 @@ order:
 
 - ``filter``: the strategy's filter hid it (role filter pushed to the store, or said after the question);
 - ``policy``: a strategy that ignores the store (keyword, BM25, recency, ...) did not pick it
-  (``attribute_run`` does not replay those strategies: that is all it could say about them);
+  (``attribute_job`` does not replay those strategies: that is all it could say about them);
 - ``embedding``: the embedding ranks it below the exact top-N among what the question may see
   (exact cosine over the cached vectors, N = ``top_n``);
 - ``unreturned``: the store did not return it and its exact rank is unknown (no cached vectors and
@@ -19,8 +19,9 @@ order:
 Selections are re-derived by replaying the run's own strategies through ``bench.sweep.sweep``
 (pure) with a recorder around each strategy function, at one threshold per strategy (the
 recommended one), so nothing here re-implements a strategy. ``classify``/``attribute`` are pure;
-``load_job``/``attribute_run`` read a finished run directory (config_resolved.yaml, traces, the
-embedding cache) and write ``attribution.parquet``.
+``load_job`` reads one finished job directory through ``bench.rundir.RunDir`` (its corpus snapshot,
+traces and strategies.json: never the dataset files, never a config to instantiate) and
+``attribute_job`` attributes its misses.
 """
 
 from __future__ import annotations
@@ -247,50 +248,24 @@ class JobInputs:
     embedder_identity: dict | None = None  # the key of the embedding cache (meta.json of the job)
 
 
-def _job_dirs(run_dir: Path) -> list[Path]:
-    run_dir = Path(run_dir)
-    if (run_dir / "config_resolved.yaml").exists():
-        return [run_dir]
-    return sorted(p for p in run_dir.glob("job*") if (p / "config_resolved.yaml").exists())
+def load_job(job, memo: dict | None = None) -> JobInputs:
+    """Everything attribution and calibration need from one finished job directory (a ``RunDir`` or a
+    path): the corpus from its snapshot, its traces, its strategies rebuilt from strategies.json.
 
-
-def build_strategies(strategy_cfg) -> list:
-    """StrategySpecs from a ``strategy:`` config node, as the CLI builds them; a strategy that no longer
-    builds (its config changed since the run) is skipped with a warning, not fatal to the others."""
-    from bench.cli import config
-
-    out = []
-    for name, s in strategy_cfg.items():
-        try:
-            out += config.build_strategies({name: s})
-        except Exception as e:  # noqa: BLE001  (one strategy we cannot rebuild must not hide the others)
-            log.warning("attribution: cannot rebuild strategy %s (%s: %s); skipped", name, type(e).__name__, e)
-    return out
-
-
-def load_job(job_dir: Path, memo: dict | None = None) -> JobInputs:
-    """Everything attribution and calibration need from one finished job directory.
-
-    ``memo`` (a dict the caller keeps) shares corpora between jobs with the same dataset config.
+    ``memo`` (a dict the caller keeps) shares one corpus between jobs that measured the same content.
     """
-    from omegaconf import OmegaConf
+    from bench.rundir import RunDir
 
-    from bench.cli.config import build
-
-    job_dir = Path(job_dir)
-    cfg_path = job_dir / "config_resolved.yaml"
-    cfg = OmegaConf.load(cfg_path)
-    meta = json.loads((job_dir / "meta.json").read_text())
+    job = job if isinstance(job, RunDir) else RunDir(job)
+    meta = job.meta()
     memo = {} if memo is None else memo
-    key = ("corpus", OmegaConf.to_yaml(cfg.dataset))
-    corpus = memo[key] if key in memo else memo.setdefault(key, build(cfg.dataset))
-    if corpus.name != meta.get("dataset"):
-        raise ValueError(f"{cfg_path}: dataset config now loads {corpus.name!r}, but the run measured {meta.get('dataset')!r} (field dataset)")
-    traces = tuple(Trace.load(p.parent) for p in sorted(job_dir.glob("trace*/trace.parquet")))
-    return JobInputs(job_dir, corpus, traces, tuple(build_strategies(cfg.strategy)), str(meta["embedder"]),
-                     str(meta.get("tokens_encoding") or cfg.tokens.encoding),
-                     Path(cfg.paths.cache) / "embeddings" if cfg.get("paths") and cfg.paths.get("cache") else None,
-                     meta.get("embedder_identity"))
+    key = ("corpus", meta.get("corpus_sha256") or str(job.path))
+    corpus = memo[key] if key in memo else memo.setdefault(key, job.corpus())
+    settings = job.settings()
+    cache = (settings.get("paths") or {}).get("cache")
+    return JobInputs(job.path, corpus, tuple(job.traces()), tuple(job.strategy_specs()), str(meta["embedder"]),
+                     str(meta.get("tokens_encoding") or (settings.get("tokens") or {}).get("encoding")),
+                     Path(cache) / "embeddings" if cache else None, meta.get("embedder_identity"))
 
 
 class _CacheOnly:
@@ -371,15 +346,3 @@ def attribute_job(job: JobInputs, chosen: Mapping[tuple[str, str, str, str], flo
                 continue
             parts.append(attribute(trace, job.corpus, s, want[s.name], sel, ranks, top_n=top_n, embedder=job.embedder))
     return pd.concat(parts, ignore_index=True) if parts else pd.DataFrame()
-
-
-def attribute_run(run_dir: Path, points: pd.DataFrame, *, top_n: int = 10) -> pd.DataFrame:
-    """Attribute the misses of every job of a run at the recommended thresholds; writes attribution.parquet."""
-    from bench.output import write_atomic
-
-    chosen = {(r.dataset, r.embedder, r.backend, r.strategy): float(r.threshold) for r in points.itertuples(index=False)}
-    memo: dict = {}
-    parts = [attribute_job(load_job(j, memo), chosen, top_n=top_n, memo=memo) for j in _job_dirs(run_dir)]
-    misses = pd.concat(parts, ignore_index=True) if parts else pd.DataFrame()
-    write_atomic(Path(run_dir) / "attribution.parquet", lambda p: misses.to_parquet(p, index=False))
-    return misses

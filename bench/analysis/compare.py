@@ -4,7 +4,7 @@ Owns pairing configurations across two run directories (same dataset and strateg
 embedder/store of A against every one of B), each at its own run's recommended threshold (or at
 every common threshold with ``--all-thresholds``), and printing the paired tests of
 ``bench.analysis.stats.compare_pairs`` (permutation test on the same questions, Holm across all pairs,
-win/tie/loss). Reads only ``questions.parquet`` and ``config_resolved.yaml`` of each run.
+win/tie/loss). Reads only each run's per-question rows and ``recommend:`` settings (``bench.rundir.RunDir``).
 """
 
 from __future__ import annotations
@@ -20,18 +20,19 @@ import pandas as pd
 
 from bench.analysis import stats
 from bench.analysis.recommend import CONFIG_KEYS, RecommendConfig, one_format, recommend
+from bench.analysis.tables import ROW_METRIC, load_settings
+from bench.rundir import QUESTIONS, RunDir
 
 log = logging.getLogger(__name__)
 
-ROW_METRIC = {"f1": "f1", "f1_abstain": "f1_abstain", "recall": "recall", "tokens": "tokens_injected"}
 METRIC_CHOICES = ("f1", "f1_abstain", "recall", "precision", "hit", "tokens_injected", "abstained")
 
 
 def load_rows(run_dir: Path) -> pd.DataFrame:
-    path = Path(run_dir) / "questions.parquet"
-    if not path.is_file():
-        raise ValueError(f"{path}: not found (is {run_dir} a finished run directory?)")
-    return one_format(pd.read_parquet(path))
+    run = RunDir(run_dir)
+    if not run.has(QUESTIONS):
+        raise ValueError(f"{run.file(QUESTIONS)}: not found (is {run_dir} a finished run directory?)")
+    return one_format(run.questions())
 
 
 def run_pairs(rec_a, rec_b, rows_a: pd.DataFrame, rows_b: pd.DataFrame, *, all_thresholds: bool = False) -> list[tuple[dict, dict]]:
@@ -66,13 +67,11 @@ def _thresholds(rows: pd.DataFrame, where: dict) -> list[float]:
 def compare_runs(run_a: Path, run_b: Path, *, metric: str | None = None, all_thresholds: bool = False,
                  settings: RecommendConfig | None = None) -> tuple[pd.DataFrame, RecommendConfig]:
     """Paired tests between the configurations of two runs (see module docstring)."""
-    from bench.report.markdown import load_settings
-
     rows_a, rows_b = load_rows(run_a), load_rows(run_b)
-    cfg_a = settings or load_settings(Path(run_a))
-    cfg_b = settings or load_settings(Path(run_b))
-    rec_a = recommend(rows_a, cfg_a, source=str(Path(run_a) / "questions.parquet"))
-    rec_b = recommend(rows_b, cfg_b, source=str(Path(run_b) / "questions.parquet"))
+    cfg_a = settings or load_settings(RunDir(run_a))
+    cfg_b = settings or load_settings(RunDir(run_b))
+    rec_a = recommend(rows_a, cfg_a, source=str(RunDir(run_a).file(QUESTIONS)))
+    rec_b = recommend(rows_b, cfg_b, source=str(RunDir(run_b).file(QUESTIONS)))
     pairs = run_pairs(rec_a, rec_b, rows_a, rows_b, all_thresholds=all_thresholds)
     if not pairs:
         raise ValueError(f"{run_a} and {run_b} share no (dataset, strategy) with a feasible operating point: nothing to compare")

@@ -16,8 +16,10 @@ by ``abstained`` (nothing recalled) and by ``f1_abstain`` (their abstention coun
 
 from __future__ import annotations
 
+import functools
 import logging
 import math
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, fields
 
@@ -26,6 +28,7 @@ import pandas as pd
 
 from bench import metrics
 from bench.analysis.stats import cluster_bootstrap, cluster_sums, ratio
+from bench.rundir import QUESTIONS
 
 log = logging.getLogger(__name__)
 
@@ -44,24 +47,39 @@ CI_METHODS = ("percentile", "basic", "BCa")
 TIE = 1e-12
 
 
+@functools.cache
+def _shipped() -> tuple[tuple[str, object], ...]:
+    """configs/recommend/default.yaml: the only copy of the defaults. Its ``seed: ${seed}`` follows the
+    run's top-level ``seed``; outside a run, config.yaml's."""
+    from bench.resources import shipped_config
+
+    top = shipped_config("config.yaml")
+    out = []
+    for k, v in shipped_config("recommend/default.yaml").items():
+        ref = re.fullmatch(r"\$\{(\w+)\}", v) if isinstance(v, str) else None
+        out.append((k, top.get(ref.group(1)) if ref else v))
+    return tuple(out)
+
+
 @dataclass(frozen=True)
 class RecommendConfig:
-    """The ``recommend:`` config block (configs/recommend/default.yaml)."""
+    """The ``recommend:`` config block. Its defaults live in configs/recommend/default.yaml only:
+    ``RecommendConfig.defaults(**changes)`` / ``from_mapping(block)`` start from there."""
 
-    objective: str = "max_f1"
-    token_budget: float | None = None  # mean injected tokens per question must be <= this
-    min_recall: float | None = None  # macro recall must be >= this
-    max_p99_ms: float | None = None  # store p99 latency must be <= this
-    per_category: bool = False  # also choose a threshold for each category
-    confidence: float = 0.95
-    n_resamples: int = 1000
-    ci_method: str = "percentile"
-    neighbours: int = 1  # thresholds each side of the chosen one shown with CIs
-    seed: int = 0
-    alpha: float = 0.05  # significance level of the paired tests (after Holm)
-    test_unit: str = "question"  # paired permutation unit: question | conversation
-    test_resamples: int = 2000
-    attribution_top_n: int = 10  # a gold memory outside the exact top-N is an embedding miss
+    objective: str  # max_f1 | max_f1_abstain | max_recall | min_tokens
+    token_budget: float | None  # mean injected tokens per question must be <= this
+    min_recall: float | None  # macro recall must be >= this
+    max_p99_ms: float | None  # store p99 latency must be <= this
+    per_category: bool  # also choose a threshold for each category
+    confidence: float
+    n_resamples: int
+    ci_method: str
+    neighbours: int  # thresholds each side of the chosen one shown with CIs
+    seed: int
+    alpha: float  # significance level of the paired tests (after Holm)
+    test_unit: str  # paired permutation unit: question | conversation
+    test_resamples: int
+    attribution_top_n: int  # a gold memory outside the exact top-N is an embedding miss
 
     def __post_init__(self) -> None:
         where = "recommend config"
@@ -92,16 +110,31 @@ class RecommendConfig:
             raise ValueError(f"{where}: neighbours must be >= 0 (got {self.neighbours!r})")
 
     @classmethod
+    def defaults(cls, **changes) -> "RecommendConfig":
+        """The shipped defaults (configs/recommend/default.yaml), with ``changes``."""
+        return cls.from_mapping(changes, source="RecommendConfig.defaults")
+
+    @classmethod
     def from_mapping(cls, data: Mapping | None, *, source: str = "config") -> "RecommendConfig":
+        """A ``recommend:`` block (keys it leaves out: the shipped defaults)."""
         data = dict(data or {})
         known = {f.name for f in fields(cls)}
         unknown = sorted(set(data) - known)
         if unknown:
             raise ValueError(f"{source}: recommend has unknown key(s) {unknown}; known: {sorted(known)}")
         try:
-            return cls(**data)
+            return cls(**{**dict(_shipped()), **data})
         except ValueError as e:
             raise ValueError(f"{source}: {e}") from None
+
+    @classmethod
+    def from_settings(cls, settings: Mapping, *, source: str = "config") -> "RecommendConfig":
+        """From a run's resolved config (plain data): its ``recommend:`` block; the top-level ``seed``
+        seeds the bootstrap unless the block sets one. The shipped defaults when ``settings`` is empty."""
+        block = dict(settings.get("recommend") or {})
+        if "seed" in settings:
+            block.setdefault("seed", int(settings.get("seed") or 0))
+        return cls.from_mapping(block, source=source)
 
     @property
     def primary(self) -> str:
@@ -209,7 +242,7 @@ def one_format(rows: pd.DataFrame) -> pd.DataFrame:
     return rows[rows["format"] == keep]
 
 
-def build_grids(rows: pd.DataFrame, *, source: str = "questions.parquet") -> list[Grid]:
+def build_grids(rows: pd.DataFrame, *, source: str = QUESTIONS) -> list[Grid]:
     """Split a run's per-question rows into one Grid per configuration (sweep order)."""
     need = set(CONFIG_KEYS) | {"threshold", "question_id", "conversation_id", "category", "adversarial", "f1", "recall",
                                "precision", "tokens_injected", "empty", "latency_ns"}
@@ -255,10 +288,6 @@ def build_grids(rows: pd.DataFrame, *, source: str = "questions.parquet") -> lis
 
 
 # --------------------------------------------------------------------------- analysis
-
-def _tlabel(t: float) -> str:
-    return "—" if t is None or (isinstance(t, float) and math.isnan(t)) else f"{t:.2f}"
-
 
 def _latency_ok(grid: Grid, cfg: RecommendConfig) -> bool:
     return cfg.max_p99_ms is None or math.isnan(grid.latency_p99_ms) or grid.latency_p99_ms <= cfg.max_p99_ms
@@ -480,9 +509,9 @@ class Recommendation:
         return self.points[self.points["best"]]
 
 
-def recommend(rows: pd.DataFrame, cfg: RecommendConfig | None = None, *, source: str = "questions.parquet") -> Recommendation:
+def recommend(rows: pd.DataFrame, cfg: RecommendConfig | None = None, *, source: str = QUESTIONS) -> Recommendation:
     """Choose an operating point for every configuration in ``rows`` and the best one per dataset."""
-    cfg = cfg or RecommendConfig()
+    cfg = cfg or RecommendConfig.defaults()
     grids = build_grids(one_format(rows), source=source)
     points, curves, locos, folds, cats = [], [], [], [], []
     for g in grids:

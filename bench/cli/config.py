@@ -35,9 +35,15 @@ def to_plain(node, *, resolve: bool = True) -> dict:
     return dict(node)
 
 
+def strategy_nodes(strategy_cfg) -> list[dict]:
+    """The plain, resolved config of each strategy of a ``strategy:`` node (what ``load_spec`` builds, and
+    what a job keeps in strategies.json so that readers rebuild its strategies without Hydra)."""
+    return [to_plain(s) for s in strategy_cfg.values()]
+
+
 def build_strategies(strategy_cfg) -> list:
     """StrategySpecs from a ``strategy:`` config node (``configs/strategy/*.yaml``), validated."""
-    return [load_spec(to_plain(s)) for s in strategy_cfg.values()]
+    return [load_spec(n) for n in strategy_nodes(strategy_cfg)]
 
 
 def redacted_yaml(cfg: DictConfig) -> str:
@@ -46,6 +52,26 @@ def redacted_yaml(cfg: DictConfig) -> str:
 
 
 CONFIGS = configs_dir()
+
+
+def compose(overrides=()) -> DictConfig:
+    """The config of ``python -m bench [overrides]`` from Hydra's Compose API, outside a Hydra run
+    (for tools that run a job in-process; ``paths.root`` defaults to the current directory)."""
+    from hydra import compose as _compose
+    from hydra import initialize_config_dir
+
+    with initialize_config_dir(config_dir=str(CONFIGS), version_base="1.3"):
+        return _compose("config", overrides=list(overrides))
+
+
+def run_dir_override(path) -> str:
+    """The command-line override that makes a single run write into ``path``."""
+    return f"hydra.run.dir={path}"
+
+
+def sweep_dir_override(path) -> str:
+    """The command-line override that makes a multirun write its ``job<N>/`` into ``path``."""
+    return f"hydra.sweep.dir={path}"
 
 
 def backend_names() -> list[str]:

@@ -13,7 +13,6 @@ and what finished, and a non-zero exit, never a traceback.
 from __future__ import annotations
 
 import io
-import json
 import logging
 import sys
 from dataclasses import dataclass
@@ -26,7 +25,7 @@ from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf
 
 from bench import run
-from bench.cli.config import build, build_strategies, redacted_yaml, to_plain
+from bench.cli.config import build, redacted_yaml, strategy_nodes, to_plain
 from bench.output import (
     check_env_name,
     error_line,
@@ -35,9 +34,9 @@ from bench.output import (
     register_secret_env,
     scrub,
     secret_override,
-    write_atomic,
 )
 from bench.resources import configs_dir
+from bench.rundir import CARD, FAILED, FAULTS, NOT_CACHED, REPORT_MD, RESULTS, SUMMARY, RunDir, collect_jobs, strategy_record
 
 log = logging.getLogger("bench")
 
@@ -117,7 +116,7 @@ def prepare(cfg: DictConfig) -> Job:
     check_settings(cfg)
     corpus = build(cfg.dataset)
     if corpus.defects:
-        log.warning("%s: %s (see dataset_card.md)", corpus.name, defect_summary(corpus.defects))
+        log.warning("%s: %s (see %s)", corpus.name, defect_summary(corpus.defects), CARD)
         if cfg.get("strict", False):
             raise ValueError(f"strict=true: {corpus.name} ({corpus.source}) has {defect_summary(corpus.defects)}")
     embedder = build(cfg.embedder)
@@ -175,13 +174,15 @@ def run_job(cfg: DictConfig, out_dir: Path, job: Job | None = None) -> pd.DataFr
     from bench import tokens
     from bench.data.card import dataset_card, defect_summary
     from bench.embedders.cache import CachedEmbedder
+    from bench.strategies.spec import load_spec
     from bench.sweep import format_tokens_table, summarise, sweep, threshold_grid
 
     job = job or prepare(cfg)
     corpus, inner = job.corpus, job.embedder
     # an embedder that computes faster than the cache reads (synthetic) is not cached: at 1M texts the cache would cost GBs
     embedder = CachedEmbedder(inner, Path(cfg.paths.cache) / "embeddings") if getattr(inner, "cacheable", True) else inner
-    strategies = build_strategies(cfg.strategy)
+    nodes = strategy_nodes(cfg.strategy)
+    strategies = [load_spec(n) for n in nodes]
     dupes = sorted(n for n, c in Counter(s.name for s in strategies).items() if c > 1)
     if dupes:
         raise ValueError(f"strategy names must be unique within a run: {', '.join(dupes)} used twice (configs/strategy/*.yaml 'name')")
@@ -191,10 +192,11 @@ def run_job(cfg: DictConfig, out_dir: Path, job: Job | None = None) -> pd.DataFr
     token_counts = dict(table.memory["A"])  # "role: message" lines
 
     out_dir.mkdir(parents=True, exist_ok=True)
+    out = RunDir(out_dir)
     parts, metas, by_format = [], [], []
     for roles in dict.fromkeys(s.roles for s in strategies):
         trace = get_trace(cfg, job, embedder, roles)
-        trace.save(out_dir / ("trace" if roles is None else f"trace_{'_'.join(roles)}"))
+        trace.save(out.trace_dir(roles))
         specs = [s for s in strategies if s.roles == roles]
         parts.append(sweep(trace, corpus, specs, grid, token_counts, embedder=embedder.model_id, formats=formats, format_tokens=table))
         by_format += format_tokens_table(trace, corpus, specs, token_counts, table, embedder=embedder.model_id)
@@ -205,9 +207,9 @@ def run_job(cfg: DictConfig, out_dir: Path, job: Job | None = None) -> pd.DataFr
 
     embed_cache = {"key": embedder.dir.name, "inputs": inner.identity, "hits": embedder.hits, "misses": embedder.misses} \
         if isinstance(embedder, CachedEmbedder) else {"status": "not cached", "inputs": inner.identity}
-    write_atomic(out_dir / "questions.parquet", lambda p: rows.to_parquet(p, index=False))
-    write_atomic(out_dir / "summary.csv", lambda p: summary.to_csv(p, index=False))
-    write_atomic(out_dir / "dataset_card.md", lambda p: p.write_text(dataset_card(corpus)))
+    out.write_card(dataset_card(corpus))
+    out.write_corpus(corpus)  # what the report reads: never the dataset files again
+    out.write_strategies(redact([strategy_record(s, n) for s, n in zip(strategies, nodes)]))
     meta = {**metas[0], "traces": metas, "tokens_encoding": cfg.tokens.encoding, "thresholds": list(grid),
             "strategies": [s.name for s in strategies], "formats": list(formats), "format_tokens": by_format,
             "corpus_sha256": job.corpus_sha, "embedder_identity": inner.identity, "overrides": _overrides(),
@@ -215,7 +217,8 @@ def run_job(cfg: DictConfig, out_dir: Path, job: Job | None = None) -> pd.DataFr
             "embed_cache": {"hits": getattr(embedder, "hits", None), "misses": getattr(embedder, "misses", None)},
             "caches": {"job": {**job.key.describe(), "status": "miss"}, "traces": [m.get("cache") for m in metas],
                        "embeddings": embed_cache}}
-    write_atomic(out_dir / "meta.json", lambda p: p.write_text(json.dumps(redact(meta), indent=2, default=str)))
+    out.write_meta(redact(meta))
+    out.write_results(rows, summary)  # summary.csv last: a job directory with it is complete
     return summary
 
 
@@ -224,9 +227,7 @@ def _warn_fault(line: str) -> None:
     log.error(line)
     _STATE["exit"] = _STATE["exit"] or 1
     try:
-        out = Path(HydraConfig.get().runtime.output_dir) / "faults.json"
-        prev = json.loads(out.read_text()) if out.exists() else []
-        write_atomic(out, lambda p: p.write_text(json.dumps(prev + [line], indent=2)))
+        RunDir(Path(HydraConfig.get().runtime.output_dir)).add_fault(line)
     except Exception:  # noqa: BLE001  (the run directory itself may be the fault)
         pass
 
@@ -249,25 +250,26 @@ def run_or_resume(cfg: DictConfig, out_dir: Path) -> bool:
     settings come from the command, never from the cached job.
     """
     key = None
+    out = RunDir(out_dir)
     try:
         job = prepare(cfg)
         key = job.key
         done = Path(cfg.paths.cache) / "jobs" / key.digest
-        problem = run.check_job(done, key) if done.exists() else "not cached"
+        problem = run.check_job(done, key, required=RESULTS) if done.exists() else "not cached"
         if cfg.get("resume", True) and not problem:
             run.restore_job(done, out_dir)
-            meta = json.loads((out_dir / "meta.json").read_text())
+            meta = out.meta()
             meta.setdefault("caches", {})["job"] = {**key.describe(), "status": "hit", "from": str(done)}
             meta["overrides"] = _overrides()
-            write_atomic(out_dir / "meta.json", lambda p: p.write_text(json.dumps(meta, indent=2, default=str)))
-            write_atomic(out_dir / "config_resolved.yaml", lambda p: p.write_text(redacted_yaml(cfg)))
+            out.write_meta(meta)
+            out.write_config(redacted_yaml(cfg))
             log.info("job %s finished before: results copied from %s (resume=false to re-run)", key.digest, done)
             return True  # a cached job is not cached again
         if done.exists() and problem:
             log.warning("cached job %s not reused: %s; running it again", done, problem)
         run_job(cfg, out_dir, job)
-        write_atomic(out_dir / "config_resolved.yaml", lambda p: p.write_text(redacted_yaml(cfg)))
-        log.info(_caches_line(json.loads((out_dir / "meta.json").read_text())))
+        out.write_config(redacted_yaml(cfg))
+        log.info(_caches_line(out.meta()))
     except KeyboardInterrupt:
         _STATE["interrupted"] = True
         _record_failure(cfg, out_dir, key, "interrupted (Ctrl-C) before the job finished")
@@ -279,7 +281,7 @@ def run_or_resume(cfg: DictConfig, out_dir: Path) -> bool:
         _record_failure(cfg, out_dir, key, reason)
         return False
     try:
-        run.save_job(out_dir, Path(cfg.paths.cache) / "jobs", key, exclude=("config_resolved.yaml", "faults.json"))
+        run.save_job(out_dir, Path(cfg.paths.cache) / "jobs", key, exclude=NOT_CACHED)
     except OSError as exc:
         _warn_fault(f"the job finished but could not be cached in {Path(cfg.paths.cache) / 'jobs'}: {error_line(exc)}")
     return True
@@ -297,9 +299,8 @@ def _record_failure(cfg: DictConfig, out_dir: Path, key: run.Key | None, reason:
     try:
         overrides = _overrides()
         out_dir.mkdir(parents=True, exist_ok=True)
-        write_atomic(out_dir / "failed.json", lambda p: p.write_text(json.dumps(
-            {"job_key": key.digest if key else None, "reason": reason, "backend": cfg.backend.get("_target_"),
-             "overrides": overrides}, indent=2)))
+        RunDir(out_dir).write_failed({"job_key": key.digest if key else None, "reason": reason,
+                                      "backend": cfg.backend.get("_target_"), "overrides": overrides})
     except Exception as exc:  # noqa: BLE001  (an unwritable run directory: the console line is all we can leave)
         log.error("could not record the failure in %s: %s", out_dir, error_line(exc))
 
@@ -307,13 +308,11 @@ def _record_failure(cfg: DictConfig, out_dir: Path, key: run.Key | None, reason:
 def finish_run(run_dir: Path, latest: Path | None) -> None:
     from bench.report.markdown import write_report
 
-    write_report(run_dir)
+    report = write_report(run_dir)
     if latest is not None:
         run.publish_latest(run_dir, latest)
-    log.info("report: %s%s", run_dir / "report.md", f" (latest -> {run_dir})" if latest else "")
-    jobs = run_dir / "jobs.json"
-    metas = json.loads(jobs.read_text()) if jobs.exists() else [json.loads((run_dir / "meta.json").read_text())]
-    for m in {m.get("dataset"): m for m in metas}.values():  # one line per dataset: its label defects by kind
+    log.info("report: %s%s", report, f" (latest -> {run_dir})" if latest else "")
+    for m in {m.get("dataset"): m for m in RunDir(run_dir).jobs()}.values():  # one line per dataset: its label defects by kind
         if m.get("defects"):
             log.warning("%s: %s (listed in the report's dataset card)", m.get("dataset"), m.get("defects_summary"))
         else:
@@ -336,8 +335,6 @@ class CollectRuns(Callback):
     """After a multirun: merge every job's results into the sweep directory and write one report."""
 
     def on_multirun_end(self, config: DictConfig, **kwargs) -> None:
-        from bench.report.markdown import collect_jobs
-
         sweep_dir = Path(config.hydra.sweep.dir)
         try:
             finished = collect_jobs(sweep_dir)
@@ -345,17 +342,18 @@ class CollectRuns(Callback):
             log.error("could not merge the jobs of %s: %s", sweep_dir, error_line(exc))
             _STATE["exit"] = _STATE["exit"] or 1
             return
-        if list(sweep_dir.glob("job*/faults.json")):
+        jobs = RunDir(sweep_dir).all_job_dirs()
+        if any(j.has(FAULTS) for j in jobs):
             _STATE["exit"] = _STATE["exit"] or 1
-        if any("interrupted" in json.loads(p.read_text()).get("reason", "") for p in sweep_dir.glob("job*/failed.json")):
+        if any("interrupted" in f.get("reason", "") for j in jobs if j.has(FAILED) for f in j.failed()):
             _STATE["interrupted"] = True
         if finished:
             _finish(sweep_dir, config)
         else:
             _STATE["exit"] = _STATE["exit"] or 1
         if _STATE["interrupted"]:
-            n = sum(1 for _ in sweep_dir.glob("job*/summary.csv"))
-            log.error("interrupted (Ctrl-C): %d job(s) finished%s", n, f"; their report: {sweep_dir / 'report.md'}" if finished else "")
+            n = sum(1 for j in jobs if j.has(SUMMARY))
+            log.error("interrupted (Ctrl-C): %d job(s) finished%s", n, f"; their report: {sweep_dir / REPORT_MD}" if finished else "")
 
 
 # --- the process --------------------------------------------------------------------------------

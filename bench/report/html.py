@@ -13,7 +13,7 @@ import html
 import logging
 from pathlib import Path
 
-from bench.output import write_atomic
+from bench.rundir import REPORT_HTML, REPORT_MD, RunDir
 
 log = logging.getLogger(__name__)
 
@@ -84,8 +84,8 @@ def _box_recommendation(body: str) -> str:
 
 def write_html(run_dir: Path, markdown: str | None = None) -> Path:
     """Write ``report.html`` beside ``report.md`` (read from disk when ``markdown`` is None)."""
-    run_dir = Path(run_dir)
+    run = RunDir(run_dir)
     if markdown is None:
-        markdown = (run_dir / "report.md").read_text()
-    page = render(markdown, run_dir, title=f"recallbench report: {run_dir.name}")
-    return write_atomic(run_dir / "report.html", lambda p: p.write_text(page, encoding="utf-8"))
+        markdown = run.file(REPORT_MD).read_text()
+    page = render(markdown, run.path, title=f"recallbench report: {run.path.name}")
+    return run.write_text(REPORT_HTML, page)

@@ -1,83 +1,33 @@
 """Markdown + HTML report and plots from a finished run directory (never reopens a store).
 
-``collect_jobs`` merges the job directories of a multirun; ``write_report`` writes ``report.md``,
-the self-contained ``report.html``, PNG plots and the analysis tables (recommendation, curves,
-LOCO, categories, transfer, significance, attribution) beside ``summary.csv``. It starts with the
-recommendation (``bench.analysis.recommend``). Calibration and miss attribution reload the corpus from the
-run's config_resolved.yaml; when that fails the report says so and keeps the rest.
-Both can be re-run at any time (``make report``).
+``write_report`` renders what ``bench.analysis.tables.analyse`` computed from the run directory
+(recommendation, operating points, Pareto frontier, significance, LOCO, categories, calibration, miss
+attribution) plus the summary tables: ``report.md``, the self-contained ``report.html`` and PNG
+figures, with the analysis tables saved in ``analysis/``. It starts with the recommendation. Everything
+comes from the run directory (``bench.rundir.RunDir``): calibration and attribution read each job's
+corpus snapshot and traces, so the report works after the dataset files moved. Strategies are found
+by what they are (``kind`` and ``params`` in strategies.json), rows labelled with their configured
+names. Re-run at any time (``make report``).
 """
 
 from __future__ import annotations
 
-import json
 import logging
 import math
 from pathlib import Path
 
 import pandas as pd
 
-from bench.analysis import stats
-from bench.analysis.recommend import (
-    CONFIG_KEYS,
-    Recommendation,
-    RecommendConfig,
-    neighbours,
-    one_format,
-    pareto_front,
-    recommend,
-)
-from bench.output import write_atomic
+from bench.analysis.recommend import CONFIG_KEYS, Recommendation, neighbours
+from bench.analysis.tables import Analysis, analyse, save
 from bench.report import plots
 from bench.report.strategies import strategy_sections
+from bench.rundir import ANALYSIS, QUESTIONS, REPORT_MD, SUMMARY, RunDir, strategy_names
 
 log = logging.getLogger(__name__)
 
 SEED_THRESHOLDS = (0.75, 0.65, 0.3)  # thresholds quoted by the seed articles
-
-
-def collect_jobs(sweep_dir: Path) -> bool:
-    """Merge ``job*/`` results of a multirun into ``sweep_dir``. False when no job finished."""
-    jobs = sorted(p for p in Path(sweep_dir).glob("job*") if (p / "summary.csv").exists())
-    failed = [{**json.loads((p / "failed.json").read_text()), "job": p.name} for p in sorted(Path(sweep_dir).glob("job*")) if (p / "failed.json").exists()]
-    write_atomic(sweep_dir / "failed.json", lambda p: p.write_text(json.dumps(failed, indent=2)))
-    if not jobs:
-        log.error("no finished jobs under %s", sweep_dir)
-        return False
-    summaries = [pd.read_csv(j / "summary.csv") for j in jobs]
-    rows_of = [pd.read_parquet(j / "questions.parquet") for j in jobs]
-    metas = [{**json.loads((j / "meta.json").read_text()), "job": j.name} for j in jobs]
-    for i, label in _labels_of_colliding_jobs(summaries, metas).items():  # e.g. -m backend.ef_search=64,200
-        for t in (summaries[i], rows_of[i]):
-            t["backend"] = t["backend"].astype(str) + f" ({label})"
-        metas[i]["backend"] = f"{metas[i]['backend']} ({label})"
-    summary = pd.concat(summaries, ignore_index=True)
-    rows = pd.concat(rows_of, ignore_index=True)
-    cards = list(dict.fromkeys((j / "dataset_card.md").read_text() for j in jobs if (j / "dataset_card.md").exists()))
-    write_atomic(sweep_dir / "summary.csv", lambda p: summary.to_csv(p, index=False))
-    write_atomic(sweep_dir / "questions.parquet", lambda p: rows.to_parquet(p, index=False))
-    write_atomic(sweep_dir / "jobs.json", lambda p: p.write_text(json.dumps(metas, indent=2, default=str)))
-    write_atomic(sweep_dir / "dataset_card.md", lambda p: p.write_text("\n\n".join(cards)))
-    return True
-
-
-def _labels_of_colliding_jobs(summaries: list[pd.DataFrame], metas: list[dict]) -> dict[int, str]:
-    """Jobs of a multirun whose rows share a configuration (same dataset, embedder, store, strategy): a
-    sweep over a setting that is not part of those names. Each gets the overrides that set it apart
-    (else its job name), to be appended to its store's name so no two jobs' rows merge."""
-    seen: dict[tuple, list[int]] = {}
-    for i, s in enumerate(summaries):
-        for key in s[["dataset", "embedder", "backend", "strategy"]].drop_duplicates().itertuples(index=False):
-            seen.setdefault(tuple(key), []).append(i)
-    clash = sorted({i for ids in seen.values() if len(ids) > 1 for i in ids})
-    if not clash:
-        return {}
-    own = {i: list(metas[i].get("overrides") or []) for i in clash}
-    shared = set.intersection(*(set(o) for o in own.values()))
-    labels = {i: " ".join(o for o in own[i] if o not in shared) or metas[i].get("job", f"job{i}") for i in clash}
-    log.warning("jobs %s measure the same configuration names; their stores are labelled %s",
-                ", ".join(metas[i].get("job", str(i)) for i in clash), "; ".join(f"({v})" for v in labels.values()))
-    return labels
+SEED_LIMIT_K = 5  # "limit-5" (seekdb agent-memory article)
 
 
 def _fmt(x, digits: int = 3) -> str:
@@ -101,35 +51,22 @@ def best_by_f1(summary: pd.DataFrame) -> pd.DataFrame:
     return s.loc[s.groupby(keys, sort=False)["f1"].idxmax()]
 
 
-def seed_claims(summary: pd.DataFrame) -> str:
-    """The seed articles' claims re-measured on this run's data."""
+def seed_claims(summary: pd.DataFrame, strategies: list[dict]) -> str:
+    """The seed articles' claims re-measured on this run's data: the limit strategy with k=5 and the
+    plain threshold strategy at the quoted thresholds (``strategies``: the run's strategies.json records)."""
+    limits = strategy_names(strategies, "limit", k=SEED_LIMIT_K)
+    thresholds = strategy_names(strategies, "threshold")
     out = []
     for (ds, emb, be), g in summary.groupby(["dataset", "embedder", "backend"], sort=False):
-        lim = g[g["strategy"].str.startswith("limit")]
-        thr = g[(g["strategy"] == "threshold") & g["threshold"].round(2).isin(SEED_THRESHOLDS)]
+        lim = g[g["strategy"].isin(limits)]
+        thr = g[g["strategy"].isin(thresholds) & g["threshold"].round(2).isin(SEED_THRESHOLDS)]
         rows = [f"**{ds} / {emb} / {be}**", "", "| claim | setting | token savings vs full context | recall | precision | F1 | empty rate |", "|---|---|---|---|---|---|---|"]
         for _, r in lim.iterrows():
             rows.append(f"| limit-5 saves tokens (seekdb agent-memory article) | {r['strategy']} | {_fmt(r['token_savings'])} | {_fmt(r['recall'])} | {_fmt(r['precision'])} | {_fmt(r['f1'])} | {_fmt(r['empty_rate'])} |")
         for _, r in thr.sort_values("threshold", ascending=False).iterrows():
-            rows.append(f"| threshold {r['threshold']:.2f} (seed articles) | threshold >= {r['threshold']:.2f} | {_fmt(r['token_savings'])} | {_fmt(r['recall'])} | {_fmt(r['precision'])} | {_fmt(r['f1'])} | {_fmt(r['empty_rate'])} |")
+            rows.append(f"| threshold {r['threshold']:.2f} (seed articles) | {r['strategy']} >= {r['threshold']:.2f} | {_fmt(r['token_savings'])} | {_fmt(r['recall'])} | {_fmt(r['precision'])} | {_fmt(r['f1'])} | {_fmt(r['empty_rate'])} |")
         out.append("\n".join(rows))
     return "\n\n".join(out)
-
-
-def load_settings(run_dir: Path) -> RecommendConfig:
-    """The ``recommend:`` block of the run's config_resolved.yaml (first job's for a multirun);
-    defaults when the run has none. The top-level ``seed`` seeds the bootstrap unless the block sets one."""
-    from omegaconf import OmegaConf
-
-    run_dir = Path(run_dir)
-    for d in [run_dir, *sorted(run_dir.glob("job*"))]:
-        path = d / "config_resolved.yaml"
-        if path.exists():
-            cfg = OmegaConf.to_container(OmegaConf.load(path), resolve=False) or {}
-            block = dict(cfg.get("recommend") or {})
-            block.setdefault("seed", int(cfg.get("seed", 0) or 0))
-            return RecommendConfig.from_mapping(block, source=str(path))
-    return RecommendConfig()
 
 
 def _label(r, multi_embedder: bool) -> str:
@@ -149,33 +86,12 @@ def _thr(t) -> str:
     return "—" if t is None or (isinstance(t, float) and math.isnan(t)) else f"{t:.2f}"
 
 
-ANALYSIS_DIR = "analysis"  # tables and figures of the recommendation/significance/calibration/attribution sections
 METRIC_NAMES = {"f1": "F1", "f1_abstain": "F1 (abstention credited)", "recall": "recall", "tokens": "injected tokens"}
-ROW_METRIC = {"f1": "f1", "f1_abstain": "f1_abstain", "recall": "recall", "tokens": "tokens_injected"}
 
 
-def significance(rows: pd.DataFrame, rec: Recommendation) -> pd.DataFrame:
-    """Paired tests of each dataset's recommended configuration against every other feasible one
-    (each at its own chosen threshold), on the same questions, Holm-corrected per dataset."""
-    cfg = rec.cfg
-    out = []
-    for ds, pts in rec.points.groupby("dataset", sort=False):
-        best = pts[pts["best"]]
-        if best.empty:
-            continue
-        b = best.iloc[0]
-        where = lambda r: {k: r[k] for k in (*CONFIG_KEYS, "threshold")}  # noqa: E731
-        pairs = [(where(b), where(r)) for _, r in pts.iterrows() if r.name != b.name and r["feasible"]]
-        if not pairs:
-            continue
-        res = stats.compare_pairs(rows, pairs, metric=ROW_METRIC[cfg.primary], alpha=cfg.alpha, unit=cfg.test_unit,
-                                  n_resamples=cfg.test_resamples, seed=cfg.seed, confidence=cfg.confidence)
-        res.insert(0, "dataset", ds)
-        out.append(res)
-    return pd.concat(out, ignore_index=True) if out else pd.DataFrame()
-
-
-def recommendation_section(rec: Recommendation, sig: pd.DataFrame, summary: pd.DataFrame, calib: dict) -> list[str]:
+def recommendation_section(a: Analysis, strategies: list[dict]) -> list[str]:
+    rec, sig, summary = a.rec, a.significance, a.summary
+    full_context = strategy_names(strategies, "full_context")
     cfg = rec.cfg
     p = cfg.primary
     name = METRIC_NAMES[p]
@@ -189,7 +105,7 @@ def recommendation_section(rec: Recommendation, sig: pd.DataFrame, summary: pd.D
             continue
         b = best.iloc[0]
         setting = f" with similarity ≥ {b['threshold']:.2f}" if not math.isnan(b["threshold"]) else " (no similarity threshold)"
-        full = summary[(summary["dataset"] == ds) & (summary["strategy"] == "full_context")]["tokens_injected_mean"]
+        full = summary[(summary["dataset"] == ds) & summary["strategy"].isin(full_context)]["tokens_injected_mean"]
         full_txt = f"; full context: {full.iloc[0]:.0f}" if len(full) else ""
         lines.append(f"**{ds}**: use **`{b['strategy']}`{setting}** on store `{b['backend']}` with embedder "
                      f"`{b['embedder']}`: F1 {_ci(b['f1'], b['f1_lo'], b['f1_hi'])}, recall {_ci(b['recall'], b['recall_lo'], b['recall_hi'])}, "
@@ -225,7 +141,7 @@ def recommendation_section(rec: Recommendation, sig: pd.DataFrame, summary: pd.D
                          f"(wins/ties/losses {r['wins']}/{r['ties']}/{r['losses']}).")
         if b["n_adversarial"]:
             lines.append(f"- **Adversarial questions** ({b['n_adversarial']}): nothing recalled (correct) for {b['abstained']:.1%} of them.")
-        text = calib.get((ds, b["embedder"], b["backend"]))
+        text = a.calibration_text(ds, b["embedder"], b["backend"])
         if text:
             lines.append(f"- **Scores**: {text}")
         lines.append("")
@@ -342,149 +258,101 @@ def category_section(rec: Recommendation, multi_embedder: bool) -> list[str]:
     return lines + [""]
 
 
-def attribution_section(misses: pd.DataFrame, rows: pd.DataFrame, top_n: int, run_dir: Path, multi_embedder: bool) -> tuple[list[str], list[Path]]:
+def attribution_section(a: Analysis, run_dir: Path) -> list[str]:
     from bench.analysis import attribution
 
-    out = run_dir / ANALYSIS_DIR
+    top_n, misses = a.cfg.attribution_top_n, a.misses
     lines = ["## Why gold memories are missed (at each strategy's chosen threshold)", "",
              f"Each missed gold memory gets one cause, in this order: filter (hidden by the strategy's filter), embedding "
              f"(not in the exact top-{top_n} by cosine), store (in the exact top-{top_n} but not returned by the store), "
              "threshold (returned, below the threshold), cap (above the threshold, below the top-k cut), decay/tier (dropped by the "
              "strategy's own policy: decay floor, tiers, routing or budget caps). `unreturned` = not returned and no exact rank available. Strategies that ignore the store are not listed.", ""]
     if misses.empty:
-        return lines + ["No misses to attribute.", ""], []
-    by_strategy = attribution.counts(misses, by=["dataset", "embedder", "backend", "strategy", "threshold"])
+        return lines + ["No misses to attribute.", ""]
     causes = [f"{c} miss" for c in attribution.CAUSES]
+    by_strategy = a.misses_by_strategy.copy()
     used = [c for c in causes if by_strategy[c].sum() > 0]
     cols = ["dataset", "configuration", "threshold", "missed", *used]
-    by_strategy["configuration"] = [_label(r, multi_embedder) for _, r in by_strategy.iterrows()]
+    by_strategy["configuration"] = [_label(r, a.multi_embedder) for _, r in by_strategy.iterrows()]
     lines += ["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
     for _, r in by_strategy.iterrows():
         lines.append("| " + " | ".join(_thr(r[c]) if c == "threshold" else str(r[c]) for c in cols) + " |")
-    by_cat = attribution.counts(misses)
-    by_cat["configuration"] = [_label(r, multi_embedder) for _, r in by_cat.iterrows()]
+    by_cat = a.misses_by_category.copy()
+    by_cat["configuration"] = [_label(r, a.multi_embedder) for _, r in by_cat.iterrows()]
     cols = ["dataset", "configuration", "threshold", "category", "missed", *used]
     lines += ["", "Per category:", "", "| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
     for _, r in by_cat.iterrows():
         lines.append("| " + " | ".join(_thr(r[c]) if c == "threshold" else str(r[c]) for c in cols) + " |")
-    write_atomic(out / "attribution_counts.csv", lambda p: by_cat.to_csv(p, index=False))
     figs = []
     for i, (ds, g) in enumerate(by_strategy.groupby("dataset", sort=False)):
         g = g.assign(label=[f"{r['configuration']} @ {_thr(r['threshold'])}" for _, r in g.iterrows()])
-        figs.append(plots.attribution(g, used, f"{ds}: missed gold memories by cause", out / f"attribution_{i}.png"))
-    return lines + [""] + [f"![{p.stem}]({p.relative_to(run_dir).as_posix()})" for p in figs] + [""], figs
+        figs.append(plots.attribution(g, used, f"{ds}: missed gold memories by cause", run_dir / ANALYSIS / f"attribution_{i}.png"))
+    return lines + [""] + [f"![{p.stem}]({p.relative_to(run_dir).as_posix()})" for p in figs] + [""]
 
 
-def analysis_sections(run_dir: Path, summary: pd.DataFrame, settings: RecommendConfig | None = None) -> list[str]:
+def calibration_section(a: Analysis, out: Path) -> list[str]:
+    lines = ["## Calibration: where relevant and irrelevant memories score", ""]
+    for c in a.calibrations:
+        title = f"{c.dataset} / {c.embedder} / {c.backend} / roles {c.roles}"
+        fig = plots.calibration(c.split.gold, c.split.nongold, c.cal.overlap, c.marks, title, out / f"calibration_{c.job}_{c.trace}_{c.backend}.png")
+        lines += [f"### {title}", "", c.text, "",
+                  f"AUC {c.cal.auc:.3f}; {c.cal.n_gold} gold and {c.cal.n_nongold} non-gold candidates from {c.cal.n_questions} questions.",
+                  "", f"![{fig.stem}]({ANALYSIS}/{fig.name})", ""]
+    return lines if a.calibrations else lines + [a.inputs_note or "No trace found in the run directory.", ""]
+
+
+def analysis_sections(run: RunDir, a: Analysis | None, strategies: list[dict]) -> list[str]:
     """Recommendation, operating points, Pareto frontier, significance, transfer, per category,
-    calibration and miss attribution. Writes their tables (CSV) and figures into ``run_dir``."""
-    from bench.analysis import attribution, calibration
-
-    run_dir = Path(run_dir)
-    out = run_dir / ANALYSIS_DIR
-    rows_path = run_dir / "questions.parquet"
-    if not rows_path.exists():
-        return ["## Recommendation", "", f"Not available: {rows_path} is missing.", ""]
-    rows = one_format(pd.read_parquet(rows_path))
-    summary = one_format(summary)
-    cfg = settings or load_settings(run_dir)
-    rec = recommend(rows, cfg, source=str(rows_path))
-    sig = significance(rows, rec)
-    multi_embedder = rows["embedder"].nunique() > 1
-    for name, df in (("recommendation", rec.points), ("curves", rec.curves), ("loco", rec.loco), ("loco_folds", rec.loco_folds),
-                     ("categories", rec.categories), ("transfer", rec.transfer)):
-        write_atomic(out / f"{name}.csv", lambda p, df=df: df.to_csv(p, index=False))
-    if len(sig):
-        flat = sig.assign(a=sig["a"].map(json.dumps, na_action="ignore"), b=sig["b"].map(json.dumps, na_action="ignore"))
-        write_atomic(out / "significance.csv", lambda p: flat.to_csv(p, index=False))
-
-    # calibration and attribution need the corpus (gold) and the traces: rebuilt from the run's config
-    calib_text, calib_lines, misses, attr_note = {}, [], pd.DataFrame(), ""
-    try:
-        memo: dict = {}
-        jobs_in = [attribution.load_job(d, memo) for d in attribution._job_dirs(run_dir)]
-    except Exception as e:  # noqa: BLE001  (the rest of the report must not depend on the corpus being here)
-        log.warning("calibration/attribution skipped: %s: %s", type(e).__name__, e)
-        jobs_in, attr_note = [], f"Not available: could not reload the corpus and traces ({type(e).__name__}: {e})."
+    calibration and miss attribution, rendered from ``a`` (figures written into the run's analysis/ folder)."""
+    if a is None:
+        return ["## Recommendation", "", f"Not available: {run.file(QUESTIONS)} is missing.", ""]
+    run_dir, rec, cfg, multi = run.path, a.rec, a.cfg, a.multi_embedder
+    out = run_dir / ANALYSIS
     best = rec.best()
-    done = set()  # jobs of a multirun share traces: one calibration per (dataset, embedder, store, roles)
-    for ji, job in enumerate(jobs_in):
-        gold = {q.question_id: [f"{q.conversation_id}|{e}" for e in q.evidence] for q in job.corpus.questions}
-        adv = {q.question_id for q in job.corpus.questions if q.adversarial}
-        for ti, trace in enumerate(job.traces):
-            ds, be = trace.meta["dataset"], trace.meta["backend"]
-            roles = ",".join(trace.meta["roles"]) if trace.meta.get("roles") else "all"
-            if (ds, job.embedder, be, roles) in done:
-                continue
-            done.add((ds, job.embedder, be, roles))
-            split = calibration.split_scores(trace.table, gold, skip=adv)
-            cal = calibration.calibrate(split)
-            b = best[(best["dataset"] == ds) & (best["embedder"] == job.embedder) & (best["backend"] == be)]
-            marks = {"reference 0.70": 0.7}
-            if len(b) and not math.isnan(b.iloc[0]["threshold"]):
-                marks = {f"recommended {b.iloc[0]['threshold']:.2f}": float(b.iloc[0]["threshold"]), **marks}
-            text = calibration.describe(cal, split, thresholds=sorted(set(marks.values())))
-            if roles == "all":
-                calib_text[(ds, job.embedder, be)] = text
-            title = f"{ds} / {job.embedder} / {be} / roles {roles}"
-            fig = plots.calibration(split.gold, split.nongold, cal.overlap, marks, title, out / f"calibration_{ji}_{ti}_{be}.png")
-            calib_lines += [f"### {title}", "", text, "",
-                            f"AUC {cal.auc:.3f}; {cal.n_gold} gold and {cal.n_nongold} non-gold candidates from {cal.n_questions} questions.",
-                            "", f"![{fig.stem}]({ANALYSIS_DIR}/{fig.name})", ""]
-    if jobs_in:
-        try:
-            chosen = {(r.dataset, r.embedder, r.backend, r.strategy): float(r.threshold) for r in rec.points.itertuples(index=False)}
-            parts = [attribution.attribute_job(j, chosen, top_n=cfg.attribution_top_n, memo=memo) for j in jobs_in]
-            misses = pd.concat(parts, ignore_index=True) if parts else pd.DataFrame()
-            write_atomic(out / "attribution.parquet", lambda p: misses.to_parquet(p, index=False))
-        except Exception as e:  # noqa: BLE001
-            log.warning("attribution skipped: %s: %s", type(e).__name__, e)
-            attr_note = f"Not available: {type(e).__name__}: {e}"
-
-    lines = recommendation_section(rec, sig, summary, calib_text)
-    lines += points_section(rec, sig, multi_embedder)
+    lines = recommendation_section(a, strategies)
+    lines += points_section(rec, a.significance, multi)
     lines += ["## Pareto frontier: recall vs injected tokens", "",
               "Every configuration and threshold of the run; the black step line is the frontier (nothing else has more recall for "
               "as few tokens); the star is the recommendation.", ""]
-    for i, (ds, s) in enumerate(summary.groupby("dataset", sort=False)):
-        s = s.assign(label=[_label(r, multi_embedder) for _, r in s.iterrows()])
-        front = pd.Series(pareto_front(s["tokens_injected_mean"].to_numpy(), s["recall"].to_numpy()), index=s.index)
-        fig = plots.pareto(s, front, best[best["dataset"] == ds], f"{ds}: recall vs injected tokens", out / f"pareto_{i}.png")
-        lines += [f"![{fig.stem}]({ANALYSIS_DIR}/{fig.name})", ""]
+    for i, (ds, s) in enumerate(a.pareto.groupby("dataset", sort=False)):
+        s = s.assign(label=[_label(r, multi) for _, r in s.iterrows()])
+        fig = plots.pareto(s, s["frontier"], best[best["dataset"] == ds], f"{ds}: recall vs injected tokens", out / f"pareto_{i}.png")
+        lines += [f"![{fig.stem}]({ANALYSIS}/{fig.name})", ""]
     for i, ((ds, emb, be), c) in enumerate(rec.curves.groupby(["dataset", "embedder", "backend"], sort=False)):
         c = c[c["threshold"].notna()]
         if len(c):
             fig = plots.ci_curves(c, cfg.primary if cfg.primary in ("f1", "f1_abstain") else "f1", f"{ds} / {emb} / {be}", out / f"ci_{i}_{be}.png")
-            lines += [f"![{fig.stem}]({ANALYSIS_DIR}/{fig.name})", ""]
-    lines += significance_section(sig, rec, multi_embedder)
-    lines += transfer_section(rec, multi_embedder)
+            lines += [f"![{fig.stem}]({ANALYSIS}/{fig.name})", ""]
+    lines += significance_section(a.significance, rec, multi)
+    lines += transfer_section(rec, multi)
     for i, (_, b) in enumerate(best.iterrows()):
         f = rec.loco_folds
         f = f[(f[CONFIG_KEYS] == b[CONFIG_KEYS]).all(axis=1)] if len(f) else f
         if len(f):
-            fig = plots.loco(f.reset_index(drop=True), METRIC_NAMES[cfg.primary], f"LOCO: {b['dataset']} / {_label(b, multi_embedder)}",
+            fig = plots.loco(f.reset_index(drop=True), METRIC_NAMES[cfg.primary], f"LOCO: {b['dataset']} / {_label(b, multi)}",
                              out / f"loco_{i}.png")
-            lines += [f"![{fig.stem}]({ANALYSIS_DIR}/{fig.name})", ""]
-    lines += category_section(rec, multi_embedder)
-    lines += ["## Calibration: where relevant and irrelevant memories score", ""]
-    lines += calib_lines or [attr_note or "No trace found in the run directory.", ""]
-    if jobs_in and not attr_note:
-        att_lines, _ = attribution_section(misses, rows, cfg.attribution_top_n, run_dir, multi_embedder)
-        lines += att_lines
+            lines += [f"![{fig.stem}]({ANALYSIS}/{fig.name})", ""]
+    lines += category_section(rec, multi)
+    lines += calibration_section(a, out)
+    if a.misses is not None:
+        lines += attribution_section(a, run_dir)
     else:
-        lines += ["## Why gold memories are missed", "", attr_note or "Not available.", ""]
+        lines += ["## Why gold memories are missed", "", a.attribution_note or a.inputs_note or "Not available.", ""]
     return lines
 
 
-def write_report(run_dir: Path, settings: RecommendConfig | None = None) -> Path:
-    """Write report.md, report.html, the analysis tables (CSV) and every figure into ``run_dir``."""
+def write_report(run_dir: Path, settings=None) -> Path:
+    """Write report.md, report.html, the analysis tables (CSV) and every figure into ``run_dir``
+    (``settings``: a RecommendConfig instead of the run's ``recommend:`` block)."""
     from bench.report import html as html_report
 
-    run_dir = Path(run_dir)
-    summary = pd.read_csv(run_dir / "summary.csv")
-    jobs = json.loads((run_dir / "jobs.json").read_text()) if (run_dir / "jobs.json").exists() else [json.loads((run_dir / "meta.json").read_text())]
-    card = (run_dir / "dataset_card.md").read_text() if (run_dir / "dataset_card.md").exists() else ""
-    failed = json.loads((run_dir / "failed.json").read_text()) if (run_dir / "failed.json").exists() else []
+    run = RunDir(run_dir)
+    run_dir = run.path
+    summary = run.summary()
+    jobs, card, failed, strategies = run.jobs(), run.card(), run.failed(), run.strategies()
+    a = analyse(run, settings)
+    if a is not None:
+        save(run, a)
 
     figures = []
     for i, ((ds, emb, be), g) in enumerate(summary.groupby(["dataset", "embedder", "backend"], sort=False)):
@@ -492,7 +360,8 @@ def write_report(run_dir: Path, settings: RecommendConfig | None = None) -> Path
         tag = f"{i}_{be}"
         figures.append((title, [
             plots.quality_vs_threshold(g, title, run_dir / f"quality_vs_threshold_{tag}.png"),
-            plots.tokens_vs_threshold(g, title, run_dir / f"tokens_vs_threshold_{tag}.png"),
+            plots.tokens_vs_threshold(g, title, run_dir / f"tokens_vs_threshold_{tag}.png",
+                                      full_context=strategy_names(strategies, "full_context")),
             plots.recall_vs_tokens(g, title, run_dir / f"recall_vs_tokens_{tag}.png"),
         ]))
 
@@ -501,7 +370,7 @@ def write_report(run_dir: Path, settings: RecommendConfig | None = None) -> Path
     lines = ["# recallbench report", ""]
     if not summary.get("for_results", pd.Series([True])).all():
         lines += ["> **Plumbing run**: this used a test-only embedder (hashing). Do not quote these numbers.", ""]
-    lines += analysis_sections(run_dir, summary, settings)
+    lines += analysis_sections(run, a, strategies)
     lines += ["## Runs", ""]
     for j in jobs:
         reuse = f"; trace reused from {j['reused_from']}" if j.get("reused_from") else ""
@@ -512,7 +381,7 @@ def write_report(run_dir: Path, settings: RecommendConfig | None = None) -> Path
                      f"measured {j['measured_at']}{reuse}; tokens `{j.get('tokens_encoding')}`")
     if failed:
         lines += ["", f"**{len(failed)} job(s) failed** (their results are absent from every table):", ""]
-        lines += [f"- `{f['job']}` ({' '.join(f.get('overrides', []))}): {f['reason']}" for f in failed]
+        lines += [f"- `{f.get('job', run_dir.name)}` ({' '.join(f.get('overrides', []))}): {f['reason']}" for f in failed]
     lines += ["", "Metrics are over the scored questions (`n_questions`: non-adversarial with gold; non-adversarial questions "
               "without gold are left out of every quality column and counted in `n_excluded` in summary.csv). Precision is undefined (NaN) when nothing is recalled; "
               "`precision_n` in summary.csv says how many questions it covers. F1 = 0 when a question has gold and nothing is recalled. "
@@ -521,8 +390,8 @@ def write_report(run_dir: Path, settings: RecommendConfig | None = None) -> Path
     fixed = summary[summary["threshold"].isna()]
     if len(fixed):
         lines += ["## Strategies without a threshold", "", _table(fixed, main_cols), ""]
-    lines += ["## Seed claims, re-measured", "", seed_claims(summary), ""]
-    lines += strategy_sections(summary, jobs)
+    lines += ["## Seed claims, re-measured", "", seed_claims(summary, strategies), ""]
+    lines += strategy_sections(summary, jobs, strategies)
     lat = summary[summary["latency_p50_ms"].notna()].drop_duplicates(["dataset", "embedder", "backend"])
     if len(lat):
         lines += ["## Store latency (per query, store call only, warm-up discarded)", "",
@@ -550,7 +419,7 @@ def write_report(run_dir: Path, settings: RecommendConfig | None = None) -> Path
     if card:
         lines += ["## Dataset", "", card, ""]
     text = "\n".join(lines)
-    path = write_atomic(run_dir / "report.md", lambda p: p.write_text(text))
+    path = run.write_text(REPORT_MD, text)
     html_report.write_html(run_dir, text)
     return path
 
@@ -562,11 +431,11 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m bench.report", description="Rebuild report.md and plots of a finished run.")
     ap.add_argument("run_dir", nargs="?", default="reports/latest")
     args = ap.parse_args(argv)
-    run_dir = Path(args.run_dir)
-    if not (run_dir / "summary.csv").exists():
-        print(f"error: {run_dir}/summary.csv not found (run `make sweep` first)", file=sys.stderr)
+    run = RunDir(args.run_dir)
+    if not run.finished():
+        print(f"error: {run.file(SUMMARY)} not found (run `make sweep` first)", file=sys.stderr)
         return 2
-    print(write_report(run_dir))
+    print(write_report(run.path))
     return 0
 
 

@@ -4,6 +4,7 @@ calibration histograms/ECDFs, LOCO folds, miss attribution. PNG files, written a
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from pathlib import Path
 
 import pandas as pd
@@ -52,7 +53,9 @@ def quality_vs_threshold(summary: pd.DataFrame, title: str, path: Path) -> Path:
         plt.close(fig)
 
 
-def tokens_vs_threshold(summary: pd.DataFrame, title: str, path: Path) -> Path:
+def tokens_vs_threshold(summary: pd.DataFrame, title: str, path: Path, *, full_context: Sequence[str] = ()) -> Path:
+    """Mean injected tokens per threshold; strategies without one as dotted lines (those in ``full_context``:
+    the dashed full-context line)."""
     plt = _figure()
     fig, ax = plt.subplots(figsize=(6.5, 4))
     for name, s in summary[summary["threshold"].notna()].groupby("strategy", sort=False):
@@ -61,7 +64,7 @@ def tokens_vs_threshold(summary: pd.DataFrame, title: str, path: Path) -> Path:
     full = summary["tokens_full_mean"].dropna()
     if len(full):
         ax.axhline(full.iloc[0], color="k", ls="--", lw=1, label="full context")
-    for _, r in summary[summary["threshold"].isna() & (summary["strategy"] != "full_context")].iterrows():
+    for _, r in summary[summary["threshold"].isna() & ~summary["strategy"].isin(list(full_context))].iterrows():
         ax.axhline(r["tokens_injected_mean"], ls=":", lw=1, color="gray")
         ax.annotate(r["strategy"], (0.1, r["tokens_injected_mean"]), fontsize=8, color="gray")
     if (summary["tokens_injected_mean"] > 0).any():  # a log axis needs a positive value

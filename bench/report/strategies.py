@@ -1,12 +1,13 @@
 """Report sections for the recall strategies: side-by-side table, routing, dual tier, formats, units,
 and the "seed claims, re-measured" table for the strategy articles.
 
-Owns ``strategy_sections(summary, jobs) -> list[str]`` (markdown lines, called by
+Owns ``strategy_sections(summary, jobs, strategies) -> list[str]`` (markdown lines, called by
 ``bench.report.write_report``). Reads tables only: ``summary`` is summary.csv, ``jobs`` the job
 metadata (meta.json / jobs.json; its ``format_tokens`` records come from
-``bench.sweep.format_tokens_table``). Strategies are found by their config names (``limit5``,
-``threshold``, ``hybrid5``, ``routing``, ``dual_tier``, ``keyword5``, ...); a section whose
-strategies were not run is left out.
+``bench.sweep.format_tokens_table``), ``strategies`` the run's strategies.json records. A seed's
+setting is found by what a strategy is, never by its name: ``SEEDS`` maps each setting to a
+strategy kind (its function) and parameters, e.g. the limit strategy with k=5; rows are labelled
+with the names the user configured. A section whose strategies were not run is left out.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from collections.abc import Sequence
 
 import pandas as pd
 
-from bench.sweep import FORMAT_SEED
+from bench.rundir import RunDir, strategy_names
 
 GROUP = ["dataset", "embedder", "backend"]
 SEEKDB_THRESHOLD = 0.65  # the seekdb agent-memory article's threshold
@@ -24,6 +25,28 @@ DUAL_TIER_THRESHOLDS = (0.70, 0.75)  # grid points around the L1/L2 article's 0.
 CODE_AGENT_THRESHOLDS = (0.1, 0.3, 0.5, 0.7)  # the code-agent article's threshold table
 CLAIMED_NOISE_CUT = 0.34  # "34 % less noise" (L1/L2 article)
 RAW_TURNS = "locomo"  # the raw-turn dataset the unit corpora are compared with
+
+# The seed articles' settings, as (kind, role filter, parameters): the kind is the strategy's function
+# (``StrategySpec.kind``), the parameters a subset of its bound ones (``StrategySpec.params``).
+SEEDS = {
+    "limit5": ("limit", None, {"k": 5}),
+    "threshold": ("threshold", None, {}),
+    "hybrid5": ("hybrid", None, {"k": 5}),
+    "routing": ("route_by_query", ("user",), {"profile_k": 3, "other_threshold": 0.65, "other_k": 5}),
+    "dual_tier": ("dual_tier", None, {"l1_turns": 5}),
+    "keyword5": ("keyword", None, {"k": 5}),
+    "full_context": ("full_context", None, {}),
+    "bm25_5": ("bm25", None, {"k": 5}),
+}
+FORMAT_SEEDS = {"threshold": CODE_AGENT_THRESHOLDS, "limit5": (None,), "full_context": (None,)}  # formats B/C are priced at these
+UNIT_SEEDS = ("limit5", "hybrid5", "threshold", "full_context", "bm25_5")  # compared across memory units
+
+
+def seed_name(strategies: Sequence[dict], seed: str) -> str | None:
+    """The configured name of the run's strategy that is the seed setting ``seed`` (a key of SEEDS), None if not run."""
+    kind, roles, params = SEEDS[seed]
+    names = strategy_names(strategies, kind, roles=roles, **params)
+    return names[0] if names else None
 
 
 def _f(x, digits: int = 3) -> str:
@@ -52,7 +75,7 @@ def _fmt_a(summary: pd.DataFrame) -> pd.DataFrame:
     return s
 
 
-def _row(g: pd.DataFrame, strategy: str, threshold: float | None = None):
+def _row(g: pd.DataFrame, strategy: str | None, threshold: float | None = None):
     s = g[g["strategy"] == strategy]
     if threshold is None:
         s = s[s["threshold"].isna()]
@@ -66,16 +89,17 @@ def _best(g: pd.DataFrame, strategy: str):
     return s.loc[s["f1"].idxmax()] if len(s) else None
 
 
-def strategy_sections(summary: pd.DataFrame, jobs: Sequence[dict]) -> list[str]:
+def strategy_sections(summary: pd.DataFrame, jobs: Sequence[dict], strategies: Sequence[dict]) -> list[str]:
     """Markdown lines: seed claims for the strategy articles, then the per-strategy sections."""
     s = _fmt_a(summary)
     lines: list[str] = []
     for key, g in s.groupby(GROUP, sort=False):
         title = " / ".join(map(str, key))
         fmt_records = [r for j in jobs for r in (j.get("format_tokens") or []) if all(r.get(k) == v for k, v in zip(GROUP, key))]
-        lines += [f"## Seed claims, re-measured: strategy articles ({title})", ""] + seed_table(g, fmt_records) + [""]
-        lines += side_by_side(g) + routing_section(g) + dual_tier_section(g) + format_section(summary, fmt_records, key)
-    lines += units_section(s)
+        lines += [f"## Seed claims, re-measured: strategy articles ({title})", ""] + seed_table(g, fmt_records, strategies) + [""]
+        lines += side_by_side(g) + routing_section(g, strategies) + dual_tier_section(g, strategies)
+        lines += format_section(summary, fmt_records, key, strategies)
+    lines += units_section(s, strategies)
     return lines
 
 
@@ -86,25 +110,27 @@ def _metrics(r) -> list[str]:
     return [_f(r["recall"]), _f(r["precision"]), _f(r["f1"]), _f(r["tokens_injected_mean"], 1), _f(r["token_savings"]), _f(r.get("noise_mean"), 2)]
 
 
-def seed_table(g: pd.DataFrame, fmt_records: Sequence[dict]) -> list[str]:
+def seed_table(g: pd.DataFrame, fmt_records: Sequence[dict], strategies: Sequence[dict]) -> list[str]:
     rows = []
+    name = {seed: seed_name(strategies, seed) for seed in SEEDS}
+    limit, thr, hybrid, router, dual, keyword = (name[k] for k in ("limit5", "threshold", "hybrid5", "routing", "dual_tier", "keyword5"))
 
     def add(seed: str, claim: str, setting: str, r, note: str = "") -> None:
         if r is not None:
             rows.append([seed, claim, setting, *_metrics(r), note])
 
-    add("seekdb agent-memory", "limit-5 recall saves tokens", "limit5", _row(g, "limit5"))
-    add("seekdb agent-memory", "a similarity threshold saves tokens", f"threshold >= {SEEKDB_THRESHOLD:.2f}", _row(g, "threshold", SEEKDB_THRESHOLD))
-    add("seekdb agent-memory", "threshold capped at 5", f"hybrid5 >= {SEEKDB_THRESHOLD:.2f}", _row(g, "hybrid5", SEEKDB_THRESHOLD))
-    r = _row(g, "routing")
+    add("seekdb agent-memory", "limit-5 recall saves tokens", str(limit), _row(g, limit))
+    add("seekdb agent-memory", "a similarity threshold saves tokens", f"{thr} >= {SEEKDB_THRESHOLD:.2f}", _row(g, thr, SEEKDB_THRESHOLD))
+    add("seekdb agent-memory", "threshold capped at 5", f"{hybrid} >= {SEEKDB_THRESHOLD:.2f}", _row(g, hybrid, SEEKDB_THRESHOLD))
+    r = _row(g, router)
     if r is not None:
         parts = [f"{route}: share {_f(p['question_share'], 2)}, recall {_f(p['recall'])}"
-                 for route in ("profile", "other") if (p := _row(g, f"routing/{route}")) is not None]
-        add("seekdb agent-memory", "route profile questions to limit-3, others to >= 0.65 cap 5 (user-only)", "routing", r, "; ".join(parts))
-    best = _best(g, "dual_tier")
+                 for route in ("profile", "other") if (p := _row(g, f"{router}/{route}")) is not None]
+        add("seekdb agent-memory", "route profile questions to limit-3, others to >= 0.65 cap 5 (user-only)", str(router), r, "; ".join(parts))
+    best = _best(g, dual)
     extra = () if best is None or any(abs(best["threshold"] - t) < 1e-9 for t in DUAL_TIER_THRESHOLDS) else (float(best["threshold"]),)
     for t in DUAL_TIER_THRESHOLDS + extra:  # the article's 0.72 lies between two grid points; plus dual tier's best-F1 threshold
-        d, th = _row(g, "dual_tier", t), _row(g, "threshold", t)
+        d, th = _row(g, dual, t), _row(g, thr, t)
         if d is None:
             continue
         note = ""
@@ -113,21 +139,21 @@ def seed_table(g: pd.DataFrame, fmt_records: Sequence[dict]) -> list[str]:
             total = d["noise_mean"] / th["noise_mean"] - 1
             note = (f"L2 noise {_f(d['l2_noise_mean'], 2)} vs plain threshold {_f(th['noise_mean'], 2)}: {_pct(l2)} "
                     f"(claimed {_pct(-CLAIMED_NOISE_CUT)}); with L1: {_pct(total)}; plain threshold recall {_f(th['recall'])}")
-        add("dual-tier L1/L2", "decay cuts injected noise by 34 %", f"dual_tier @ {t:.2f}", d, note)
+        add("dual-tier L1/L2", "decay cuts injected noise by 34 %", f"{dual} @ {t:.2f}", d, note)
         via = d["gold_via_l1"] + d["gold_via_l2"]
-        add("dual-tier L1/L2", "L1 scratchpad (last 5 turns) always injected", f"dual_tier @ {t:.2f}", d,
+        add("dual-tier L1/L2", "L1 scratchpad (last 5 turns) always injected", f"{dual} @ {t:.2f}", d,
             f"L1 share of recalled gold {_f(d['gold_via_l1'] / via if via else float('nan'), 2)}; "
             f"L1 share of injected memories {_f(d['l1_selected_mean'] / d['selected_mean'] if d['selected_mean'] else float('nan'), 2)}")
     for t in CODE_AGENT_THRESHOLDS:
-        add("code-agent", "threshold table", f"threshold >= {t:.1f}", _row(g, "threshold", t))
-    add("code-agent", "v1 keyword recall (substring, most recent first, limit 5)", "keyword5", _row(g, "keyword5"))
+        add("code-agent", "threshold table", f"{thr} >= {t:.1f}", _row(g, thr, t))
+    add("code-agent", "v1 keyword recall (substring, most recent first, limit 5)", str(keyword), _row(g, keyword))
     by = {(r["strategy"], None if r["threshold"] is None else round(r["threshold"], 2), r["format"]): r for r in fmt_records}
-    for name, t in [("threshold", x) for x in CODE_AGENT_THRESHOLDS] + [("limit5", None)]:
-        cells = [by.get((name, t, f)) for f in ("A", "B", "C")]
-        if cells[0] is None or None in cells:
+    for setting, t in [(thr, x) for x in CODE_AGENT_THRESHOLDS] + [(limit, None)]:
+        cells = [by.get((setting, t, f)) for f in ("A", "B", "C")]
+        if setting is None or cells[0] is None or None in cells:
             continue
         a = cells[0]["tokens_injected_mean"]
-        rows.append(["code-agent", "injection format A plain / B JSON / C labelled sections", f"{name}" + (f" >= {t:.1f}" if t is not None else ""),
+        rows.append(["code-agent", "injection format A plain / B JSON / C labelled sections", f"{setting}" + (f" >= {t:.1f}" if t is not None else ""),
                      _f(cells[0]["recall"]), "", "", " / ".join(_f(c["tokens_injected_mean"], 1) for c in cells), "", "",
                      f"B {_pct(cells[1]['tokens_injected_mean'] / a - 1 if a else float('nan'))}, C {_pct(cells[2]['tokens_injected_mean'] / a - 1 if a else float('nan'))} vs A"])
     if not rows:
@@ -150,21 +176,24 @@ def side_by_side(g: pd.DataFrame) -> list[str]:
             *_table(["strategy", "threshold", "questions", *METRIC_HEADER, "hit rate", "adversarial abstain"], rows), ""]
 
 
-def routing_section(g: pd.DataFrame) -> list[str]:
+def routing_section(g: pd.DataFrame, strategies: Sequence[dict]) -> list[str]:
+    routers = [s["name"] for s in strategies if s.get("kind") == SEEDS["routing"][0]]
     rows = [[n, _f(r["question_share"], 3), str(int(r["n_questions"])), *_metrics(r)]
-            for n in ("routing", "routing/profile", "routing/other") if (r := _row(g, n)) is not None]
+            for router in routers for n in (router, f"{router}/profile", f"{router}/other") if (r := _row(g, n)) is not None]
     if not rows:
         return []
     return ["## Query routing (per route; share = fraction of questions)", "", *_table(["route", "share", "questions", *METRIC_HEADER], rows), ""]
 
 
-def dual_tier_section(g: pd.DataFrame) -> list[str]:
-    d = g[g["strategy"] == "dual_tier"].sort_values("threshold")
+def dual_tier_section(g: pd.DataFrame, strategies: Sequence[dict]) -> list[str]:
+    duals = [s["name"] for s in strategies if s.get("kind") == SEEDS["dual_tier"][0]]
+    d = g[g["strategy"].isin(duals)].sort_values("threshold", kind="stable")
     if not len(d):
         return []
+    thr = seed_name(strategies, "threshold")
     rows = []
     for _, r in d.iterrows():
-        th = _row(g, "threshold", r["threshold"])
+        th = _row(g, thr, r["threshold"])
         tn = th["noise_mean"] if th is not None else float("nan")
         rows.append([_f(r["threshold"], 2), _f(r["recall"]), _f(th["recall"]) if th is not None else "n/a", _f(r["gold_via_l1"]), _f(r["gold_via_l2"]),
                      _f(r["l1_selected_mean"], 2), _f(r["l2_noise_mean"], 2), _f(r["noise_mean"], 2), _f(tn, 2),
@@ -172,15 +201,16 @@ def dual_tier_section(g: pd.DataFrame) -> list[str]:
     return ["## Dual-tier memory: L1 vs L2 contributions and noise against plain threshold recall", "",
             "gold via L1/L2 = mean share of a question's gold memories injected through that tier; noise = non-gold memories injected "
             "per question; L2 noise change = dual-tier L2 noise vs plain threshold noise at the same threshold (the article claims -34 %).", "",
-            *_table(["threshold", "recall", "threshold recall", "gold via L1", "gold via L2", "L1 memories", "L2 noise", "total noise",
+            *_table(["threshold", "recall", f"{thr or 'threshold'} recall", "gold via L1", "gold via L2", "L1 memories", "L2 noise", "total noise",
                      "threshold noise", "L2 noise change", "tokens/question"], rows), ""]
 
 
-def format_section(summary: pd.DataFrame, fmt_records: Sequence[dict], key) -> list[str]:
+def format_section(summary: pd.DataFrame, fmt_records: Sequence[dict], key, strategies: Sequence[dict]) -> list[str]:
     if "format" in summary and summary["format"].nunique() > 1:
+        seeds = {n: ts for seed, ts in FORMAT_SEEDS.items() if (n := seed_name(strategies, seed)) is not None}
         g = summary[(summary[GROUP] == pd.Series(dict(zip(GROUP, key)))).all(axis=1)]
         recs = [r for r in g[["strategy", "threshold", "format", "tokens_injected_mean", "tokens_full_mean"]].to_dict("records")
-                if r["strategy"] in FORMAT_SEED and (r["threshold"] != r["threshold"] or round(r["threshold"], 2) in FORMAT_SEED[r["strategy"]])]
+                if r["strategy"] in seeds and (r["threshold"] != r["threshold"] or round(r["threshold"], 2) in seeds[r["strategy"]])]
     else:
         recs = list(fmt_records)
     if not recs:
@@ -199,15 +229,17 @@ def format_section(summary: pd.DataFrame, fmt_records: Sequence[dict], key) -> l
             *_table(["strategy", "threshold", "A", "B", "C", "B vs A", "C vs A"], rows), ""]
 
 
-def units_section(s: pd.DataFrame) -> list[str]:
+def units_section(s: pd.DataFrame, strategies: Sequence[dict]) -> list[str]:
     if s["dataset"].nunique() < 2:
         return []
     rows = []
-    raw = s[(s["dataset"] == RAW_TURNS) & (s["strategy"] == "full_context")]["tokens_injected_mean"]
+    thresholded = {x["name"]: bool(x.get("thresholded")) for x in strategies}
+    names = [n for seed in UNIT_SEEDS if (n := seed_name(strategies, seed)) is not None]
+    raw = s[(s["dataset"] == RAW_TURNS) & (s["strategy"] == seed_name(strategies, "full_context"))]["tokens_injected_mean"]
     raw_full = float(raw.iloc[0]) if len(raw) else float("nan")
     for (ds, emb, be), g in s.groupby(GROUP, sort=False):
-        for name in ("limit5", "hybrid5", "threshold", "full_context", "bm25_5"):
-            r = _best(g, name) if name in ("hybrid5", "threshold") else _row(g, name)
+        for name in names:
+            r = _best(g, name) if thresholded.get(name) else _row(g, name)
             if r is not None:
                 rows.append([ds, be, name, _f(r["threshold"], 2), str(int(r["n_questions"])), *_metrics(r),
                              _f(r["tokens_injected_mean"] / raw_full, 4)])
@@ -224,22 +256,16 @@ def units_section(s: pd.DataFrame) -> list[str]:
 def main(argv: list[str] | None = None) -> int:
     """``python -m bench.report.strategies RUN_DIR``: write RUN_DIR/strategies.md from a finished run."""
     import argparse
-    import json
-    from pathlib import Path
 
-    from bench.output import write_atomic
+    from bench.rundir import STRATEGIES_MD, SUMMARY
 
     ap = argparse.ArgumentParser(prog="python -m bench.report.strategies", description=main.__doc__)
     ap.add_argument("run_dir", nargs="?", default="reports/latest")
-    run_dir = Path(ap.parse_args(argv).run_dir)
-    if not (run_dir / "summary.csv").exists():
-        ap.error(f"{run_dir}/summary.csv not found")
-    summary = pd.read_csv(run_dir / "summary.csv")
-    meta = run_dir / ("jobs.json" if (run_dir / "jobs.json").exists() else "meta.json")
-    jobs = json.loads(meta.read_text()) if meta.exists() else []
-    jobs = jobs if isinstance(jobs, list) else [jobs]
-    text = "\n".join(["# recallbench: strategies", "", *strategy_sections(summary, jobs)])
-    print(write_atomic(run_dir / "strategies.md", lambda p: p.write_text(text)))
+    run = RunDir(ap.parse_args(argv).run_dir)
+    if not run.finished():
+        ap.error(f"{run.file(SUMMARY)} not found")
+    text = "\n".join(["# recallbench: strategies", "", *strategy_sections(run.summary(), run.jobs(), run.strategies())])
+    print(run.write_text(STRATEGIES_MD, text))
     return 0
 
 

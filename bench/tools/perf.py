@@ -117,12 +117,10 @@ def format_line(r: Ratio) -> str:
 
 
 def compose(overrides: Sequence[str] = ()):
-    """The Hydra config of ``python -m bench`` (outside a Hydra run: paths.root = repo)."""
-    from hydra import compose as _compose
-    from hydra import initialize_config_dir
+    """The config of ``python -m bench`` (``bench.cli.config.compose``; paths.root = repo)."""
+    from bench.cli import config
 
-    with initialize_config_dir(config_dir=str(CONFIGS), version_base="1.3"):
-        return _compose("config", overrides=[f"paths.root={REPO}", *overrides])
+    return config.compose([f"paths.root={REPO}", *overrides])
 
 
 def warm_embeddings(overrides: Sequence[str], cache_dir: Path) -> int:

@@ -9,9 +9,9 @@ dataset/embedder) or 1 (a regression, or the experiment did not run).
 
 The rules (settings: the ``regress:`` block of the experiment config):
 
-- Operating points, per store: ``limit5`` and ``full_context`` (no threshold) and ``threshold`` and
-  ``hybrid5`` each at the threshold with the best F1 in the BASELINE (so both runs are compared at the
-  same point). A baseline point missing because its store's job failed fails the gate; one the run
+- Operating points, per store and strategy of the BASELINE: a strategy without a threshold (e.g. the
+  limit and full-context strategies) once, a thresholded one (threshold, hybrid) at the threshold with
+  the best F1 in the BASELINE (so both runs are compared at the same point). A baseline point missing because its store's job failed fails the gate; one the run
   did not ask for (an override) is reported as skipped. Both runs must ask the same questions.
 - Quality: per point and metric (recall, F1, precision: macro means over non-adversarial questions),
   fail when current - baseline < -tolerance AND the paired sign-flip test on the same questions
@@ -31,7 +31,6 @@ from __future__ import annotations
 
 import argparse
 import hashlib
-import json
 import logging
 import math
 import os
@@ -47,6 +46,7 @@ import numpy as np
 import pandas as pd
 
 from bench.resources import PACKAGE_DIR
+from bench.rundir import JOBS, LATENCY, META, QUESTIONS, SUMMARY, RunDir
 
 log = logging.getLogger(__name__)
 
@@ -54,9 +54,10 @@ REPO = PACKAGE_DIR.parent  # the checkout: tools run from a clone of the reposit
 REFERENCE = "exact"  # the store every latency is divided by
 RUN_FLAGS = ("trace_cache=false", "resume=false", "publish_latest=false", "progress=false")
 QUALITY_METRICS = ("recall", "f1", "precision", "hit")
-BASELINE_FILES = ("summary.csv", "questions.parquet", "meta.json", "latency.csv")
+BASELINE_FILES = (SUMMARY, QUESTIONS, META, LATENCY)
 CHECK_COLUMNS = ["check", "config", "metric", "baseline", "current", "delta", "ratio", "p_holm", "rule", "verdict"]
 FAIL, OK, SKIPPED = "FAIL", "ok", "skipped"
+SHIPPED = "experiment/regress.yaml"  # the experiment, and the only copy of the gate's defaults (its regress: block)
 NAN = float("nan")
 
 
@@ -66,19 +67,20 @@ class RegressError(RuntimeError):
 
 @dataclass(frozen=True)
 class GateConfig:
-    """The ``regress:`` block of configs/experiment/regress.yaml."""
+    """The ``regress:`` block. Its defaults live in configs/experiment/regress.yaml only (each setting is
+    documented there): ``GateConfig.defaults(**changes)`` / ``from_mapping(block)`` start from there."""
 
-    metrics: tuple[str, ...] = ("recall", "f1", "precision")
-    tolerance: float = 0.02
-    alpha: float = 0.05
-    test_resamples: int = 10000
-    test_unit: str = "question"
-    budget_ratio_max: float = 1.10
-    latency_repeats: int = 3
-    latency_queries: int = 200
-    latency_warmup: int = 20
-    latency_ratio_max: float = 3.0
-    seed: int = 0
+    metrics: tuple[str, ...]
+    tolerance: float
+    alpha: float
+    test_resamples: int
+    test_unit: str
+    budget_ratio_max: float
+    latency_repeats: int
+    latency_queries: int
+    latency_warmup: int
+    latency_ratio_max: float
+    seed: int
 
     def __post_init__(self) -> None:
         w = "regress config"
@@ -104,14 +106,22 @@ class GateConfig:
                 raise ValueError(f"{w}: {name} must be an integer >= {low} (got {v!r})")
 
     @classmethod
+    def defaults(cls, **changes) -> "GateConfig":
+        """The shipped defaults (the ``regress:`` block of configs/experiment/regress.yaml), with ``changes``."""
+        return cls.from_mapping(changes, where="GateConfig.defaults")
+
+    @classmethod
     def from_mapping(cls, block: Mapping | None, *, where: str = "regress config") -> "GateConfig":
+        """A ``regress:`` block (settings it leaves out: the shipped defaults)."""
+        from bench.resources import shipped_config
+
         block = dict(block or {})
         known = {f.name for f in fields(cls)}
         unknown = sorted(set(block) - known)
         if unknown:
             raise ValueError(f"{where}: unknown regress setting(s) {unknown} (known: {sorted(known)})")
-        if "metrics" in block:
-            block["metrics"] = tuple(block["metrics"])
+        block = {**shipped_config(SHIPPED)["regress"], **block}
+        block["metrics"] = tuple(block["metrics"])
         try:
             return cls(**block)
         except ValueError as e:
@@ -144,30 +154,30 @@ def load_run(path: Path) -> RunData:
     """Read summary.csv, questions.parquet, meta.json and latency.csv (optional) of a run or baseline."""
     from bench.analysis.recommend import one_format
 
-    path = Path(path)
-    for name in ("summary.csv", "questions.parquet"):
-        if not (path / name).is_file():
-            raise RegressError(f"{path / name}: not found (is {path} a finished regress run or a baseline?)")
-    rows = one_format(pd.read_parquet(path / "questions.parquet"))
+    run = RunDir(path)
+    path = run.path
+    for name in (SUMMARY, QUESTIONS):
+        if not run.has(name):
+            raise RegressError(f"{run.file(name)}: not found (is {path} a finished regress run or a baseline?)")
+    rows = one_format(run.questions())
     need = {"dataset", "embedder", "backend", "strategy", "threshold", "question_id", "conversation_id", "adversarial",
             "tokens_injected", *QUALITY_METRICS}
     missing = sorted(need - set(rows.columns))
     if missing:
-        raise RegressError(f"{path / 'questions.parquet'}: missing column(s) {missing}")
+        raise RegressError(f"{run.file(QUESTIONS)}: missing column(s) {missing}")
     if rows.empty:
-        raise RegressError(f"{path / 'questions.parquet'}: no rows")
+        raise RegressError(f"{run.file(QUESTIONS)}: no rows")
     for col in ("dataset", "embedder"):
         if rows[col].nunique() != 1:
-            raise RegressError(f"{path / 'questions.parquet'}: field {col!r} must have one value, has {sorted(rows[col].unique())}")
-    summary = pd.read_csv(path / "summary.csv")
+            raise RegressError(f"{run.file(QUESTIONS)}: field {col!r} must have one value, has {sorted(rows[col].unique())}")
+    summary = run.summary()
     if "format" in summary:
         summary = summary[summary["format"] == rows["format"].iloc[0]] if "format" in rows else summary
     try:
-        meta = json.loads((path / "meta.json").read_text()) if (path / "meta.json").is_file() else {}
+        meta = run.meta() if run.has(META) else {}
     except ValueError as e:
-        raise RegressError(f"{path / 'meta.json'}: not valid JSON ({e})") from None
-    latency = pd.read_csv(path / "latency.csv") if (path / "latency.csv").is_file() else None
-    return RunData(path, summary, rows, meta, latency)
+        raise RegressError(f"{run.file(META)}: not valid JSON ({e})") from None
+    return RunData(path, summary, rows, meta, run.latency())
 
 
 def show(path: Path) -> str:
@@ -360,7 +370,7 @@ def latency_checks(base: pd.DataFrame | None, cur: pd.DataFrame | None, cfg: Gat
     if base is None or cur is None:
         which = "baseline" if base is None else "current run"
         return pd.DataFrame([_check("latency", "all stores", f"p50 / {REFERENCE} p50", NAN, NAN, rule=rule,
-                                    verdict=f"skipped (no latency.csv in the {which})")], columns=CHECK_COLUMNS)
+                                    verdict=f"skipped (no {LATENCY} in the {which})")], columns=CHECK_COLUMNS)
     rb = latency_ratios(base).set_index("backend")
     rc = latency_ratios(cur).set_index("backend")
     out = []
@@ -437,8 +447,8 @@ def render_markdown(result: GateResult, cfg: GateConfig, baseline: RunData | Non
                   f"made {bm.get('made_at', '?')} on commit {str(bm.get('git_commit') or '?')[:12]}",
                   f"- Current: `{show(current.path)}` — made {current.meta.get('made_at', '?')} on commit "
                   f"{str(current.meta.get('git_commit') or '?')[:12]}", ""]
-    lines += ["Rules: operating points = each store's limit5 and full_context, and threshold/hybrid5 at the baseline's "
-              f"best-F1 threshold. Quality fails when current − baseline < −{cfg.tolerance:g} and the paired sign-flip "
+    lines += ["Rules: operating points = each store's strategies of the baseline, those without a threshold as they are and "
+              f"thresholded ones at the baseline's best-F1 threshold. Quality fails when current − baseline < −{cfg.tolerance:g} and the paired sign-flip "
               f"test over the same questions ({cfg.test_resamples} resamples, unit {cfg.test_unit}) is significant at "
               f"{cfg.alpha:g} after Holm's correction over the checks that can be (Holm p — = too few changed questions to "
               "ever reach significance; identical comparisons, e.g. two exact stores, count once). Tokens fail when mean injected tokens / "
@@ -478,41 +488,38 @@ def run_experiment(run_dir: Path, overrides: Sequence[str], log_path: Path) -> N
     run_dir = Path(run_dir)
     shutil.rmtree(run_dir, ignore_errors=True)
     log_path.parent.mkdir(parents=True, exist_ok=True)
-    cmd = [sys.executable, "-m", "bench", "-m", "experiment=regress", f"hydra.sweep.dir={run_dir}", *RUN_FLAGS, *overrides]
+    from bench.cli.config import sweep_dir_override
+
+    cmd = [sys.executable, "-m", "bench", "-m", "experiment=regress", sweep_dir_override(run_dir), *RUN_FLAGS, *overrides]
     log.info("running: %s", " ".join(cmd))
     t0 = time.perf_counter()
     with open(log_path, "w") as f:
         proc = subprocess.run(cmd, cwd=REPO, stdout=f, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
     log.info("experiment finished in %.0f s (exit %d); log: %s", time.perf_counter() - t0, proc.returncode, log_path)
-    if proc.returncode != 0 or not (run_dir / "summary.csv").is_file():
+    if proc.returncode != 0 or not RunDir(run_dir).finished():
         tail = [ln.strip() for ln in log_path.read_text(errors="replace").splitlines() if ln.strip()][-1:] or ["no output"]
         raise RegressError(f"regress FAIL: the experiment did not run (exit {proc.returncode}): {tail[0][:300]} (log: {log_path})")
 
 
 def job_dirs(run_dir: Path) -> list[Path]:
-    return sorted((p for p in Path(run_dir).glob("job*") if (p / "summary.csv").is_file()), key=lambda p: int(p.name[3:] or 0))
+    return [j.path for j in RunDir(run_dir).all_job_dirs() if j.finished()]
 
 
-def load_job_config(job: Path):
-    from omegaconf import OmegaConf
-
-    path = job / "config_resolved.yaml"
-    if not path.is_file():
-        raise RegressError(f"{path}: not found (a finished job writes it)")
-    return OmegaConf.load(path)
+def load_job_config(job: Path) -> dict:
+    """A finished job's resolved config as plain data (``RunDir.settings``)."""
+    run = RunDir(job)
+    if run.settings_file() is None:
+        raise RegressError(f"{job}: no resolved config (a finished job writes it)")
+    return run.settings()
 
 
 def gate_config(run_dir: Path) -> GateConfig:
-    """The ``regress:`` block of the run's first job (defaults when it has none)."""
-    from omegaconf import OmegaConf
-
-    jobs = job_dirs(run_dir)
-    if not jobs:
-        return GateConfig()
-    cfg = load_job_config(jobs[0])
-    block = cfg.get("regress")
-    return GateConfig.from_mapping(OmegaConf.to_container(block) if block is not None else None,
-                                   where=str(jobs[0] / "config_resolved.yaml") + ": regress")
+    """The ``regress:`` block of the run's first finished job (defaults when it has none)."""
+    jobs = RunDir(run_dir).all_job_dirs()
+    path = next((j.settings_file() for j in jobs if j.finished() and j.settings_file()), None)
+    if path is None:
+        return GateConfig.defaults()
+    return GateConfig.from_mapping(RunDir(path.parent).settings().get("regress"), where=f"{path}: regress")
 
 
 def time_searches(backends: Mapping[str, object], questions: Sequence, vectors: np.ndarray, *, depth: int,
@@ -553,9 +560,10 @@ def time_searches(backends: Mapping[str, object], questions: Sequence, vectors: 
 
 
 def measure_latency(run_dir: Path, cfg: GateConfig, stores_dir: Path) -> pd.DataFrame:
-    """Rebuild every finished job's store from its resolved config (embeddings from the cache) and time it."""
-    from bench.cli.config import build
+    """Rebuild every finished job's store from its resolved config (the corpus from the job's snapshot,
+    embeddings from the cache) and time it."""
     from bench.embedders.cache import CachedEmbedder
+    from bench.plugins import instantiate as build
     from bench.trace import batches, embed_corpus, search_depth
 
     jobs = job_dirs(run_dir)
@@ -563,8 +571,8 @@ def measure_latency(run_dir: Path, cfg: GateConfig, stores_dir: Path) -> pd.Data
     if not cfgs:
         return pd.DataFrame(columns=["backend", "repeat", "n", "p50_ms", "p99_ms"])
     first = cfgs[0]
-    corpus = build(first.dataset)
-    embedder = CachedEmbedder(build(first.embedder), Path(first.paths.cache) / "embeddings")
+    corpus = RunDir(jobs[0]).corpus()
+    embedder = CachedEmbedder(build(first["embedder"]), Path(first["paths"]["cache"]) / "embeddings")
     tv, qv, _ = embed_corpus(corpus, embedder)
     questions = list(corpus.questions)
     turns = corpus.turns()
@@ -573,9 +581,9 @@ def measure_latency(run_dir: Path, cfg: GateConfig, stores_dir: Path) -> pd.Data
     try:
         for i, c in enumerate(cfgs):
             kw = {"collection": f"rb_regress_{i}"}
-            if "path" in c.backend:
+            if "path" in c["backend"]:
                 kw["path"] = str(Path(stores_dir) / f"job{i}")
-            backend = build(c.backend, **kw)
+            backend = build(c["backend"], **kw)
             opened[f"job{i}"] = backend
             backend.open(dim=embedder.dim)
             for b in batches(turns, tv, 500):
@@ -584,7 +592,7 @@ def measure_latency(run_dir: Path, cfg: GateConfig, stores_dir: Path) -> pd.Data
         by_name = {b.name: b for b in opened.values()}
         if len(by_name) != len(opened):
             raise RegressError(f"{run_dir}: two jobs use the same store name; the latency pass needs one job per store")
-        return time_searches(by_name, questions, qv, depth=search_depth(first.depth, corpus), repeats=cfg.latency_repeats,
+        return time_searches(by_name, questions, qv, depth=search_depth(first.get("depth"), corpus), repeats=cfg.latency_repeats,
                              queries=cfg.latency_queries, warmup=cfg.latency_warmup)
     finally:
         for backend in opened.values():
@@ -599,34 +607,31 @@ def measure_latency(run_dir: Path, cfg: GateConfig, stores_dir: Path) -> pd.Data
 
 def latency_pass(run_dir: Path, stores_dir: Path) -> Path:
     """``measure_latency`` in a child process (an embedded seekdb can serve one path per process) -> latency.csv."""
-    from bench.output import write_atomic
-
     cfg = gate_config(run_dir)
     lat = measure_latency(run_dir, cfg, stores_dir)
-    return write_atomic(run_dir / "latency.csv", lambda p: lat.to_csv(p, index=False))
+    return RunDir(run_dir).write_latency(lat)
 
 
 def finish_run(run_dir: Path, overrides: Sequence[str], stores_dir: Path) -> GateConfig:
     """After the experiment: the latency pass (latency.csv, in a child process) and meta.json in ``run_dir``."""
-    from bench.output import write_atomic
-
+    run = RunDir(run_dir)
     cfg = gate_config(run_dir)
     t0 = time.perf_counter()
     proc = subprocess.run([sys.executable, "-m", "bench.tools.regress", "--latency-pass", str(run_dir), "--out", str(stores_dir)],
                           cwd=REPO, stdin=subprocess.DEVNULL)
-    if proc.returncode != 0 or not (run_dir / "latency.csv").is_file():
+    if proc.returncode != 0 or not run.has(LATENCY):
         raise RegressError(f"regress FAIL: the latency pass over {run_dir} failed (exit {proc.returncode}; its error is above)")
     log.info("latency pass finished in %.0f s", time.perf_counter() - t0)
-    rows = pd.read_parquet(run_dir / "questions.parquet")
-    jobs = json.loads((run_dir / "jobs.json").read_text()) if (run_dir / "jobs.json").is_file() else []
-    failed = json.loads((run_dir / "failed.json").read_text()) if (run_dir / "failed.json").is_file() else []
+    rows = run.questions()
+    jobs = run.jobs() if run.has(JOBS) else []
+    failed = run.failed()
     meta = {"made_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "git_commit": git_commit(),
             "command": "python -m bench -m experiment=regress " + " ".join([*RUN_FLAGS, *overrides]),
             "dataset": str(rows["dataset"].iloc[0]), "dataset_source": jobs[0].get("dataset_source") if jobs else None,
             "embedder": str(rows["embedder"].iloc[0]), "backends": sorted(rows["backend"].unique().tolist()),
             "strategies": list(dict.fromkeys(rows["strategy"])), "n_questions": int(rows["question_id"].nunique()),
             "question_set": question_set_id(rows), "gate": asdict(cfg), "failed_jobs": failed, "jobs": jobs}
-    write_atomic(run_dir / "meta.json", lambda p: p.write_text(json.dumps(meta, indent=2, default=str)))
+    run.write_meta(meta)
     return cfg
 
 
@@ -652,8 +657,8 @@ def write_baseline(run_dir: Path, baseline_root: Path) -> Path:
     shutil.rmtree(stage, ignore_errors=True)
     stage.mkdir(parents=True)
     for name in BASELINE_FILES:
-        if (run_dir / name).is_file():
-            shutil.copyfile(run_dir / name, stage / name)
+        if RunDir(run_dir).has(name):
+            shutil.copyfile(RunDir(run_dir).file(name), stage / name)
             os.chmod(stage / name, 0o644)
     m = run.meta
     needs = ("Needs LoCoMo (original release) at `$BENCH_DATA_DIR/locomo/locomo10.json`; without it `make regress` "
@@ -689,8 +694,8 @@ def regress(run_dir: Path, baseline_root: Path, out: Path) -> GateResult:
     current = load_run(run_dir)
     cfg = gate_config(run_dir)
     base_dir = Path(baseline_root) / current.dataset
-    if not (base_dir / "questions.parquet").is_file():
-        have = sorted(p.name for p in Path(baseline_root).glob("*") if (p / "questions.parquet").is_file())
+    if not RunDir(base_dir).has(QUESTIONS):
+        have = sorted(p.name for p in Path(baseline_root).glob("*") if RunDir(p).has(QUESTIONS))
         result = GateResult(pd.DataFrame(columns=CHECK_COLUMNS),
                             f"regress SKIPPED: no baseline for dataset {current.dataset!r} in {show(baseline_root)} "
                             f"(baselines: {', '.join(have) or 'none'}); `make baseline` writes one", False, True)
@@ -756,7 +761,7 @@ def main(argv: list[str] | None = None) -> int:
         msg = str(e) if str(e).startswith("regress ") else f"regress FAIL: {e}"
         if not args.write_baseline:  # the step summary says why there is no diff
             try:
-                report(GateResult(pd.DataFrame(columns=CHECK_COLUMNS), msg, True), GateConfig(), None, None, out)
+                report(GateResult(pd.DataFrame(columns=CHECK_COLUMNS), msg, True), GateConfig.defaults(), None, None, out)
             except OSError as w:
                 log.warning("could not write %s: %s", out / "summary.md", w)
         print(msg)

@@ -29,6 +29,7 @@ from tqdm.auto import tqdm
 
 from bench.cli.config import load_backend
 from bench.output import write_atomic
+from bench.rundir import RunDir
 from bench.trace import disk_bytes
 from bench.types import MemoryBatch, Where
 
@@ -185,7 +186,7 @@ def locomo_part(stores, *, out: Path, overrides: dict, data_dir: str | None) -> 
         s = pd.read_csv(run_dir / "summary.csv")
         meta = json.loads((run_dir / "meta.json").read_text())
         best = s.dropna(subset=["threshold"]).sort_values("f1", ascending=False).iloc[0]
-        lim = s[s["strategy"].str.startswith("limit")].iloc[0]
+        lim = s[s["strategy"].isin(RunDir(run_dir).strategy_names("limit"))].iloc[0]
         rows.append({"store": name, "dataset": meta["dataset"], "memories": meta["n_memories"],
                      "best_strategy": best["strategy"], "best_threshold": best["threshold"], "best_f1": best["f1"],
                      "limit5_recall": lim["recall"], "limit5_token_savings": lim["token_savings"],
