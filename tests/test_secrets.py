@@ -11,6 +11,7 @@ traces, parquet cells) and the console output are searched for the keys and thei
 
 from __future__ import annotations
 
+import gzip
 import json
 from pathlib import Path
 
@@ -73,14 +74,17 @@ def test_every_kind_of_output_was_scanned(planted):
 
 
 def test_the_scan_finds_a_key_when_one_is_there(tmp_path):
-    """Positive control: a key in a log line, in a parquet cell (compressed) and in YAML is found."""
+    """Positive control: a key in a log line, in a parquet cell (compressed), in YAML and in a gzip file is found."""
     key = "sk-PLANTED-0123456789abcdef"
     (tmp_path / "a.log").write_text(f"x {key} y {key}\n")
     pd.DataFrame({"col": ["ok", f"leak {key}"]}).to_parquet(tmp_path / "t.parquet", compression="zstd")
     (tmp_path / "sub").mkdir()
     (tmp_path / "sub" / "c.yaml").write_text(yaml.safe_dump({"api_key": key}))
+    (tmp_path / "corpus.json.gz").write_bytes(gzip.compress(f'{{"text": "{key}"}}'.encode()))
     hits = secret_hits(tmp_path, [key])
-    assert sorted(hits) == [str(tmp_path / "a.log"), str(tmp_path / "sub" / "c.yaml"), str(tmp_path / "t.parquet")]
+    assert sorted(hits) == [str(tmp_path / "a.log"), str(tmp_path / "corpus.json.gz"), str(tmp_path / "sub" / "c.yaml"),
+                            str(tmp_path / "t.parquet")]
+    assert hits[str(tmp_path / "corpus.json.gz")] == 1
     assert hits[str(tmp_path / "a.log")] == 2 and hits[str(tmp_path / "t.parquet")] >= 1  # raw bytes + decoded cell
 
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import gzip
 import hashlib
 import json
 import logging
@@ -40,7 +41,8 @@ log = logging.getLogger(__name__)
 # ----------------------------------------------------------------------------- planted secrets
 
 def secret_hits(root: Path, needles: list[str]) -> dict[str, int]:
-    """{file: occurrences} of any needle in any file under ``root`` (bytes, plus decoded parquet cells)."""
+    """{file: occurrences} of any needle in any file under ``root`` (bytes, plus decoded parquet cells and
+    the decompressed bytes of gzip files such as a job's corpus snapshot)."""
     hits: dict[str, int] = {}
     raw = [n.encode() for n in needles]
     for p in sorted(Path(root).rglob("*")):
@@ -48,6 +50,8 @@ def secret_hits(root: Path, needles: list[str]) -> dict[str, int]:
             continue
         data = p.read_bytes()
         n = sum(data.count(x) for x in raw)
+        if p.suffix == ".gz":
+            n += sum(gzip.decompress(data).count(x) for x in raw)
         if p.suffix == ".parquet":
             import pyarrow.parquet as pq
 
