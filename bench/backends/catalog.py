@@ -23,7 +23,7 @@ from bench.plugins import instantiate
 from bench.resources import configs_dir, plugin_names
 
 __all__ = ["CLOUD", "EMBEDDED", "LOCAL_SERVER", "backend_config", "capabilities", "load_backend", "runnable_stores",
-           "skip_reason", "store_names"]
+           "skip_reason", "split_runnable", "store_names"]
 
 STORES_VAR = "${paths.stores}"
 CLOUD_SKIP = ("a cloud store (network and an API key); not timed here: its loopback protocol double "
@@ -78,3 +78,11 @@ def runnable_stores() -> list[str]:
 def skip_reason(name: str) -> str | None:
     """Why the tools do not run ``name`` here (None when they do)."""
     return f"{name}: {CLOUD_SKIP}" if capabilities(name).kind == CLOUD else None
+
+
+def split_runnable(names=None) -> tuple[list[str], list[str]]:
+    """(the stores of ``names`` that run here, one line per other store saying why it is skipped).
+    ``names`` None: every configured store."""
+    names = store_names() if names is None else list(names)
+    reasons = {n: skip_reason(n) for n in names}
+    return [n for n in names if reasons[n] is None], [r for r in reasons.values() if r]

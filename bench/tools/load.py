@@ -32,7 +32,7 @@ from pathlib import Path
 
 import numpy as np
 
-from bench.backends.catalog import load_backend, runnable_stores, skip_reason
+from bench.backends.catalog import load_backend, split_runnable
 from bench.backends.servers import started_servers
 from bench.backends.session import INGEST_BATCH, Session, open_session
 from bench.resources import plugin_names
@@ -75,9 +75,10 @@ def _check(hits, k: int, conv_of: dict[str, str], conversation: str) -> str:
     return ""
 
 
-def measure_lag(session: Session, dim: int, *, probes: int, rng: np.random.Generator, timeout_s: float = 120.0) -> list[float]:
-    """Read-after-write lag of ``probes`` single-row writes (``Session.read_after_write``: from ``add()`` returning,
-    through ``wait_ready()``, until the start of the first unfiltered search that returns the new row)."""
+def measure_lag(backend, dim: int, *, probes: int, rng: np.random.Generator, timeout_s: float = 120.0) -> list[float]:
+    """Read-after-write lag of ``probes`` single-row writes into the open ``backend`` (``Session.read_after_write``: from
+    ``add()`` returning, through ``wait_ready()``, until the start of the first unfiltered search that returns the new row)."""
+    session = Session(backend)
     lags = []
     for i in range(probes):
         v = rng.standard_normal(dim).astype(np.float32)
@@ -97,7 +98,7 @@ def load_store(name: str, *, threads: int, queries: int, rows: int, dim: int, k:
     with contextlib.ExitStack() as stack:
         loader = stack.enter_context(open_session(make(), dim=dim, fresh=True))
         ingest = loader.ingest(synthetic_batches(vecs, conv, roles, ts), total=-(-rows // INGEST_BATCH))
-        lags = measure_lag(loader, dim, probes=lag_probes, rng=np.random.default_rng(seed + 1))
+        lags = measure_lag(loader.backend, dim, probes=lag_probes, rng=np.random.default_rng(seed + 1))
         shared = not loader.backend.capabilities.persistent  # in RAM (exact): another instance would be empty
         clients = [loader if shared else stack.enter_context(open_session(make(), dim=dim, drop=False))
                    for _ in range(threads)]  # each closed (not dropped) before the loader's collection is dropped
@@ -153,10 +154,12 @@ def failed_result(name: str, *, threads: int, queries: int, rows: int, exc: Base
 
 def run_load(stores=None, *, threads: int = 8, queries: int = 1000, rows: int = 5000, dim: int = 384, k: int = 10,
              workdir: Path, server_overrides: dict | None = None, lag_probes: int = 5) -> list[LoadResult]:
-    """Load every store in ``stores`` (default: every store that runs here); the local servers they need are
-    started here (``bench.backends.servers.started_servers``) unless ``server_overrides`` has them."""
+    """Load every store in ``stores`` (default: every configured one); the local servers they need are started here
+    (``bench.backends.servers.started_servers``) unless ``server_overrides`` has them; cloud stores are skipped (logged)."""
     workdir = Path(workdir)
-    stores = list(runnable_stores() if stores is None else stores)
+    stores, skipped = split_runnable(stores)
+    for reason in skipped:
+        log.warning("skipped %s", reason)
     given = dict(server_overrides or {})
     results = []
     with started_servers([s for s in stores if s not in given], workdir) as started:
@@ -192,21 +195,20 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--dim", type=int, default=384)
     ap.add_argument("--k", type=int, default=10)
     ap.add_argument("--stores", default=None, help="comma-separated configs/backend names "
-                    "(default: every store that runs here: embedded and local servers)")
+                    "(default: all; cloud stores are skipped with the reason)")
     ap.add_argument("--workdir", default=None, help="store data and server directories (default: a temp dir, deleted)")
     args = ap.parse_args(argv)
     known = plugin_names("backend")
-    stores = [s.strip() for s in args.stores.split(",") if s.strip()] if args.stores else runnable_stores()
+    stores = [s.strip() for s in args.stores.split(",") if s.strip()] if args.stores else known
     unknown = [s for s in stores if s not in known]
     if unknown or args.threads < 1 or args.queries < 1 or args.rows < 1 or args.k < 1:
         print(f"error: unknown store(s) {unknown} (known: {', '.join(known)})" if unknown
               else "error: --threads, --queries, --rows and --k must be >= 1", file=sys.stderr)
         return 2
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
-    for reason in filter(None, map(skip_reason, stores)):
-        log.warning("skipped %s", reason)
+    stores, skipped = split_runnable(stores)
+    for reason in skipped:
         print(f"skipped {reason}")
-    stores = [s for s in stores if skip_reason(s) is None]
     with contextlib.ExitStack() as stack:
         workdir = Path(args.workdir) if args.workdir else Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="rb-load-")))
         results = run_load(stores, threads=args.threads, queries=args.queries, rows=args.rows, dim=args.dim, k=args.k,

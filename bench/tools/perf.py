@@ -542,17 +542,16 @@ def p4_adapter(name: str, corpus, tv: np.ndarray, qv: np.ndarray, *, stores_dir:
 
 
 def p4_all(stores: Sequence[str] | None = None, *, n_memories: int = 6000) -> list[Ratio]:
-    """P4 for ``stores`` (default: every store that runs here); local servers are started, cloud stores skipped."""
-    from bench.backends.catalog import runnable_stores, skip_reason
+    """P4 for ``stores`` (default: every configured one); local servers are started, cloud stores skipped with the reason."""
+    from bench.backends.catalog import split_runnable
     from bench.backends.servers import started_servers
     from bench.data.synthetic import generate
     from bench.embedders.synthetic import SyntheticEmbedder
     from bench.trace import embed_corpus
 
-    stores = list(runnable_stores() if stores is None else stores)
-    for reason in filter(None, map(skip_reason, stores)):
+    stores, skipped = split_runnable(stores)
+    for reason in skipped:
         log.warning("P4 skipped %s", reason)
-    stores = [s for s in stores if skip_reason(s) is None]
     corpus = generate(n_memories, questions_per_conversation=30, seed=4)
     tv, qv, _ = embed_corpus(corpus, SyntheticEmbedder())
     out = []
@@ -613,7 +612,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--p3-stores", default=None, help="stores of the P3a multirun (default: every embedded store)")
     ap.add_argument("--n-jobs", type=int, default=2, help="joblib launcher jobs for P3a (needs hydra-joblib-launcher)")
     ap.add_argument("--p4-stores", default=None,
-                    help="stores of P4 (default: every store that runs here: embedded and local servers, started here)")
+                    help="stores of P4 (default: all; local servers are started here, cloud stores skipped with the reason)")
     ap.add_argument("--p5-backends", default="exact", help="stores of the 100k end-to-end run(s), e.g. exact,seekdb")
     ap.add_argument("--p5-memories", type=int, default=100_000)
     ap.add_argument("--embed-texts", type=int, default=600, help="texts of the P3b throughput comparison (x5 each way)")

@@ -28,7 +28,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from bench.backends.catalog import load_backend, runnable_stores, skip_reason
+from bench.backends.catalog import load_backend, split_runnable
 from bench.backends.servers import started_servers
 from bench.backends.session import INGEST_BATCH, open_session
 from bench.output import write_atomic
@@ -214,7 +214,7 @@ def _md(df: pd.DataFrame, cols: list[str]) -> str:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m bench.tools.stores", description=__doc__.splitlines()[0])
     ap.add_argument("--stores", default=None,
-                    help="comma-separated configs/backend names (default: every store that runs here: embedded and local servers)")
+                    help="comma-separated configs/backend names (default: all; cloud stores are skipped with the reason)")
     ap.add_argument("--sizes", default="14726,100000")
     ap.add_argument("--dims", default="384,1536")
     ap.add_argument("--queries", type=int, default=200)
@@ -226,11 +226,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--progress", action=argparse.BooleanOptionalAction, default=sys.stderr.isatty())
     args = ap.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
-    stores = [s for s in args.stores.split(",") if s] if args.stores else runnable_stores()
-    skipped = [r for r in map(skip_reason, stores) if r]
+    stores, skipped = split_runnable([s for s in args.stores.split(",") if s] if args.stores else None)
     for reason in skipped:
         log.warning("skipped %s", reason)
-    stores = [s for s in stores if skip_reason(s) is None]
     out = Path(args.out).resolve()
     out.mkdir(parents=True, exist_ok=True)
     lines = ["# Store comparison", "", "Every store gets the same vectors, filters and queries. Latency is the store call only "
