@@ -7,7 +7,9 @@ The kind is read from the store itself, its ``Capabilities`` as its YAML builds 
 list in a tool, so a new YAML is picked up by the contract test, ``make compare``, ``make load``
 and ``make bench`` with no other edit.
 
-``load_backend`` builds a store from its YAML without Hydra: ``${paths.stores}`` is the only
+``runnable_stores()`` is the list a tool runs by default (embedded + local servers); with
+``bench.backends.servers.started_servers(stores, workdir)`` it is all a tool needs to run every
+store here (``make harden`` too). ``load_backend`` builds a store from its YAML without Hydra: ``${paths.stores}`` is the only
 interpolation a backend YAML may use (anything else is an error naming the file and key).
 """
 

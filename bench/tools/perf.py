@@ -13,8 +13,8 @@ P2  harness overhead per query / the exact store's own search time, on the synth
     14,726 memories (``bench.trace.build_trace``: wall time of the query loop minus the summed
     store calls). Target <= 5 %. Printed beside it, as information (P2/info): the exact reference pass after the
     loop (trace ``exact_scores`` + fidelity), itself an exact search, relative to the same store time.
-P3a wall time of a warm-cache LoCoMo multirun over exact + sqlite_vec + seekdb + chroma x the main
-    strategies (the joblib launcher with 2 jobs when installed), stores queried. Target <= 120 s.
+P3a wall time of a warm-cache LoCoMo multirun over every embedded store of ``configs/backend/`` x the
+    main strategies (the joblib launcher with 2 jobs when installed), stores queried. Target <= 120 s.
     Printed beside it, as information (P3a/traces): the same multirun once more with the trace
     cache warm as well (a re-sweep with other strategies or thresholds: no store queried).
 P3b cold-cache embedding throughput (``CachedEmbedder(MiniLMEmbedder)`` on an empty cache) / a
