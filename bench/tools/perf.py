@@ -434,10 +434,11 @@ class RawOnnx:
         self.session = ort.InferenceSession(verified_model_path(), sess_options=opts, providers=["CPUExecutionProvider"])
         self.tokenizer = load_tokenizer()
         self.batch_size = batch_size
+        self.dim = DIM
 
     def embed(self, texts: Sequence[str]) -> np.ndarray:
         order = sorted(range(len(texts)), key=lambda i: len(texts[i]))
-        out = np.empty((len(texts), DIM), dtype=np.float32)
+        out = np.empty((len(texts), self.dim), dtype=np.float32)
         for b in range(0, len(order), self.batch_size):
             rows = order[b : b + self.batch_size]
             encs = self.tokenizer.encode_batch([texts[i] for i in rows])
