@@ -29,6 +29,7 @@ import pandas as pd
 from tqdm.auto import tqdm
 
 from bench.backends.base import Backend
+from bench.backends.session import INGEST_BATCH, open_session
 from bench.embedders.base import Embedder
 from bench.output import redact, write_atomic
 from bench.run import sha256_file
@@ -153,59 +154,35 @@ def build_trace(
     depth: int,
     roles: tuple[str, ...] | None = None,
     warmup: int = 5,
-    batch_size: int = 500,
+    batch_size: int = INGEST_BATCH,
     progress: bool = True,
     fidelity_k: int = 10,
 ) -> Trace:
-    """Ingest the corpus into ``backend`` and search each question once with ``k=depth``."""
+    """Ingest the corpus into ``backend`` and search each question once with ``k=depth``.
+
+    The store lives for this call only (``bench.backends.session``): opened, filled, searched, then
+    dropped and closed, also when something fails."""
     if depth <= 0:
         raise ValueError(f"search depth must be positive (got {depth})")
     depth = min(depth, backend.capabilities.max_k)
     turns = corpus.turns()
     tv, qv, emb_stats = embed_corpus(corpus, embedder, progress=progress)
-
-    backend.open(dim=int(tv.shape[1]) if len(tv) else embedder.dim)
-    add_ns, n_batches = 0, 0
-    t0 = time.perf_counter()
-    with tqdm(total=-(-len(turns) // batch_size), desc=f"ingest {backend.name}", unit="batch", disable=not progress) as bar:
-        for b in batches(turns, tv, batch_size):  # streamed: one batch alive at a time
-            start = time.perf_counter_ns()
-            backend.add(b)
-            add_ns += time.perf_counter_ns() - start
-            n_batches += 1
-            bar.update(1)
-    t_added = time.perf_counter()
-    backend.wait_ready()
-    t_ready = time.perf_counter()
-
     questions = corpus.questions
-    for i in range(min(warmup, len(questions))):  # discarded: first queries pay cold caches
-        backend.search(qv[i], k=depth, where=question_filter(questions[i], roles=roles))
+    wheres = [question_filter(q, roles=roles) for q in questions]
 
-    qids, convs, lat, hit_ids, hit_scores = [], [], [], [], []
-    search = backend.search
-    clock = time.perf_counter_ns
-    loop_start = clock()
-    for qi, q in enumerate(tqdm(questions, desc=f"search {backend.name}", unit="q", disable=not progress)):
-        where = question_filter(q, roles=roles)
-        start = clock()
-        hits = search(qv[qi], k=depth, where=where)
-        lat.append(clock() - start)
-        try:  # columnar Hits: two references, no per-hit work in the loop
-            hit_ids.append(hits.ids)
-            hit_scores.append(hits.scores)
-        except AttributeError:
-            raise TypeError(f"{backend.name}: search() returned {type(hits).__name__}, not bench.types.Hits "
-                            "(the store contract, bench/backends/base.py)") from None
-        qids.append(q.question_id)
-        convs.append(q.conversation_id)
-    loop_ns = clock() - loop_start
-    store_ns = int(sum(lat))
+    with open_session(backend, dim=int(tv.shape[1]) if len(tv) else embedder.dim) as session:
+        ingest = session.ingest(batches(turns, tv, batch_size), total=-(-len(turns) // batch_size), progress=progress)
+        timed = session.search_all(qv, wheres, k=depth, warmup=warmup, progress=progress)
+        index_bytes = disk_bytes(getattr(backend, "path", None))
+    hit_ids = [h.ids for h in timed.hits]  # columnar Hits: two references per question
+    hit_scores = [h.scores for h in timed.hits]
+    lat, loop_ns, store_ns = timed.latency_ns, timed.loop_ns, timed.store_ns
 
     t_exact = time.perf_counter()
     exact, store = _exact_pass(corpus, tv, qv, hit_ids, hit_scores, roles=roles, k=fidelity_k, depth=depth, progress=progress)
     post_s = time.perf_counter() - t_exact
-    table = pd.DataFrame({"question_id": qids, "conversation_id": convs, "latency_ns": np.asarray(lat, dtype=np.int64),
+    table = pd.DataFrame({"question_id": [q.question_id for q in questions],
+                          "conversation_id": [q.conversation_id for q in questions], "latency_ns": lat,
                           "hit_ids": list(map(list, hit_ids)), "hit_scores": list(map(list, hit_scores)), "exact_scores": exact},
                          columns=TRACE_COLUMNS)
     nq = len(questions)
@@ -217,18 +194,18 @@ def build_trace(
         "depth": depth,
         "roles": list(roles) if roles else None,
         "n_memories": len(turns),
-        "ingest_seconds": add_ns / 1e9,  # time inside backend.add only
-        "ingest_per_second": len(turns) / (add_ns / 1e9) if add_ns else None,
-        "ingest_batches": n_batches,
+        "ingest_seconds": ingest.add_seconds,  # time inside backend.add only
+        "ingest_per_second": len(turns) / ingest.add_seconds if ingest.add_seconds else None,
+        "ingest_batches": ingest.batches,
         "ingest_batch_size": batch_size,
-        "ingest_wall_seconds": t_added - t0,
-        "ready_seconds": t_ready - t_added,
-        "warmup_queries": min(warmup, nq),
+        "ingest_wall_seconds": ingest.wall_seconds,
+        "ready_seconds": ingest.ready_seconds,
+        "warmup_queries": timed.warmup,
         "search_loop_seconds": loop_ns / 1e9,
         "store_search_seconds": store_ns / 1e9,
         "harness_ns_per_query": (loop_ns - store_ns) / nq if nq else None,  # loop work around the store call
         "postprocess_ns_per_query": post_s * 1e9 / nq if nq else None,  # exact cosines + fidelity, after the loop
-        "index_bytes": disk_bytes(getattr(backend, "path", None)),
+        "index_bytes": index_bytes,
         **store,
         "measured_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
         **emb_stats,

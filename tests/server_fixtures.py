@@ -1,33 +1,25 @@
 """Session fixtures that run the REAL seekdb and chroma servers on 127.0.0.1 (free ports).
 
-``server_seekdb_server`` and ``server_chroma_server`` start their server once per test session,
-yield the backend constructor overrides (``{"host": "127.0.0.1", "port": N}``), stop the server
-and delete its data at teardown, and skip with the reason when the server cannot start here.
-They are named ``server_<backend config name>`` so the contract test finds them.
-
-The process management itself lives in ``bench.backends.servers`` (re-exported here as
-``run_seekdb_server(base_dir, port)`` / ``run_chroma_server(path, port)`` for other code).
+``local_servers`` is a function ``store name -> ServerInfo``: it starts the server the store needs
+with the one starter (``bench.backends.servers.started_servers``) the first time it is asked, keeps
+it for the whole test session, stops it and deletes its data at teardown, and skips (with the
+reason) when the server cannot run here. ``seekdb_server_info`` / ``chroma_server_info`` and
+``server_seekdb_server`` / ``server_chroma_server`` (constructor overrides) are built on it; the
+contract test asks ``local_servers`` for any store whose capabilities name a local server.
 """
 
 from __future__ import annotations
 
 import shutil
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from contextlib import ExitStack
 
 import pytest
 
-from bench.backends.servers import (
-    ServerInfo,
-    ServerStartError,
-    chroma_cli,
-    run_chroma_server,
-    run_seekdb_server,
-    seekdb_binary,
-)
+from bench.backends.servers import ServerInfo, ServerStartError, started_servers
 
 __all__ = [
-    "run_chroma_server",
-    "run_seekdb_server",
+    "local_servers",
     "seekdb_server_info",
     "chroma_server_info",
     "server_seekdb_server",
@@ -35,35 +27,46 @@ __all__ = [
 ]
 
 
-def _serve(kind: str, find_binary, run, tmp_path_factory) -> Iterator[ServerInfo]:
-    try:
-        find_binary()
-    except FileNotFoundError as exc:
-        pytest.skip(f"{kind} server cannot run here: {exc}")
-    data = tmp_path_factory.mktemp(f"{kind}_server")
-    cm = run(data, None)
-    try:
-        info = cm.__enter__()
-    except ServerStartError as exc:
-        shutil.rmtree(data, ignore_errors=True)
-        pytest.skip(f"{kind} server cannot start here: {exc}")
-    try:
-        yield info
-    finally:
-        cm.__exit__(None, None, None)
-        shutil.rmtree(data, ignore_errors=True)  # seekdb takes ~1.2 GB: do not leave it to pytest's retention
+@pytest.fixture(scope="session")
+def local_servers(tmp_path_factory) -> Iterator[Callable[[str], ServerInfo]]:
+    """``get(store)``: the running server for ``store`` (started on first use), or a skip saying why it cannot run."""
+    running: dict[str, ServerInfo] = {}
+    failed: dict[str, str] = {}
+    dirs = []
+    with ExitStack() as stack:
+
+        def get(store: str) -> ServerInfo:
+            if store in failed:
+                pytest.skip(failed[store])
+            if store not in running:
+                data = tmp_path_factory.mktemp(f"{store}_")
+                dirs.append(data)
+                try:
+                    started = stack.enter_context(started_servers([store], data))
+                except (FileNotFoundError, ServerStartError) as exc:
+                    failed[store] = f"{store} server cannot run here: {exc}"
+                    pytest.skip(failed[store])
+                running[store] = started[store]
+            return running[store]
+
+        try:
+            yield get
+        finally:
+            stack.close()
+            for d in dirs:
+                shutil.rmtree(d, ignore_errors=True)  # seekdb takes ~1.2 GB: do not leave it to pytest's retention
 
 
 @pytest.fixture(scope="session")
-def seekdb_server_info(tmp_path_factory) -> Iterator[ServerInfo]:
+def seekdb_server_info(local_servers) -> ServerInfo:
     """The running seekdb server (ServerInfo: host, port, pid, log path, start time)."""
-    yield from _serve("seekdb", seekdb_binary, run_seekdb_server, tmp_path_factory)
+    return local_servers("seekdb_server")
 
 
 @pytest.fixture(scope="session")
-def chroma_server_info(tmp_path_factory) -> Iterator[ServerInfo]:
+def chroma_server_info(local_servers) -> ServerInfo:
     """The running chroma server (ServerInfo: host, port, pid, log path, start time)."""
-    yield from _serve("chroma", chroma_cli, run_chroma_server, tmp_path_factory)
+    return local_servers("chroma_server")
 
 
 @pytest.fixture(scope="session")

@@ -1,9 +1,11 @@
 """The backend contract, checked for EVERY configs/backend/*.yaml (found by glob: a new store is picked up).
 
-For config ``<name>.yaml`` a fixture ``server_<name>`` is requested when one exists (it starts the
-real server on 127.0.0.1 and yields constructor overrides, or skips). The YAML is instantiated
-under a root holding ``paths.stores = <tmp>``, with ``path`` (when the YAML has one), a unique
-``collection`` and the server overrides. ``open()`` raising BackendUnavailable skips with its reason.
+A store whose capabilities name a local server gets it from the one starter
+(``bench.backends.servers.started_servers``, through the session fixture ``local_servers``); for
+other configs a fixture ``server_<name>`` is requested when one exists (the Pinecone protocol double).
+The YAML is built by ``bench.backends.catalog.load_backend`` with ``paths.stores = <tmp>``, ``path``
+(when the YAML has one), a unique ``collection`` and the server overrides. ``open()`` raising
+BackendUnavailable skips with its reason.
 
 Data: 3 conversations x 60 rows, 384-d, 6 shared clusters, seeded; roles alternate; timestamps
 hourly with a few unknown (0.0). Every store is held against bench.backends.exact.ExactBackend.
@@ -18,18 +20,22 @@ import sys
 import uuid
 from pathlib import Path
 
-import hydra.utils
 import numpy as np
 import pytest
-from omegaconf import OmegaConf
 
-from bench.backends.base import FILTER_KINDS, BackendUnavailable, Capabilities
+from bench.backends import catalog
+from bench.backends.base import (
+    FILTER_KINDS,
+    LOCAL_SERVER,
+    BackendUnavailable,
+    Capabilities,
+)
 from bench.backends.exact import ExactBackend
+from bench.resources import plugin_names
 from bench.types import Hits, MemoryBatch, Where, memory_key
 
 REPO = Path(__file__).resolve().parent.parent
-CONFIG_DIR = REPO / "configs" / "backend"
-CONFIGS = sorted(p.stem for p in CONFIG_DIR.glob("*.yaml"))
+CONFIGS = plugin_names("backend")  # configs/backend/*.yaml
 
 DIM = 384
 N_CONV, PER_CONV, N_CLUSTERS = 3, 60, 6
@@ -39,7 +45,18 @@ RECALL_FLOOR = 0.90  # approximate stores: mean unfiltered recall@10 vs exact on
 SIM_TOL = 1e-4
 TIE_TOL = 1e-5  # exact stores may order near-equal neighbours differently at the k-th place (float32)
 T0 = 1_700_000_000.0
-CLIENT_MODULES = {"pinecone", "chromadb", "pyseekdb", "pylibseekdb", "sqlite_vec", "sqlean"}
+CLIENT_MODULES = {"pinecone", "chromadb", "pyseekdb", "pylibseekdb", "sqlite_vec", "sqlean", "lancedb"}
+# store -> (the client module it imports first, its package, the recallbench extra that installs it); None: no client
+CLIENTS = {
+    "chroma": ("chromadb", "chromadb", "chroma"),
+    "chroma_server": ("chromadb", "chromadb", "chroma"),
+    "exact": None,
+    "lancedb": ("lancedb", "lancedb", "lancedb"),
+    "pinecone": ("pinecone", "pinecone", "pinecone"),
+    "seekdb": ("pyseekdb", "pyseekdb", "seekdb"),
+    "seekdb_server": ("pyseekdb", "pyseekdb", "seekdb"),
+    "sqlite_vec": ("sqlean", "sqlean.py", "sqlite"),
+}
 
 
 # ---------------------------------------------------------------- data
@@ -97,6 +114,8 @@ FILTERS = {  # name -> (Where, filter kinds it needs)
 
 # ---------------------------------------------------------------- instantiate / fixtures
 def server_overrides(request, name: str) -> dict:
+    if catalog.capabilities(name).kind == LOCAL_SERVER:
+        return request.getfixturevalue("local_servers")(name).overrides()
     try:
         return dict(request.getfixturevalue(f"server_{name}"))
     except pytest.FixtureLookupError:
@@ -104,13 +123,11 @@ def server_overrides(request, name: str) -> dict:
 
 
 def instantiate(name: str, stores_dir: Path, overrides: dict, collection: str):
-    raw = OmegaConf.load(CONFIG_DIR / f"{name}.yaml")
-    root = OmegaConf.create({"paths": {"stores": str(stores_dir)}, "backend": raw})
     kwargs = dict(overrides)
-    if "path" in raw:
+    if "path" in catalog.backend_config(name):
         kwargs.setdefault("path", str(stores_dir / name))
     kwargs["collection"] = collection
-    return hydra.utils.instantiate(root.backend, **kwargs)
+    return catalog.load_backend(name, stores_dir=stores_dir, **kwargs)
 
 
 def unique_collection() -> str:
@@ -211,12 +228,27 @@ def test_declares_contract(maker):
     assert isinstance(caps, Capabilities)
     assert caps.filters <= FILTER_KINDS
     assert caps.max_k >= 100
-    for method in ("open", "add", "wait_ready", "search", "close", "drop"):
+    for method in ("open", "add", "wait_ready", "search", "reference_query", "close", "drop"):
         assert callable(getattr(b, method)), method
+    assert caps.kind == ("embedded" if not caps.server else "local server" if caps.local_server else "cloud")
+
+
+@pytest.mark.parametrize("name", CONFIGS)
+def test_a_missing_client_is_one_line_naming_the_store_and_the_extra(name, monkeypatch, tmp_path):
+    """Store clients are optional extras: hiding the client module makes open() say what to install, in one line."""
+    assert set(CLIENTS) == set(CONFIGS), "add the new store's client module, package and extra to CLIENTS"
+    if CLIENTS[name] is None:
+        pytest.skip(f"{name} has no client package")
+    module, package, extra = CLIENTS[name]
+    b = instantiate(name, tmp_path, {}, unique_collection())
+    monkeypatch.setitem(sys.modules, module, None)  # `import module` now fails as if it were not installed
+    with pytest.raises(BackendUnavailable) as err:
+        b.open(dim=DIM, metric="cosine")
+    assert str(err.value) == f"store {name.removesuffix('_server')} needs the {package} package: pip install 'recallbench[{extra}]'"
 
 
 def test_importing_backend_modules_imports_no_client():
-    targets = sorted({str(OmegaConf.load(CONFIG_DIR / f"{n}.yaml")._target_).rsplit(".", 1)[0] for n in CONFIGS})
+    targets = sorted({catalog.backend_config(n)["_target_"].rsplit(".", 1)[0] for n in CONFIGS})
     code = (
         "import sys, json, importlib\n"
         f"for m in {targets!r}: importlib.import_module(m)\n"
@@ -264,6 +296,20 @@ def test_filters_honoured(loaded, exact, filter_name):
                 assert len(got) == min(k, len(allowed)), f"{label}: {len(got)} hits, expected {min(k, len(allowed))}"
                 want = exact.search(q, k=k, where=where)
                 assert same_up_to_ties([h.id for h in got], want, q) if want else got == [], label
+
+
+@pytest.mark.parametrize("filter_name", ["none", *FILTERS])
+def test_reference_query_is_the_same_query(loaded, filter_name):
+    """The hand-written reference query (make bench P4) returns what search returns: the same rows and similarities."""
+    where, kinds = (Where(), set()) if filter_name == "none" else FILTERS[filter_name]
+    if not kinds <= loaded.capabilities.filters:
+        pytest.skip(f"{loaded.name} does not filter on {filter_name} natively")
+    for q in QUERIES[:5]:
+        hits = loaded.search(q, k=K, where=where)
+        ids, sims = loaded.reference_query(q, k=K, where=where)
+        assert sorted(ids) == sorted(hits.ids), filter_name
+        got = dict(zip(ids, sims))
+        assert all(abs(got[i] - s) <= SIM_TOL for i, s in zip(hits.ids, hits.scores)), filter_name
 
 
 def test_filter_fixture_sizes():

@@ -53,7 +53,7 @@ def test_two_identical_runs_give_identical_quality_metrics(tmp_path):
 
 WRITER = r"""
 import json, sys, numpy as np
-from bench.cli.config import load_backend
+from bench.backends.catalog import load_backend
 from bench.types import MemoryBatch, Where
 root, mode = sys.argv[1], sys.argv[2]
 rng = np.random.default_rng(3)

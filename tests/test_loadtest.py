@@ -21,13 +21,13 @@ def test_answer_checks_count_what_is_wrong():
 
 
 def test_short_concurrent_run_on_local_stores(tmp_path):
-    results = run_load(("exact", "sqlite_vec"), threads=4, queries=25, rows=300, dim=16, workdir=tmp_path, lag_probes=2)
-    assert [r.store for r in results] == ["exact", "sqlite_vec"]
+    results = run_load(("exact", "sqlite_vec", "lancedb"), threads=4, queries=25, rows=300, dim=16, workdir=tmp_path, lag_probes=2)
+    assert [r.store for r in results] == ["exact", "sqlite_vec", "lancedb"]
     for r in results:
         assert (r.queries, r.errors, r.first_error) == (100, 0, ""), r
         assert 0 < r.p50_ms <= r.p99_ms and r.qps > 0 and math.isfinite(r.lag_max_ms)
     table = format_table(results)
-    assert table.count("\n") == 3 and "| exact | 300 | 4 x 25 | 0 |" in table
+    assert table.count("\n") == 4 and "| exact | 300 | 4 x 25 | 0 |" in table
 
 
 def test_a_store_that_cannot_start_counts_every_query_as_an_error(tmp_path):
@@ -39,3 +39,10 @@ def test_a_store_that_cannot_start_counts_every_query_as_an_error(tmp_path):
 def test_cli_rejects_unknown_stores():
     proc = subprocess.run([sys.executable, "-m", "bench.tools.load", "--stores", "exact,nosuch"], capture_output=True, text=True)
     assert proc.returncode == 2 and "unknown store(s) ['nosuch']" in proc.stderr
+    assert "known: chroma, chroma_server, exact, lancedb, pinecone," in proc.stderr  # the configs/backend/*.yaml names
+
+
+def test_cli_skips_a_cloud_store_with_the_reason():
+    proc = subprocess.run([sys.executable, "-m", "bench.tools.load", "--stores", "pinecone"], capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    assert "skipped pinecone: a cloud store (network and an API key)" in proc.stdout and "load errors: 0" in proc.stdout

@@ -11,7 +11,8 @@ import sys
 import numpy as np
 import pytest
 
-from bench.backends.exact import ExactBackend
+from bench.backends.catalog import load_backend, store_names
+from bench.backends.session import open_session
 from bench.data.synthetic import generate
 from bench.embedders.synthetic import SyntheticEmbedder
 from bench.tools import perf as P
@@ -44,10 +45,14 @@ def test_harness_ratio_hand_worked():
 
 def test_alternate_interleaves_and_discards_warmup():
     calls = []
-    a, b = P.alternate(lambda i: calls.append(("a", i)), lambda i: calls.append(("b", i)), 4, warmup=1)
-    assert calls[:2] == [("a", 0), ("b", 0)]  # warm-up pair, not timed
+
+    def timed(label, ns):  # a store call as the session times it: returns its nanoseconds
+        return lambda i: calls.append((label, i)) or ns + i
+
+    a, b = P.alternate(timed("a", 100), timed("b", 200), 4, warmup=1)
+    assert calls[:2] == [("a", 0), ("b", 0)]  # warm-up pair, not kept
     assert calls[2:] == [("a", 0), ("b", 0), ("b", 1), ("a", 1), ("a", 2), ("b", 2), ("b", 3), ("a", 3)]
-    assert len(a) == len(b) == 4 and all(x >= 0 for x in a + b)
+    assert a == [100, 101, 102, 103] and b == [200, 201, 202, 203]  # each side keeps its own times, in query order
 
 
 def test_throughput_counts_texts():
@@ -61,35 +66,30 @@ def tiny():
     return corpus, tv, qv
 
 
-def _ingest(backend, corpus, tv):
-    backend.open(dim=tv.shape[1])
-    for b in batches(corpus.turns(), tv, 50):
-        backend.add(b)
-    backend.wait_ready()
-    return backend
-
-
-@pytest.mark.parametrize("store", ["exact", "sqlite_vec"])
-def test_hand_written_loop_returns_what_the_adapter_returns(store, tiny, tmp_path):
-    from bench.cli.config import load_backend
-
+@pytest.mark.parametrize("store", ["exact", "sqlite_vec", "lancedb"])
+def test_reference_query_returns_what_the_adapter_returns(store, tiny, tmp_path):
+    """P4's hand-written side is the store's own reference_query: the same rows and similarities as search."""
     corpus, tv, qv = tiny
-    backend = _ingest(load_backend(store, stores_dir=tmp_path, collection="perf_t"), corpus, tv)
-    try:
-        raw = P.raw_search_fn(store, backend)
+    with open_session(load_backend(store, stores_dir=tmp_path, collection="perf_t"), dim=tv.shape[1]) as s:
+        s.ingest(batches(corpus.turns(), tv, 50))
         for i, q in enumerate(corpus.questions):
             w = question_filter(q)
-            hits = backend.search(qv[i], k=15, where=w)
-            got = raw(qv[i], 15, w)
-            assert sorted(h.id for h in hits) == sorted(x[0] for x in got)
-            np.testing.assert_allclose(sorted(h.score for h in hits), sorted(x[1] for x in got), atol=1e-5)
-    finally:
-        backend.drop()
+            hits = s.backend.search(qv[i], k=15, where=w)
+            ids, sims = s.backend.reference_query(qv[i], k=15, where=w)
+            assert sorted(hits.ids) == sorted(ids) and len(ids) > 0
+            np.testing.assert_allclose(sorted(hits.scores), sorted(sims), atol=1e-5)
 
 
-def test_raw_loop_unknown_store():
-    with pytest.raises(ValueError, match="no hand-written query loop"):
-        P.raw_search_fn("pinecone", ExactBackend())
+def test_store_lists_come_from_the_configs():
+    embedded = P.embedded_stores()
+    assert sorted(embedded) == store_names("embedded") and {"exact", "sqlite_vec", "lancedb"} <= set(embedded)
+    assert "pinecone" not in embedded and "seekdb_server" not in embedded
+    assert embedded.index("chroma") < embedded.index("exact")  # approximate stores first (slowest: joblib dispatches in order)
+
+
+def test_p4_skips_a_cloud_store_with_the_reason(caplog):
+    assert P.p4_all(["pinecone"], n_memories=100) == []
+    assert "P4 skipped pinecone: a cloud store" in caplog.text
 
 
 def test_p4_adapter_ratio_on_the_exact_store(tiny, tmp_path):

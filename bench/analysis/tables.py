@@ -19,7 +19,14 @@ from dataclasses import dataclass
 import pandas as pd
 
 from bench.analysis import attribution, calibration, stats
-from bench.analysis.recommend import CONFIG_KEYS, Recommendation, RecommendConfig, one_format, pareto_front, recommend
+from bench.analysis.recommend import (
+    CONFIG_KEYS,
+    Recommendation,
+    RecommendConfig,
+    one_format,
+    pareto_front,
+    recommend,
+)
 from bench.rundir import QUESTIONS, RunDir
 
 log = logging.getLogger(__name__)

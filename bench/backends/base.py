@@ -9,10 +9,15 @@ exists, else creates it. ``Where.before`` keeps rows with ``timestamp <= before`
 It converts its native distance into a similarity (higher is better) in exactly one private
 function, and returns ``Hits`` (parallel tuples of ids and similarities) sorted by similarity,
 descending, without duplicates; ``best_first`` does that ordering for stores that need it.
+
+Its store client is an optional extra: the adapter imports it lazily with ``import_client``, which
+raises ``BackendUnavailable`` with one line naming the store and the fix when it is missing.
+Opening, filling, timing and cleaning up a store is done in one place: ``bench.backends.session``.
 """
 
 from __future__ import annotations
 
+import importlib
 import math
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -23,6 +28,7 @@ import numpy as np
 from bench.types import Hits, MemoryBatch, Where
 
 FILTER_KINDS = frozenset({"conversation", "role", "before"})
+EMBEDDED, LOCAL_SERVER, CLOUD = "embedded", "local server", "cloud"  # Capabilities.kind
 
 
 @dataclass(frozen=True, slots=True)
@@ -32,6 +38,16 @@ class Capabilities:
     persistent: bool  # data survives close() + open() on the same path
     server: bool  # talks to a separate server process
     max_k: int = 100_000  # largest k a single search may ask for
+    # the server program bench.backends.servers can start on loopback for it ("seekdb", "chroma");
+    # None for an embedded store, and for a cloud store (server True: nothing here can start it)
+    local_server: str | None = None
+
+    @property
+    def kind(self) -> str:
+        """``embedded`` (in this process or its child), ``local server`` (one we can start) or ``cloud``."""
+        if not self.server:
+            return EMBEDDED
+        return LOCAL_SERVER if self.local_server else CLOUD
 
 
 class BackendUnavailable(RuntimeError):
@@ -63,11 +79,29 @@ class Backend(Protocol):
     def search(self, vector: np.ndarray, *, k: int, where: Where) -> Hits:
         """Top-k by similarity among rows matching ``where``, best first (``best_first`` orders them)."""
 
+    def reference_query(self, vector: np.ndarray, *, k: int, where: Where) -> tuple[list[str], list[float]]:
+        """The same query written by hand, as a user of this store's client would: the same client and
+        collection, the same filter and k, the native distance turned into a similarity, no checks and
+        no ordering work. (ids, similarities) in the store's own order. ``make bench`` (P4) times
+        ``search`` against it: what the adapter costs over its store."""
+
     def close(self) -> None:
         """Release resources, keep data (a persistent store reopens it). Idempotent."""
 
     def drop(self) -> None:
         """Delete this collection and its data. Idempotent; works after close()."""
+
+
+def import_client(module: str, *, store: str, package: str, extra: str):
+    """``module`` imported; when its package is missing, BackendUnavailable with one line naming the store and the fix."""
+    try:
+        return importlib.import_module(module)
+    except ImportError as exc:
+        missing = getattr(exc, "name", None)
+        if missing is not None and (module == missing or module.startswith(missing + ".")):
+            raise BackendUnavailable(f"store {store} needs the {package} package: pip install 'recallbench[{extra}]'") from None
+        raise BackendUnavailable(f"store {store}: {package} is installed but does not import ({type(exc).__name__}: {exc}); "
+                                 f"reinstall it: pip install --force-reinstall 'recallbench[{extra}]'") from None
 
 
 def best_first(ids: Iterable[str], similarities: Iterable[float]) -> Hits:

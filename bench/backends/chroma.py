@@ -48,6 +48,7 @@ from bench.backends.base import (
     Capabilities,
     best_first,
     check_metric,
+    import_client,
     mongo_filter,
 )
 from bench.types import Hits, MemoryBatch, Where
@@ -109,7 +110,8 @@ class ChromaBackend:
             raise ValueError(f"chroma: batch_size must be a positive integer or null (got {batch_size!r})")
         if host is not None:
             self.name = "chroma_server"
-            self.capabilities = Capabilities(exact=False, filters=FILTER_KINDS, persistent=True, server=True)
+            self.capabilities = Capabilities(exact=False, filters=FILTER_KINDS, persistent=True, server=True,
+                                             local_server="chroma")
         self.collection = collection
         self._name = safe_collection_name(collection)
         self.path = os.path.abspath(path) if (path and host is None) else None
@@ -128,10 +130,8 @@ class ChromaBackend:
     def _connect(self) -> None:
         if self._client is not None:
             return
-        import chromadb
-        from chromadb.config import Settings
-
-        settings = Settings(anonymized_telemetry=False)
+        chromadb = _client("chromadb")
+        settings = _client("chromadb.config").Settings(anonymized_telemetry=False)
         if self.host is None:
             os.makedirs(self.path, exist_ok=True)
             self._client = chromadb.PersistentClient(path=self.path, settings=settings)
@@ -167,7 +167,7 @@ class ChromaBackend:
             raise
 
     def _open_collection(self, dim: int) -> None:
-        from chromadb.errors import NotFoundError
+        NotFoundError = _client("chromadb.errors").NotFoundError  # noqa: N806
 
         try:
             col = self._client.get_collection(self._name, embedding_function=None)
@@ -329,12 +329,16 @@ class ChromaBackend:
                               include=["distances"])
         return best_first(res["ids"][0], map(_similarity, res["distances"][0]))
 
+    def reference_query(self, vector: np.ndarray, *, k: int, where: Where) -> tuple[list[str], list[float]]:
+        res = self._col.query(query_embeddings=[vector], n_results=k, where=_native_filter(where), include=["distances"])
+        return res["ids"][0], [1.0 - d for d in res["distances"][0]]
+
     def close(self) -> None:
         self._pending = []
         self._disconnect()
 
     def drop(self) -> None:
-        from chromadb.errors import NotFoundError
+        NotFoundError = _client("chromadb.errors").NotFoundError  # noqa: N806
 
         was_open = self._client is not None
         try:
@@ -354,3 +358,7 @@ class ChromaBackend:
 
 def _native_filter(where: Where) -> dict | None:
     return mongo_filter(where, "chroma")
+
+
+def _client(module: str):
+    return import_client(module, store="chroma", package="chromadb", extra="chroma")

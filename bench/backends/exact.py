@@ -79,6 +79,20 @@ class ExactBackend:
         top = top[np.lexsort((self._id_rank[rows[top]], -sims[top]))]  # similarity descending, then id
         return Hits(tuple(self._ids[rows[top]].tolist()), tuple(sims[top].tolist()))
 
+    def reference_query(self, vector: np.ndarray, *, k: int, where: Where) -> tuple[list[str], list[float]]:
+        """The plain numpy scan over the same arrays: the conversation's rows, the other filters, one product, a sort."""
+        if where.conversation_id is None:
+            rows = np.arange(len(self._ids))
+        else:
+            rows = self._by_conv.get(where.conversation_id, np.empty(0, dtype=np.int64))
+        if where.roles is not None:
+            rows = rows[np.isin(self._roles[rows], list(where.roles))]
+        if where.before is not None:
+            rows = rows[self._ts[rows] <= where.before]
+        sims = self._vectors[rows] @ vector
+        top = np.argsort(-sims, kind="stable")[:k]
+        return self._ids[rows[top]].tolist(), sims[top].tolist()
+
     def close(self) -> None:
         self._chunks = []
 

@@ -27,6 +27,7 @@ from bench.backends.base import (
     Capabilities,
     best_first,
     check_metric,
+    import_client,
 )
 from bench.output import check_env_name
 from bench.types import Hits, MemoryBatch, Where
@@ -106,6 +107,8 @@ class PineconeBackend:
     # ---- lifecycle
     def open(self, *, dim: int, metric: str = "cosine") -> None:
         check_metric(metric)
+        Pinecone = _client("pinecone").Pinecone  # noqa: N806
+        errors = _client("pinecone.errors.exceptions")
         key = os.environ.get(self.api_key_env, "")
         if not key:
             raise BackendUnavailable(f"{self.api_key_env} not set; see README")
@@ -114,19 +117,6 @@ class PineconeBackend:
                 "pinecone: no index configured; pass backend.index_name=<your cosine index> (or backend.host=<data-plane URL>)"
             )
         self._key = key
-        try:
-            from pinecone import Pinecone
-            from pinecone.errors.exceptions import (
-                ForbiddenError,
-                NotFoundError,
-                PineconeConnectionError,
-                PineconeTimeoutError,
-                PineconeValueError,
-                UnauthorizedError,
-            )
-        except ImportError as e:
-            raise BackendUnavailable(f"pinecone: the SDK is not installed ({e}); pip install pinecone") from None
-
         where = self.host or f"index {self.index_name!r}"
         try:
             pc = Pinecone(api_key=key, timeout=self.timeout_s)
@@ -135,15 +125,15 @@ class PineconeBackend:
             else:
                 index = pc.index(name=self.index_name)
             stats = index.describe_index_stats()
-        except (UnauthorizedError, ForbiddenError) as e:
+        except (errors.UnauthorizedError, errors.ForbiddenError) as e:
             raise BackendUnavailable(f"pinecone: the key in {self.api_key_env} was rejected by {where} ({self._scrub(e)})") from None
-        except NotFoundError as e:
+        except errors.NotFoundError as e:
             raise BackendUnavailable(
                 f"pinecone: {where} not found ({self._scrub(e)}); create a cosine index of dimension {dim} first"
             ) from None
-        except (PineconeConnectionError, PineconeTimeoutError) as e:
+        except (errors.PineconeConnectionError, errors.PineconeTimeoutError) as e:
             raise BackendUnavailable(f"pinecone: cannot reach {where} ({self._scrub(e)})") from None
-        except PineconeValueError as e:  # e.g. a key that is not a valid header value, a malformed host
+        except errors.PineconeValueError as e:  # e.g. a key that is not a valid header value, a malformed host
             raise BackendUnavailable(f"pinecone: bad key in {self.api_key_env} or bad host ({self._scrub(e)})") from None
         if stats.dimension is not None and stats.dimension != dim:
             raise ValueError(f"pinecone: {where} has dimension {stats.dimension}, the embedder needs {dim}")
@@ -240,6 +230,10 @@ class PineconeBackend:
         )
         return best_first([_from_pinecone_id(m.id) for m in res.matches], [_similarity(m.score) for m in res.matches])
 
+    def reference_query(self, vector: np.ndarray, *, k: int, where: Where) -> tuple[list[str], list[float]]:
+        res = self._index.query(top_k=k, vector=vector.tolist(), namespace=self.collection, filter=pinecone_filter(where))
+        return [unquote(m.id) for m in res.matches], [m.score for m in res.matches]
+
     def close(self) -> None:
         index, self._index = self._index, None
         if index is not None:
@@ -255,16 +249,13 @@ class PineconeBackend:
                 log.warning("pinecone: drop() of %r skipped: no key or index configured", self.collection)
                 return
             self._key = key
-            from pinecone import Pinecone
-
-            pc = Pinecone(api_key=key, timeout=self.timeout_s)
+            pc = _client("pinecone").Pinecone(api_key=key, timeout=self.timeout_s)
             index = pc.index(host=self.host) if self.host else pc.index(name=self.index_name)
-        from pinecone.errors.exceptions import NotFoundError
-
+        errors = _client("pinecone.errors.exceptions")
         try:
             try:
                 index.delete(delete_all=True, namespace=self.collection)
-            except NotFoundError:
+            except errors.NotFoundError:
                 pass  # namespace does not exist: nothing to drop
             deadline = time.monotonic() + timeout_s
             while (summary := index.describe_index_stats().namespaces.get(self.collection)) and summary.vector_count:
@@ -276,3 +267,7 @@ class PineconeBackend:
                 index.close()
         self._written, self._last_written, self._base_count = set(), None, 0
         log.info("pinecone: dropped namespace %r", self.collection)
+
+
+def _client(module: str):
+    return import_client(module, store="pinecone", package="pinecone", extra="pinecone")

@@ -56,6 +56,7 @@ from bench.backends.base import (
     Capabilities,
     best_first,
     check_metric,
+    import_client,
     mongo_filter,
 )
 from bench.output import check_env_name
@@ -137,7 +138,7 @@ def _release_embedded(path: str) -> None:
 
 def _shutdown_embedded(path: str) -> None:
     """Close the process's embedded instance (serving ``path``) and reap its child process."""
-    import pylibseekdb
+    pylibseekdb = _client("pylibseekdb", "pylibseekdb")
 
     children = _embedded_children()
     log.info("seekdb: closing the embedded instance on %s to open another path", path)
@@ -190,7 +191,7 @@ class SeekdbBackend:
         if host is not None:
             self.name = "seekdb_server"
             self.capabilities = Capabilities(exact=False, filters=FILTER_KINDS, persistent=True, server=True,
-                                             max_k=MAX_K)
+                                             max_k=MAX_K, local_server="seekdb")
         self.collection = collection
         self._table = safe_collection_name(collection)
         self.path = os.path.abspath(path) if (path and host is None) else None
@@ -219,8 +220,7 @@ class SeekdbBackend:
     def _connect(self) -> None:
         if self._client is not None:
             return
-        import pyseekdb
-
+        pyseekdb = _client("pyseekdb")
         if self.host is None:
             _acquire_embedded(self.path)
             self._hold = weakref.finalize(self, _release_embedded, self.path)
@@ -294,8 +294,7 @@ class SeekdbBackend:
             raise
 
     def _open_collection(self, dim: int) -> None:
-        import pyseekdb
-
+        pyseekdb = _client("pyseekdb")
         client = self._client
         if client.has_collection(self._table):
             col = client.get_collection(self._table, embedding_function=None)
@@ -429,6 +428,11 @@ class SeekdbBackend:
         ids = [m.decode() if isinstance(m, bytes) else str(m) for m in res["ids"][0]]
         return best_first(ids, map(_similarity, res["distances"][0]))
 
+    def reference_query(self, vector: np.ndarray, *, k: int, where: Where) -> tuple[list[str], list[float]]:
+        """With the connection's current ``ob_hnsw_ef_search`` (``search`` sets it to max(ef_search, k))."""
+        res = self._col.query(query_embeddings=vector.tolist(), n_results=k, where=_native_filter(where), include=[])
+        return res["ids"][0], [1.0 - d for d in res["distances"][0]]
+
     def close(self) -> None:
         self._probes = []
         self._disconnect()
@@ -473,3 +477,7 @@ def _backslash_escapes_on(server) -> None:
 
 def _native_filter(where: Where) -> dict | None:
     return mongo_filter(where, "seekdb")
+
+
+def _client(module: str, package: str = "pyseekdb"):
+    return import_client(module, store="seekdb", package=package, extra="seekdb")

@@ -3,7 +3,10 @@
 Owns process management only: find the binary shipped inside the installed package, pick free
 ports, start the server in its own process group, wait (bounded) until a real client request
 succeeds, and terminate the whole process tree on exit (SIGTERM, then SIGKILL after a grace
-period). Used by the test fixtures (tests/server_fixtures.py), `make compare`, load and fault tests.
+period). ``started_servers(stores, workdir)`` is the one starter: it reads which server program
+each named store needs from the store itself (``Capabilities.local_server``, set by its YAML's
+``host``) and starts one per program. Used by the test fixtures (tests/server_fixtures.py),
+``make compare``, ``make load``, ``make bench`` and the hardening suite.
 
 Both servers are for tests on this machine only: the seekdb binary listens on every interface with
 user root and an empty password; clients here always connect to 127.0.0.1.
@@ -19,10 +22,12 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
+from collections.abc import Iterable, Iterator
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+
+from bench.backends.catalog import capabilities
 
 log = logging.getLogger(__name__)
 
@@ -61,7 +66,7 @@ def seekdb_binary() -> Path:
     """The `seekdb` server binary inside the installed pylibseekdb package (not imported here)."""
     spec = importlib.util.find_spec("pylibseekdb")
     if spec is None or not spec.submodule_search_locations:
-        raise FileNotFoundError("pylibseekdb is not installed: no seekdb server binary (pip install pylibseekdb)")
+        raise FileNotFoundError("pylibseekdb is not installed: no seekdb server binary (pip install 'recallbench[seekdb]')")
     for folder in spec.submodule_search_locations:
         candidate = Path(folder) / "seekdb"
         if candidate.is_file() and os.access(candidate, os.X_OK):
@@ -74,7 +79,7 @@ def chroma_cli() -> Path:
     candidate = Path(sys.executable).parent / "chroma"
     if candidate.is_file() and os.access(candidate, os.X_OK):
         return candidate
-    raise FileNotFoundError(f"no 'chroma' command beside {sys.executable} (pip install chromadb)")
+    raise FileNotFoundError(f"no 'chroma' command beside {sys.executable} (pip install 'recallbench[chroma]')")
 
 
 def _tail(path: Path, n: int = 40) -> str:
@@ -220,3 +225,28 @@ def run_chroma_server(path: str | os.PathLike, port: int | None = None, *, timeo
     with _run("chroma", cmd, cwd=data, log_path=data / "chroma-server.log", extra_logs=[], env=env,
               ready=ready, timeout_s=timeout_s, grace_s=grace_s, host=LOOPBACK, port=port, data_dir=data) as info:
         yield info
+
+
+PROGRAMS = {"seekdb": run_seekdb_server, "chroma": run_chroma_server}  # Capabilities.local_server -> its starter
+
+
+@contextmanager
+def started_servers(stores: Iterable[str], workdir: str | os.PathLike) -> Iterator[dict[str, ServerInfo]]:
+    """Start on 127.0.0.1 one server per program the named stores need; yield ``{store: ServerInfo}``.
+
+    A store needs the program its ``Capabilities.local_server`` names (read from its YAML through
+    ``bench.backends.catalog``); embedded and cloud stores need none and are absent from the result.
+    ``info.overrides()`` are the store's constructor overrides (host, port). Data lives in
+    ``workdir/<program>-server``. Every server started is stopped at exit, also when a later one fails
+    to start (ServerStartError with its log tail; FileNotFoundError when the program is not installed).
+    """
+    needs = {name: capabilities(name).local_server for name in dict.fromkeys(stores)}
+    with ExitStack() as stack:
+        running: dict[str, ServerInfo] = {}
+        for program in dict.fromkeys(p for p in needs.values() if p):
+            if program not in PROGRAMS:
+                raise ValueError(f"no starter for server program {program!r} (known: {', '.join(PROGRAMS)})")
+            info = stack.enter_context(PROGRAMS[program](Path(workdir) / f"{program}-server"))
+            log.info("%s server ready on %s:%d in %.1f s", program, info.host, info.port, info.start_s)
+            running[program] = info
+        yield {name: running[program] for name, program in needs.items() if program}

@@ -25,7 +25,7 @@ from pathlib import Path
 
 import numpy as np
 
-from bench.backends.base import FILTER_KINDS, Capabilities, check_metric
+from bench.backends.base import FILTER_KINDS, Capabilities, check_metric, import_client
 from bench.types import Hits, MemoryBatch, Where
 
 log = logging.getLogger(__name__)
@@ -68,9 +68,8 @@ class SqliteVecBackend:
         check_metric(metric)
         if not isinstance(dim, int) or dim <= 0:
             raise ValueError(f"sqlite_vec: dim must be a positive int (got {dim!r})")
-        import sqlean
-        import sqlite_vec
-
+        sqlean = import_client("sqlean", store="sqlite_vec", package="sqlean.py", extra="sqlite")
+        sqlite_vec = import_client("sqlite_vec", store="sqlite_vec", package="sqlite-vec", extra="sqlite")
         self.close()
         self.path.mkdir(parents=True, exist_ok=True)
         conn = sqlean.connect(str(self.file), check_same_thread=False)
@@ -171,6 +170,23 @@ class SqliteVecBackend:
             return Hits()
         ids, distances = zip(*rows)  # already best first: ORDER BY distance, then id
         return Hits(ids, tuple(map(_similarity, distances)))
+
+    def reference_query(self, vector: np.ndarray, *, k: int, where: Where) -> tuple[list[str], list[float]]:
+        clauses, params = ["embedding MATCH ?", "k = ?"], [vector.tobytes(), k]
+        if where.conversation_id is not None:
+            clauses.append("conversation_id = ?")
+            params.append(where.conversation_id)
+        if where.roles is not None:
+            clauses.append(f"role IN ({', '.join('?' * len(where.roles))})")
+            params.extend(where.roles)
+        if where.before is not None:
+            clauses.append("ts <= ?")
+            params.append(where.before)
+        rows = self._conn.execute(
+            f"WITH knn AS (SELECT rowid, distance FROM memories WHERE {' AND '.join(clauses)}) "
+            "SELECT memory_ids.memory_id, knn.distance FROM knn JOIN memory_ids ON memory_ids.rowid = knn.rowid", params
+        ).fetchall()
+        return [i for i, _ in rows], [1.0 - d for _, d in rows]
 
     def count(self) -> int:
         conn = self._require_open()

@@ -72,16 +72,3 @@ def run_dir_override(path) -> str:
 def sweep_dir_override(path) -> str:
     """The command-line override that makes a multirun write its ``job<N>/`` into ``path``."""
     return f"hydra.sweep.dir={path}"
-
-
-def backend_names() -> list[str]:
-    return sorted(p.stem for p in (CONFIGS / "backend").glob("*.yaml"))
-
-
-def load_backend(name: str, *, stores_dir, **overrides):
-    """Instantiate ``configs/backend/<name>.yaml`` outside Hydra (``${paths.stores}`` = stores_dir)."""
-    path = CONFIGS / "backend" / f"{name}.yaml"
-    if not path.is_file():
-        raise ValueError(f"unknown store {name!r}: no {path} (known: {', '.join(backend_names())})")
-    root = OmegaConf.create({"paths": {"stores": str(stores_dir)}, "backend": OmegaConf.load(path)})
-    return build(root.backend, **overrides)

@@ -36,7 +36,18 @@ from bench.output import (
     secret_override,
 )
 from bench.resources import configs_dir
-from bench.rundir import CARD, FAILED, FAULTS, NOT_CACHED, REPORT_MD, RESULTS, SUMMARY, RunDir, collect_jobs, strategy_record
+from bench.rundir import (
+    CARD,
+    FAILED,
+    FAULTS,
+    NOT_CACHED,
+    REPORT_MD,
+    RESULTS,
+    SUMMARY,
+    RunDir,
+    collect_jobs,
+    strategy_record,
+)
 
 log = logging.getLogger("bench")
 
@@ -147,17 +158,9 @@ def get_trace(cfg: DictConfig, job: Job, embedder, roles: tuple[str, ...] | None
     if backend_cfg.get("path"):  # an embedded store: a directory of this process's own
         run.remove_stale_store_dirs(Path(backend_cfg["path"]).parent)
         place["path"] = str(run.private_store_dir(backend_cfg["path"]))
-    backend = build(cfg.backend, **place)
-    try:
-        trace = build_trace(job.corpus, embedder, backend, depth=depth, roles=roles,
-                            warmup=int(cfg.warmup), progress=bool(cfg.progress))
-    finally:
-        try:
-            backend.drop()
-        except Exception as exc:  # e.g. the server died: keep the real error, not the drop's
-            log.warning("could not drop collection %s: %s", place["collection"], error_line(exc))
-        finally:
-            backend.close()
+    backend = build(cfg.backend, **place)  # build_trace opens it and drops and closes it (bench.backends.session)
+    trace = build_trace(job.corpus, embedder, backend, depth=depth, roles=roles, warmup=int(cfg.warmup),
+                        progress=bool(cfg.progress))
     trace.meta.update(trace_key=key.digest, dataset_source=job.corpus.source, cache={**key.describe(), "status": status})
     try:
         trace.save(cached)

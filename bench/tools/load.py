@@ -12,6 +12,10 @@ in-RAM exact store has no client, so its one instance is shared. Every answer is
 exception, a hit from another conversation, a duplicate id, more than ``k`` hits or hits out of
 order count as an error. Servers are started on 127.0.0.1 by ``bench.backends.servers`` (never anything
 else). Prints per store: errors, throughput, p50/p99 latency under load, read-after-write lag.
+
+The stores are every ``configs/backend/*.yaml`` that runs here (``bench.backends.catalog``: embedded
+ones and local servers; cloud stores are skipped with the reason). Each store and each thread's
+client is driven through ``bench.backends.session``.
 """
 
 from __future__ import annotations
@@ -28,13 +32,14 @@ from pathlib import Path
 
 import numpy as np
 
+from bench.backends.catalog import load_backend, split_runnable
+from bench.backends.servers import started_servers
+from bench.backends.session import INGEST_BATCH, Session, open_session
+from bench.resources import plugin_names
+from bench.tools.stores import synthetic, synthetic_batches
 from bench.types import MemoryBatch, Where
 
 log = logging.getLogger("bench.tools.load")
-
-LOCAL_STORES = ("exact", "sqlite_vec", "seekdb", "chroma")
-SERVER_STORES = ("seekdb_server", "chroma_server")
-ALL_STORES = LOCAL_STORES + SERVER_STORES
 
 
 @dataclass(frozen=True)
@@ -55,14 +60,6 @@ class LoadResult:
     first_error: str = ""
 
 
-def _batches(vecs, conv, roles, ts, size: int = 1000):
-    for i in range(0, len(vecs), size):
-        sl = slice(i, i + size)
-        yield MemoryBatch(ids=tuple(f"m{j}" for j in range(i, min(i + size, len(vecs)))), vectors=vecs[sl],
-                          conversation_ids=tuple(conv[sl]), roles=tuple(roles[sl]),
-                          timestamps=tuple(float(x) for x in ts[sl]))
-
-
 def _check(hits, k: int, conv_of: dict[str, str], conversation: str) -> str:
     """'' when an answer is well-formed, else what is wrong with it."""
     ids = [h.id for h in hits]
@@ -79,60 +76,32 @@ def _check(hits, k: int, conv_of: dict[str, str], conversation: str) -> str:
 
 
 def measure_lag(backend, dim: int, *, probes: int, rng: np.random.Generator, timeout_s: float = 120.0) -> list[float]:
-    """Seconds from ``add()`` returning until the start of the first unfiltered search that returns the new row.
-
-    ``wait_ready()`` is called first (the contract: a store may need it before rows are searchable,
-    e.g. the exact store builds its matrix there), so the lag includes it.
-    """
+    """Read-after-write lag of ``probes`` single-row writes into the open ``backend`` (``Session.read_after_write``: from
+    ``add()`` returning, through ``wait_ready()``, until the start of the first unfiltered search that returns the new row)."""
+    session = Session(backend)
     lags = []
     for i in range(probes):
         v = rng.standard_normal(dim).astype(np.float32)
         v /= np.linalg.norm(v)
-        mid = f"lag{i}"
-        backend.add(MemoryBatch(ids=(mid,), vectors=v[None, :], conversation_ids=("lag",), roles=("user",),
-                                timestamps=(0.0,)))
-        t0 = time.perf_counter()
-        backend.wait_ready(timeout_s=timeout_s)
-        while True:
-            asked = time.perf_counter()  # the row was visible when the search that returned it started
-            if any(h.id == mid for h in backend.search(v, k=10, where=Where())):
-                lags.append(asked - t0)
-                break
-            if time.perf_counter() - t0 > timeout_s:
-                raise TimeoutError(f"row {mid} not searchable {timeout_s:.0f} s after add()")
-            time.sleep(0.002)
+        row = MemoryBatch(ids=(f"lag{i}",), vectors=v[None, :], conversation_ids=("lag",), roles=("user",), timestamps=(0.0,))
+        lags.append(session.read_after_write(row, timeout_s=timeout_s))
     return lags
 
 
 def load_store(name: str, *, threads: int, queries: int, rows: int, dim: int, k: int, workdir: Path,
                overrides: dict | None = None, lag_probes: int = 5, seed: int = 0) -> LoadResult:
     """Ingest, measure lag, then ``threads`` x ``queries`` concurrent filtered searches on one store."""
-    from bench.cli.config import load_backend
-    from bench.tools.stores import synthetic
-
     vecs, conv, roles, ts, qv, qconv = synthetic(rows, dim, n_queries=threads * queries, seed=seed)
     conv_of = {f"m{j}": c for j, c in enumerate(conv)}
     collection = f"load_{rows}_{dim}"
     make = lambda: load_backend(name, stores_dir=workdir / "stores", collection=collection, **(overrides or {}))  # noqa: E731
-    loader = make()
-    clients = []
-    try:
-        loader.drop()
-        loader.open(dim=dim)
-        t0 = time.perf_counter()
-        for b in _batches(vecs, conv, roles, ts):
-            loader.add(b)
-        loader.wait_ready(timeout_s=1800)
-        ingest_s = time.perf_counter() - t0
-        lags = measure_lag(loader, dim, probes=lag_probes, rng=np.random.default_rng(seed + 1))
-        shared = name == "exact"  # in RAM: other instances would be empty
-        for _ in range(threads):
-            if shared:
-                clients.append(loader)
-            else:
-                c = make()
-                c.open(dim=dim)
-                clients.append(c)
+    with contextlib.ExitStack() as stack:
+        loader = stack.enter_context(open_session(make(), dim=dim, fresh=True))
+        ingest = loader.ingest(synthetic_batches(vecs, conv, roles, ts), total=-(-rows // INGEST_BATCH))
+        lags = measure_lag(loader.backend, dim, probes=lag_probes, rng=np.random.default_rng(seed + 1))
+        shared = not loader.backend.capabilities.persistent  # in RAM (exact): another instance would be empty
+        clients = [loader if shared else stack.enter_context(open_session(make(), dim=dim, drop=False))
+                   for _ in range(threads)]  # each closed (not dropped) before the loader's collection is dropped
         lat = [[] for _ in range(threads)]
         exc = [0] * threads
         bad = [0] * threads
@@ -140,19 +109,17 @@ def load_store(name: str, *, threads: int, queries: int, rows: int, dim: int, k:
         barrier = threading.Barrier(threads)
 
         def work(t: int) -> None:
-            backend = clients[t]
+            client = clients[t]
             barrier.wait()
             for i in range(t * queries, (t + 1) * queries):
-                w = Where(conversation_id=qconv[i])
-                s = time.perf_counter_ns()
                 try:
-                    hits = backend.search(qv[i], k=k, where=w)
+                    hits, ns = client.timed_search(qv[i], k=k, where=Where(conversation_id=qconv[i]))
                 except Exception as e:  # counted, never fatal: the point is to see them
                     exc[t] += 1
                     if not first:
                         first.append(f"{type(e).__name__}: {e}"[:300])
                     continue
-                lat[t].append(time.perf_counter_ns() - s)
+                lat[t].append(ns)
                 problem = _check(hits, k, conv_of, qconv[i])
                 if problem:
                     bad[t] += 1
@@ -166,23 +133,15 @@ def load_store(name: str, *, threads: int, queries: int, rows: int, dim: int, k:
         for w in workers:
             w.join()
         wall = time.perf_counter() - start
-        all_lat = np.concatenate([np.asarray(x, dtype=np.float64) for x in lat]) if any(lat) else np.empty(0)
-        pct = (lambda p: float(np.percentile(all_lat, p)) / 1e6) if all_lat.size else (lambda p: float("nan"))  # noqa: E731
-        return LoadResult(
-            store=name, rows=rows, threads=threads, queries=threads * queries, errors=sum(exc) + sum(bad),
-            exceptions=sum(exc), bad_answers=sum(bad), qps=threads * queries / wall if wall > 0 else float("nan"),
-            p50_ms=pct(50), p99_ms=pct(99), lag_p50_ms=float(np.median(lags)) * 1e3 if lags else float("nan"),
-            lag_max_ms=max(lags) * 1e3 if lags else float("nan"), ingest_s=ingest_s, first_error=first[0] if first else "",
-        )
-    finally:
-        for c in clients:
-            if c is not loader:
-                with contextlib.suppress(Exception):
-                    c.close()
-        with contextlib.suppress(Exception):
-            loader.drop()
-        with contextlib.suppress(Exception):
-            loader.close()
+    all_lat = np.concatenate([np.asarray(x, dtype=np.float64) for x in lat]) if any(lat) else np.empty(0)
+    pct = (lambda p: float(np.percentile(all_lat, p)) / 1e6) if all_lat.size else (lambda p: float("nan"))  # noqa: E731
+    return LoadResult(
+        store=name, rows=rows, threads=threads, queries=threads * queries, errors=sum(exc) + sum(bad),
+        exceptions=sum(exc), bad_answers=sum(bad), qps=threads * queries / wall if wall > 0 else float("nan"),
+        p50_ms=pct(50), p99_ms=pct(99), lag_p50_ms=float(np.median(lags)) * 1e3 if lags else float("nan"),
+        lag_max_ms=max(lags) * 1e3 if lags else float("nan"), ingest_s=ingest.wall_seconds + ingest.ready_seconds,
+        first_error=first[0] if first else "",
+    )
 
 
 def failed_result(name: str, *, threads: int, queries: int, rows: int, exc: BaseException) -> LoadResult:
@@ -193,29 +152,18 @@ def failed_result(name: str, *, threads: int, queries: int, rows: int, exc: Base
                       lag_max_ms=nan, ingest_s=nan, first_error=f"setup: {type(exc).__name__}: {exc}"[:300])
 
 
-@contextlib.contextmanager
-def started_servers(stores, workdir: Path):
-    """Start the real servers the selected stores need (loopback); yield {store: backend overrides}."""
-    from bench.backends.servers import run_chroma_server, run_seekdb_server
-
-    with contextlib.ExitStack() as stack:
-        out: dict[str, dict] = {}
-        if "seekdb_server" in stores:
-            out["seekdb_server"] = stack.enter_context(run_seekdb_server(workdir / "seekdb-server")).overrides()
-        if "chroma_server" in stores:
-            out["chroma_server"] = stack.enter_context(run_chroma_server(workdir / "chroma-server")).overrides()
-        yield out
-
-
-def run_load(stores=ALL_STORES, *, threads: int = 8, queries: int = 1000, rows: int = 5000, dim: int = 384, k: int = 10,
+def run_load(stores=None, *, threads: int = 8, queries: int = 1000, rows: int = 5000, dim: int = 384, k: int = 10,
              workdir: Path, server_overrides: dict | None = None, lag_probes: int = 5) -> list[LoadResult]:
-    """Load every store in ``stores``; servers are started here unless ``server_overrides`` has them."""
+    """Load every store in ``stores`` (default: every configured one); the local servers they need are started here
+    (``bench.backends.servers.started_servers``) unless ``server_overrides`` has them; cloud stores are skipped (logged)."""
     workdir = Path(workdir)
+    stores, skipped = split_runnable(stores)
+    for reason in skipped:
+        log.warning("skipped %s", reason)
     given = dict(server_overrides or {})
-    need = [s for s in stores if s in SERVER_STORES and s not in given]
     results = []
-    with started_servers(need, workdir) as started:
-        overrides = {**given, **started}
+    with started_servers([s for s in stores if s not in given], workdir) as started:
+        overrides = {**given, **{name: info.overrides() for name, info in started.items()}}
         for name in stores:
             log.info("load: %s (%d rows x %d-d, %d threads x %d queries)", name, rows, dim, threads, queries)
             try:
@@ -246,16 +194,21 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--rows", type=int, default=5000, help="memories ingested per store")
     ap.add_argument("--dim", type=int, default=384)
     ap.add_argument("--k", type=int, default=10)
-    ap.add_argument("--stores", default=",".join(ALL_STORES), help=f"comma-separated, from {', '.join(ALL_STORES)}")
+    ap.add_argument("--stores", default=None, help="comma-separated configs/backend names "
+                    "(default: all; cloud stores are skipped with the reason)")
     ap.add_argument("--workdir", default=None, help="store data and server directories (default: a temp dir, deleted)")
     args = ap.parse_args(argv)
-    stores = [s.strip() for s in args.stores.split(",") if s.strip()]
-    unknown = [s for s in stores if s not in ALL_STORES]
+    known = plugin_names("backend")
+    stores = [s.strip() for s in args.stores.split(",") if s.strip()] if args.stores else known
+    unknown = [s for s in stores if s not in known]
     if unknown or args.threads < 1 or args.queries < 1 or args.rows < 1 or args.k < 1:
-        print(f"error: unknown store(s) {unknown} (known: {', '.join(ALL_STORES)})" if unknown
+        print(f"error: unknown store(s) {unknown} (known: {', '.join(known)})" if unknown
               else "error: --threads, --queries, --rows and --k must be >= 1", file=sys.stderr)
         return 2
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    stores, skipped = split_runnable(stores)
+    for reason in skipped:
+        print(f"skipped {reason}")
     with contextlib.ExitStack() as stack:
         workdir = Path(args.workdir) if args.workdir else Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="rb-load-")))
         results = run_load(stores, threads=args.threads, queries=args.queries, rows=args.rows, dim=args.dim, k=args.k,

@@ -13,16 +13,18 @@ P2  harness overhead per query / the exact store's own search time, on the synth
     14,726 memories (``bench.trace.build_trace``: wall time of the query loop minus the summed
     store calls). Target <= 5 %. Printed beside it, as information (P2/info): the exact reference pass after the
     loop (trace ``exact_scores`` + fidelity), itself an exact search, relative to the same store time.
-P3a wall time of a warm-cache LoCoMo multirun over exact + sqlite_vec + seekdb + chroma x the main
-    strategies (the joblib launcher with 2 jobs when installed), stores queried. Target <= 120 s.
+P3a wall time of a warm-cache LoCoMo multirun over every embedded store of ``configs/backend/`` x the
+    main strategies (the joblib launcher with 2 jobs when installed), stores queried. Target <= 120 s.
     Printed beside it, as information (P3a/traces): the same multirun once more with the trace
     cache warm as well (a re-sweep with other strategies or thresholds: no store queried).
 P3b cold-cache embedding throughput (``CachedEmbedder(MiniLMEmbedder)`` on an empty cache) / a
     hand-written loop over the raw onnxruntime session on the same texts (same tokenizer, batch 64,
     length-sorted). Best of interleaved repeats. Target >= 0.9.
-P4  per store: adapter ``search`` time / a minimal hand-written query over the same client and
-    collection (same filters, k, ef), alternated query by query on one synthetic LoCoMo-shaped
-    workload. Target <= 1.2.
+P4  per store: adapter ``search`` time / the store's own hand-written reference query
+    (``Backend.reference_query``: the same client and collection, same filter and k), both timed by
+    ``bench.backends.session``, alternated query by query on one synthetic LoCoMo-shaped workload.
+    Every store that runs here (``bench.backends.catalog``; local servers started by
+    ``bench.backends.servers``); cloud stores are skipped with the reason. Target <= 1.2.
 P5  peak RSS of the whole pipeline (CLI subprocess, ``dataset=synthetic`` at 100,000 memories,
     ``embedder=synthetic``): the process's VmHWM and the summed RSS of its whole process tree (store
     servers included), sampled from /proc. Not ``os.wait4``'s ru_maxrss: Linux keeps it across exec,
@@ -37,7 +39,6 @@ import argparse
 import contextlib
 import json
 import logging
-import math
 import os
 import resource
 import statistics
@@ -59,8 +60,7 @@ log = logging.getLogger("bench.tools.perf")
 
 REPO = PACKAGE_DIR.parent  # the checkout: tools run from a clone of the repository
 CONFIGS = configs_dir()
-P3_STORES = ("seekdb", "chroma", "sqlite_vec", "exact")  # slowest first: joblib dispatches in order
-P4_STORES = ("exact", "sqlite_vec", "seekdb", "chroma")
+SEARCH_DEPTH = 1000  # k of the P2 and P4 searches (LoCoMo's largest conversation holds ~700 turns)
 MAIN_STRATEGIES = "[limit,threshold,hybrid,full_context]"
 OPS: dict[str, Callable[[float, float], bool]] = {"<=": lambda a, b: a <= b, "<": lambda a, b: a < b, ">=": lambda a, b: a >= b}
 
@@ -297,7 +297,7 @@ def harness_ratio(meta: dict, n_questions: int) -> tuple[float, float, float]:
     return meta["harness_ns_per_query"] / per_q_store, meta["postprocess_ns_per_query"] / per_q_store, per_q_store
 
 
-def p2_harness(n_memories: int = 14_726, *, depth: int = 1000, questions_per_conversation: int = 40) -> list[Ratio]:
+def p2_harness(n_memories: int = 14_726, *, depth: int = SEARCH_DEPTH, questions_per_conversation: int = 40) -> list[Ratio]:
     from bench.backends.exact import ExactBackend
     from bench.data.synthetic import generate
     from bench.embedders.synthetic import SyntheticEmbedder
@@ -313,7 +313,7 @@ def p2_harness(n_memories: int = 14_726, *, depth: int = 1000, questions_per_con
     return [
         Ratio("P2", f"harness overhead per query / exact store search time ({n_memories:,} memories)", 100 * loop, "<=", 5.0, "%",
               method=(f"bench.trace.build_trace ({workload}): (wall time of the query loop - summed store calls) / summed "
-                      "store calls; the loop builds the filter, times the call, copies ids and scores out of the hits, frees them"),
+                      "store calls; the loop (bench.backends.session.Session.search_all) times the call and keeps the hits"),
               details=details),
         Ratio("P2/info", "exact reference pass (trace exact_scores + fidelity) / exact store search time", 100 * post, "<=", 100.0, "%",
               method=("after the timed loop, one pass recomputes every question's exact ranking from the cached vectors (a "
@@ -420,6 +420,7 @@ class RawOnnx:
         import onnxruntime as ort
 
         from bench.embedders.minilm import (
+            DIM,
             _usable_cores,
             load_tokenizer,
             verified_model_path,
@@ -431,10 +432,11 @@ class RawOnnx:
         self.session = ort.InferenceSession(verified_model_path(), sess_options=opts, providers=["CPUExecutionProvider"])
         self.tokenizer = load_tokenizer()
         self.batch_size = batch_size
+        self.dim = DIM
 
     def embed(self, texts: Sequence[str]) -> np.ndarray:
         order = sorted(range(len(texts)), key=lambda i: len(texts[i]))
-        out = np.empty((len(texts), 384), dtype=np.float32)
+        out = np.empty((len(texts), self.dim), dtype=np.float32)
         for b in range(0, len(order), self.batch_size):
             rows = order[b : b + self.batch_size]
             encs = self.tokenizer.encode_batch([texts[i] for i in rows])
@@ -489,120 +491,79 @@ def locomo_texts(data_dir: Path, n: int) -> list[str] | None:
 # ----------------------------------------------------------------------------- P4
 
 
-def _conversation_before(w) -> dict:
-    """The hand-written metadata filter of the P4 workload (conversation, optionally time), as chroma and pyseekdb take it."""
-    where = {"conversation_id": {"$eq": w.conversation_id}}
-    return where if w.before is None else {"$and": [where, {"ts": {"$lte": w.before}}]}
+def embedded_stores() -> list[str]:
+    """The embedded stores (no server to start), approximate ones first: the slowest, as joblib dispatches in order."""
+    from bench.backends.catalog import EMBEDDED, capabilities, store_names
+
+    return sorted(store_names(EMBEDDED), key=lambda n: (capabilities(n).exact, n))
 
 
-def raw_search_fn(name: str, backend) -> Callable:
-    """A minimal hand-written query over the client and collection ``backend`` opened: (vector, k, where) -> [(id, sim)]."""
-    if name == "exact":
-        ids, vecs, ts, by_conv = backend._ids, backend._vectors, backend._ts, backend._by_conv
-
-        def exact(q, k, w):
-            rows = by_conv[w.conversation_id]
-            if w.before is not None:
-                rows = rows[ts[rows] <= w.before]
-            sims = vecs[rows] @ q
-            top = np.argsort(-sims, kind="stable")[:k]
-            return list(zip(ids[rows[top]].tolist(), sims[top].tolist()))
-
-        return exact
-    if name == "sqlite_vec":
-        conn = backend._conn
-        sql = ("WITH knn AS (SELECT rowid, distance FROM memories WHERE embedding MATCH ? AND k = ? AND conversation_id = ? "
-               "AND ts <= ?) SELECT memory_ids.memory_id, knn.distance FROM knn JOIN memory_ids ON memory_ids.rowid = knn.rowid")
-
-        def sqlite_vec(q, k, w):
-            rows = conn.execute(sql, (q.tobytes(), k, w.conversation_id, math.inf if w.before is None else w.before)).fetchall()
-            return [(i, 1.0 - d) for i, d in rows]
-
-        return sqlite_vec
-    if name.startswith("seekdb"):
-        col = backend._col
-
-        def seekdb(q, k, w):
-            res = col.query(query_embeddings=q.tolist(), n_results=k, where=_conversation_before(w), include=[])
-            return [(i, 1.0 - d) for i, d in zip(res["ids"][0], res["distances"][0])]
-
-        return seekdb
-    if name.startswith("chroma"):
-        col = backend._col
-
-        def chroma(q, k, w):
-            res = col.query(query_embeddings=[q], n_results=k, where=_conversation_before(w), include=["distances"])
-            return [(i, 1.0 - d) for i, d in zip(res["ids"][0], res["distances"][0])]
-
-        return chroma
-    raise ValueError(f"perfbench: no hand-written query loop for store {name!r}")
-
-
-def alternate(adapter: Callable[[int], object], raw: Callable[[int], object], n: int, *, warmup: int = 10) -> tuple[list[int], list[int]]:
-    """Time ``adapter(i)`` and ``raw(i)`` for i in 0..n-1, alternating which goes first; warm-up discarded."""
+def alternate(adapter: Callable[[int], int], raw: Callable[[int], int], n: int, *, warmup: int = 10) -> tuple[list[int], list[int]]:
+    """``adapter(i)`` and ``raw(i)`` (each returns the ns of its store call) for i in 0..n-1, alternating which goes first;
+    ``warmup`` pairs first, discarded."""
     for i in range(min(warmup, n)):
         adapter(i)
         raw(i)
     a, b = [], []
-    clock = time.perf_counter_ns
     for i in range(n):
-        first, second, fa, fb = (adapter, raw, a, b) if i % 2 == 0 else (raw, adapter, b, a)
-        t = clock()
-        first(i)
-        fa.append(clock() - t)
-        t = clock()
-        second(i)
-        fb.append(clock() - t)
+        if i % 2 == 0:
+            a.append(adapter(i))
+            b.append(raw(i))
+        else:
+            b.append(raw(i))
+            a.append(adapter(i))
     return a, b
 
 
-def p4_adapter(name: str, corpus, tv: np.ndarray, qv: np.ndarray, *, stores_dir: Path, depth: int = 1000) -> Ratio:
-    from bench.cli.config import load_backend
+def p4_adapter(name: str, corpus, tv: np.ndarray, qv: np.ndarray, *, stores_dir: Path, depth: int = SEARCH_DEPTH,
+               overrides: dict | None = None) -> Ratio:
+    from bench.backends.catalog import load_backend
+    from bench.backends.session import INGEST_BATCH, open_session
     from bench.trace import batches, question_filter
 
-    backend = load_backend(name, stores_dir=stores_dir, collection=f"perf_{name}")
+    backend = load_backend(name, stores_dir=stores_dir, collection=f"perf_{name}", **(overrides or {}))
     k = min(depth, backend.capabilities.max_k)
-    try:
-        backend.drop()
-        backend.open(dim=int(tv.shape[1]))
-        for b in batches(corpus.turns(), tv, 1000):
-            backend.add(b)
-        backend.wait_ready(timeout_s=600)
-        raw = raw_search_fn(name, backend)
-        qs = corpus.questions
-        wheres = [question_filter(q) for q in qs]
-        a, b = alternate(lambda i: backend.search(qv[i], k=k, where=wheres[i]), lambda i: raw(qv[i], k, wheres[i]), len(qs))
-        same = sum(len(backend.search(qv[i], k=k, where=wheres[i])) == len(raw(qv[i], k, wheres[i])) for i in range(min(20, len(qs))))
-    finally:
-        with contextlib.suppress(Exception):
-            backend.drop()
-        with contextlib.suppress(Exception):
-            backend.close()
+    qs = corpus.questions
+    wheres = [question_filter(q) for q in qs]
+    with open_session(backend, dim=int(tv.shape[1]), fresh=True) as s:
+        s.ingest(batches(corpus.turns(), tv, INGEST_BATCH), timeout_s=600)
+        a, b = alternate(lambda i: s.timed_search(qv[i], k=k, where=wheres[i])[1],
+                         lambda i: s.timed_reference(qv[i], k=k, where=wheres[i])[1], len(qs))
+        same = sum(len(s.backend.search(qv[i], k=k, where=wheres[i])) == len(s.backend.reference_query(qv[i], k=k, where=wheres[i])[0])
+                   for i in range(min(20, len(qs))))
     value = sum(a) / sum(b)
-    return Ratio(f"P4/{name}", f"{name} adapter search / hand-written query on the same client", value, "<=", 1.2,
-                 method=(f"{len(qs)} queries (conversation + time filter, k={k}) on {len(tv):,} synthetic memories, adapter and raw "
-                         "alternated query by query, 10 warm-up pairs discarded; ratio of summed times"),
+    return Ratio(f"P4/{name}", f"{name} adapter search / its hand-written reference query on the same client", value, "<=", 1.2,
+                 method=(f"{len(qs)} queries (conversation + time filter, k={k}) on {len(tv):,} synthetic memories, adapter search "
+                         "and Backend.reference_query alternated query by query (bench.backends.session times the store call "
+                         "alone), 10 warm-up pairs discarded; ratio of summed times"),
                  details={"adapter_median_ms": statistics.median(a) / 1e6, "raw_median_ms": statistics.median(b) / 1e6,
                           "queries": len(qs), "k": k, "same_result_sizes_of_20": same})
 
 
-def p4_all(stores: Sequence[str], *, n_memories: int = 6000) -> list[Ratio]:
+def p4_all(stores: Sequence[str] | None = None, *, n_memories: int = 6000) -> list[Ratio]:
+    """P4 for ``stores`` (default: every configured one); local servers are started, cloud stores skipped with the reason."""
+    from bench.backends.catalog import split_runnable
+    from bench.backends.servers import started_servers
     from bench.data.synthetic import generate
     from bench.embedders.synthetic import SyntheticEmbedder
     from bench.trace import embed_corpus
 
+    stores, skipped = split_runnable(stores)
+    for reason in skipped:
+        log.warning("P4 skipped %s", reason)
     corpus = generate(n_memories, questions_per_conversation=30, seed=4)
     tv, qv, _ = embed_corpus(corpus, SyntheticEmbedder())
     out = []
-    with tempfile.TemporaryDirectory(prefix="rb-p4-") as tmp:
+    with tempfile.TemporaryDirectory(prefix="rb-p4-") as tmp, started_servers(stores, Path(tmp)) as servers:
         for name in stores:
             log.info("P4: %s", name)
             try:
-                out.append(p4_adapter(name, corpus, tv, qv, stores_dir=Path(tmp)))
+                overrides = servers[name].overrides() if name in servers else None
+                out.append(p4_adapter(name, corpus, tv, qv, stores_dir=Path(tmp), overrides=overrides))
             except Exception as exc:  # a store that cannot run here is reported, the others still run
                 log.error("P4 %s failed: %s", name, exc)
-                out.append(Ratio(f"P4/{name}", f"{name} adapter search / hand-written query on the same client", float("nan"),
-                                 "<=", 1.2, details={"error": f"{type(exc).__name__}: {exc}"[:300]}))
+                out.append(Ratio(f"P4/{name}", f"{name} adapter search / its hand-written reference query on the same client",
+                                 float("nan"), "<=", 1.2, details={"error": f"{type(exc).__name__}: {exc}"[:300]}))
     return out
 
 
@@ -647,9 +608,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--p1-backend", default=None, help="store of the P1 runs (default: the config's default store)")
     ap.add_argument("--p1-strategies", default="all", help="'all' (every configs/strategy/*.yaml) or a Hydra list")
     ap.add_argument("--p1-repeats", type=int, default=1, help="interleaved warm 17-vs-1 pairs in P1 (best of each)")
-    ap.add_argument("--p3-stores", default=",".join(P3_STORES))
+    ap.add_argument("--p3-stores", default=None, help="stores of the P3a multirun (default: every embedded store)")
     ap.add_argument("--n-jobs", type=int, default=2, help="joblib launcher jobs for P3a (needs hydra-joblib-launcher)")
-    ap.add_argument("--p4-stores", default=",".join(P4_STORES))
+    ap.add_argument("--p4-stores", default=None,
+                    help="stores of P4 (default: all; local servers are started here, cloud stores skipped with the reason)")
     ap.add_argument("--p5-backends", default="exact", help="stores of the 100k end-to-end run(s), e.g. exact,seekdb")
     ap.add_argument("--p5-memories", type=int, default=100_000)
     ap.add_argument("--embed-texts", type=int, default=600, help="texts of the P3b throughput comparison (x5 each way)")
@@ -671,7 +633,8 @@ def main(argv: list[str] | None = None) -> int:
         results += p2_harness()
     if "P3" in only or "P3A" in only:
         if has_locomo:
-            results += p3_locomo_sweep(stores=[s for s in args.p3_stores.split(",") if s], n_jobs=args.n_jobs, data=[])
+            p3 = [s for s in args.p3_stores.split(",") if s] if args.p3_stores else embedded_stores()
+            results += p3_locomo_sweep(stores=p3, n_jobs=args.n_jobs, data=[])
         else:
             notes.append(f"P3a not measured: no LoCoMo under {data_dir} (set BENCH_DATA_DIR)")
     if "P3" in only or "P3B" in only:
@@ -683,7 +646,7 @@ def main(argv: list[str] | None = None) -> int:
             notes.append("P3b ran on synthetic texts (no LoCoMo found)")
         results.append(p3_embedding(texts))
     if "P4" in only:
-        results += p4_all([s for s in args.p4_stores.split(",") if s])
+        results += p4_all([s for s in args.p4_stores.split(",") if s] if args.p4_stores else None)
     if "P5" in only:
         for b in [s for s in args.p5_backends.split(",") if s]:
             results.append(p5_peak_rss(args.p5_memories, backend=b))

@@ -524,34 +524,32 @@ def gate_config(run_dir: Path) -> GateConfig:
 
 def time_searches(backends: Mapping[str, object], questions: Sequence, vectors: np.ndarray, *, depth: int,
                   repeats: int, queries: int, warmup: int) -> pd.DataFrame:
-    """Time ``backend.search`` (perf_counter_ns around the call alone) over ``queries`` questions per pass.
+    """Time ``backend.search`` (``bench.backends.session``: perf_counter_ns around the call alone) over ``queries``
+    questions per pass, on open stores that hold the corpus.
 
     The questions are taken in order and cycled when there are fewer than ``queries`` (a small corpus
     still gives ``queries`` samples); ``warmup`` searches per store are discarded first. Per pass and
     question every store is called in turn (the order rotates each pass), so all of them see the same
     machine load. Returns one row per (store, pass): backend, repeat, n, p50_ms, p99_ms.
     """
+    from bench.backends.session import Session
     from bench.trace import question_filter
 
     names = list(backends)
+    sessions = {n: Session(backends[n]) for n in names}
+    ks = {n: min(depth, backends[n].capabilities.max_k) for n in names}
     qs = list(questions)
     idx = [i % len(qs) for i in range(queries)] if qs else []
     wheres = [question_filter(q) for q in qs]
-    for name in names:  # discarded: cold caches
-        b = backends[name]
-        for j in range(min(warmup, len(idx))):
-            b.search(vectors[idx[j]], k=min(depth, b.capabilities.max_k), where=wheres[idx[j]])
+    for n in names:  # discarded: cold caches
+        sessions[n].warm_up(vectors[idx], [wheres[i] for i in idx], k=ks[n], n=warmup)
     out = []
     for rep in range(repeats):
         order = names[rep % len(names):] + names[: rep % len(names)]
         times = {n: [] for n in names}
         for i in idx:
             for n in order:
-                b = backends[n]
-                k = min(depth, b.capabilities.max_k)
-                t0 = time.perf_counter_ns()
-                b.search(vectors[i], k=k, where=wheres[i])
-                times[n].append(time.perf_counter_ns() - t0)
+                times[n].append(sessions[n].timed_search(vectors[i], k=ks[n], where=wheres[i])[1])
         for n in names:
             ns = np.asarray(times[n], dtype=np.float64)
             out.append({"backend": n, "repeat": rep, "n": len(ns), "p50_ms": float(np.percentile(ns, 50) / 1e6) if len(ns) else NAN,
@@ -562,6 +560,9 @@ def time_searches(backends: Mapping[str, object], questions: Sequence, vectors: 
 def measure_latency(run_dir: Path, cfg: GateConfig, stores_dir: Path) -> pd.DataFrame:
     """Rebuild every finished job's store from its resolved config (the corpus from the job's snapshot,
     embeddings from the cache) and time it."""
+    from contextlib import ExitStack
+
+    from bench.backends.session import INGEST_BATCH, open_session
     from bench.embedders.cache import CachedEmbedder
     from bench.plugins import instantiate as build
     from bench.trace import batches, embed_corpus, search_depth
@@ -577,31 +578,21 @@ def measure_latency(run_dir: Path, cfg: GateConfig, stores_dir: Path) -> pd.Data
     questions = list(corpus.questions)
     turns = corpus.turns()
     shutil.rmtree(stores_dir, ignore_errors=True)
-    opened: dict[str, object] = {}
     try:
-        for i, c in enumerate(cfgs):
-            kw = {"collection": f"rb_regress_{i}"}
-            if "path" in c["backend"]:
-                kw["path"] = str(Path(stores_dir) / f"job{i}")
-            backend = build(c["backend"], **kw)
-            opened[f"job{i}"] = backend
-            backend.open(dim=embedder.dim)
-            for b in batches(turns, tv, 500):
-                backend.add(b)
-            backend.wait_ready()
-        by_name = {b.name: b for b in opened.values()}
-        if len(by_name) != len(opened):
-            raise RegressError(f"{run_dir}: two jobs use the same store name; the latency pass needs one job per store")
-        return time_searches(by_name, questions, qv, depth=search_depth(first.get("depth"), corpus), repeats=cfg.latency_repeats,
-                             queries=cfg.latency_queries, warmup=cfg.latency_warmup)
+        with ExitStack() as stack:
+            by_name: dict[str, object] = {}
+            for i, c in enumerate(cfgs):
+                kw = {"collection": f"rb_regress_{i}"}
+                if "path" in c["backend"]:
+                    kw["path"] = str(Path(stores_dir) / f"job{i}")
+                session = stack.enter_context(open_session(build(c["backend"], **kw), dim=embedder.dim))
+                session.ingest(batches(turns, tv, INGEST_BATCH))
+                if session.backend.name in by_name:
+                    raise RegressError(f"{run_dir}: two jobs use the same store name; the latency pass needs one job per store")
+                by_name[session.backend.name] = session.backend
+            return time_searches(by_name, questions, qv, depth=search_depth(first.get("depth"), corpus), repeats=cfg.latency_repeats,
+                                 queries=cfg.latency_queries, warmup=cfg.latency_warmup)
     finally:
-        for backend in opened.values():
-            try:
-                backend.drop()
-            except Exception as e:  # cleanup only
-                log.warning("could not drop the latency-pass store %s: %s", getattr(backend, "name", "?"), e)
-            finally:
-                backend.close()
         shutil.rmtree(stores_dir, ignore_errors=True)
 
 

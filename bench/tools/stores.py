@@ -8,34 +8,35 @@ Two parts, both written to ``reports/compare/``:
    per-query latency p50/p99 (top-10, unfiltered and conversation-filtered; warm-up discarded),
    recall@10 against the exact numpy scan, and the latency ratio to that scan.
 The seed article's figures are printed beside ours, labelled as quoted, not measured.
+
+The stores are every ``configs/backend/*.yaml`` that runs here (``bench.backends.catalog``): embedded
+ones and local servers (started by ``bench.backends.servers.started_servers``); cloud stores are
+skipped with the reason. Each store is driven through ``bench.backends.session``.
 """
 
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
 import logging
 import os
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
-from tqdm.auto import tqdm
 
-from bench.cli.config import load_backend
+from bench.backends.catalog import load_backend, split_runnable
+from bench.backends.servers import started_servers
+from bench.backends.session import INGEST_BATCH, open_session
 from bench.output import write_atomic
 from bench.rundir import RunDir
 from bench.trace import disk_bytes
 from bench.types import MemoryBatch, Where
 
 log = logging.getLogger("bench.tools.stores")
-
-LOCAL_STORES = ("exact", "sqlite_vec", "seekdb", "seekdb_server", "chroma", "chroma_server")
 # Quoted from the seed article (14,726 memories x 1536-d), NOT measured here.
 QUOTED = [
     {"store": "sqlite-vec (quoted)", "n": 14726, "dim": 1536, "p50_ms": 94.0, "p99_ms": 118.0},
@@ -60,55 +61,34 @@ def synthetic(n: int, dim: int, *, n_queries: int, seed: int = 0, clusters: int 
     return vecs, conv, roles, ts, qv, qconv
 
 
-def _batches(vecs, conv, roles, ts, size: int):
+def synthetic_batches(vecs, conv, roles, ts, size: int = INGEST_BATCH):
+    """Lazy ``MemoryBatch``es (ids ``m<row>``) of ``synthetic`` data."""
     for i in range(0, len(vecs), size):
         sl = slice(i, i + size)
         yield MemoryBatch(ids=tuple(f"m{j}" for j in range(i, min(i + size, len(vecs)))), vectors=vecs[sl],
                           conversation_ids=tuple(conv[sl]), roles=tuple(roles[sl]), timestamps=tuple(float(x) for x in ts[sl]))
 
 
-def _timed(backend, qv, wheres, k: int, warmup: int) -> tuple[np.ndarray, list[list[str]]]:
-    for i in range(min(warmup, len(qv))):
-        backend.search(qv[i], k=k, where=wheres[i])
-    lat, ids = [], []
-    for q, w in zip(qv, wheres):
-        t0 = time.perf_counter_ns()
-        hits = backend.search(q, k=k, where=w)
-        lat.append(time.perf_counter_ns() - t0)
-        ids.append([h.id for h in hits])
-    return np.array(lat, dtype=np.float64), ids
-
-
 def bench_store(name: str, data, *, stores_dir: Path, k: int, warmup: int, overrides: dict, progress: bool) -> dict:
     vecs, conv, roles, ts, qv, qconv = data
     n, dim = vecs.shape
-    backend = load_backend(name, stores_dir=stores_dir, collection=f"cmp_{n}_{dim}", **overrides)
     row = {"store": name, "n": n, "dim": dim}
     try:
-        backend.drop()
-        backend.open(dim=dim)
-        t0 = time.perf_counter()
-        for b in tqdm(list(_batches(vecs, conv, roles, ts, 1000)), desc=f"{name} ingest {n}x{dim}", disable=not progress, leave=False):
-            backend.add(b)
-        t1 = time.perf_counter()
-        backend.wait_ready(timeout_s=1800)
-        t2 = time.perf_counter()
-        row.update(ingest_s=t1 - t0, ingest_rows_per_s=n / (t1 - t0), read_after_write_lag_s=t2 - t1)
-        none = [Where()] * len(qv)
-        lat, ids = _timed(backend, qv, none, k, warmup)
-        flat, fids = _timed(backend, qv, [Where(conversation_id=c) for c in qconv], k, warmup)
-        row.update(p50_ms=np.percentile(lat, 50) / 1e6, p99_ms=np.percentile(lat, 99) / 1e6,
-                   filtered_p50_ms=np.percentile(flat, 50) / 1e6, filtered_p99_ms=np.percentile(flat, 99) / 1e6,
-                   index_mb=(disk_bytes(getattr(backend, "path", None)) or float("nan")) / 1e6)
-        row["_ids"], row["_fids"] = ids, fids
+        backend = load_backend(name, stores_dir=stores_dir, collection=f"cmp_{n}_{dim}", **overrides)
+        with open_session(backend, dim=dim, fresh=True) as s:
+            ingest = s.ingest(synthetic_batches(vecs, conv, roles, ts), total=-(-n // INGEST_BATCH), progress=progress)
+            row.update(ingest_s=ingest.add_seconds, ingest_rows_per_s=n / ingest.add_seconds,
+                       read_after_write_lag_s=ingest.ready_seconds)
+            plain = s.search_all(qv, [Where()] * len(qv), k=k, warmup=warmup)
+            filtered = s.search_all(qv, [Where(conversation_id=c) for c in qconv], k=k, warmup=warmup)
+            lat, flat = plain.latency_ns.astype(np.float64), filtered.latency_ns.astype(np.float64)
+            row.update(p50_ms=np.percentile(lat, 50) / 1e6, p99_ms=np.percentile(lat, 99) / 1e6,
+                       filtered_p50_ms=np.percentile(flat, 50) / 1e6, filtered_p99_ms=np.percentile(flat, 99) / 1e6,
+                       index_mb=(disk_bytes(getattr(backend, "path", None)) or float("nan")) / 1e6)
+            row["_ids"], row["_fids"] = [list(h.ids) for h in plain.hits], [list(h.ids) for h in filtered.hits]
     except Exception as exc:  # a store that fails is reported, the others still run
         log.error("%s at %dx%d failed: %s", name, n, dim, exc)
         row["error"] = f"{type(exc).__name__}: {exc}"[:300]
-    finally:
-        with contextlib.suppress(Exception):
-            backend.drop()
-        with contextlib.suppress(Exception):
-            backend.close()
     return row
 
 
@@ -127,24 +107,6 @@ def exact_truth(data, k: int) -> tuple[list[list[str]], list[list[str]]]:
 
 def _recall(got: list[list[str]], truth: list[list[str]]) -> float:
     return float(np.mean([len(set(g) & set(t)) / len(t) for g, t in zip(got, truth) if t]))
-
-
-@contextlib.contextmanager
-def servers(stores: list[str], workdir: Path):
-    """Start the real seekdb/chroma servers the selected stores need; yield {store: overrides}."""
-    from bench.backends.servers import run_chroma_server, run_seekdb_server
-
-    with contextlib.ExitStack() as stack:
-        out: dict[str, dict] = {}
-        if "seekdb_server" in stores:
-            info = stack.enter_context(run_seekdb_server(workdir / "seekdb-server"))
-            log.info("seekdb server ready on port %d in %.1f s", info.port, info.start_s)
-            out["seekdb_server"] = info.overrides()
-        if "chroma_server" in stores:
-            info = stack.enter_context(run_chroma_server(workdir / "chroma-server"))
-            log.info("chroma server ready on port %d in %.1f s", info.port, info.start_s)
-            out["chroma_server"] = info.overrides()
-        yield out
 
 
 def scale_part(stores, sizes, dims, *, n_queries, k, warmup, workdir, overrides, progress) -> pd.DataFrame:
@@ -252,7 +214,8 @@ def _md(df: pd.DataFrame, cols: list[str]) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m bench.tools.stores", description=__doc__.splitlines()[0])
-    ap.add_argument("--stores", default=",".join(LOCAL_STORES))
+    ap.add_argument("--stores", default=None,
+                    help="comma-separated configs/backend names (default: all; cloud stores are skipped with the reason)")
     ap.add_argument("--sizes", default="14726,100000")
     ap.add_argument("--dims", default="384,1536")
     ap.add_argument("--queries", type=int, default=200)
@@ -264,12 +227,16 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--progress", action=argparse.BooleanOptionalAction, default=sys.stderr.isatty())
     args = ap.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
-    stores = [s for s in args.stores.split(",") if s]
+    stores, skipped = split_runnable([s for s in args.stores.split(",") if s] if args.stores else None)
+    for reason in skipped:
+        log.warning("skipped %s", reason)
     out = Path(args.out).resolve()
     out.mkdir(parents=True, exist_ok=True)
     lines = ["# Store comparison", "", "Every store gets the same vectors, filters and queries. Latency is the store call only "
              "(top-10, warm-up discarded); the exact store is a numpy cosine scan of the same vectors in RAM.", ""]
-    with tempfile.TemporaryDirectory(prefix="rb-compare-") as tmp, servers(stores, Path(tmp)) as overrides:
+    lines += [f"Skipped {r}." for r in skipped] + ([""] if skipped else [])
+    with tempfile.TemporaryDirectory(prefix="rb-compare-") as tmp, started_servers(stores, Path(tmp)) as servers:
+        overrides = {name: info.overrides() for name, info in servers.items()}
         if not args.no_locomo:
             loc = locomo_part(stores, out=out, overrides=overrides, data_dir=os.environ.get("BENCH_DATA_DIR"))
             write_atomic(out / "locomo.csv", lambda p: loc.to_csv(p, index=False))

@@ -96,6 +96,9 @@ class FaultBackend:
                 time.sleep(0.5)  # the kernel closes its sockets once it is gone
         return self._inner.search(vector, k=k, where=where)
 
+    def reference_query(self, vector, *, k: int, where):
+        return self._inner.reference_query(vector, k=k, where=where)
+
     def close(self) -> None:
         self._inner.close()
 

@@ -200,14 +200,16 @@ class FaultFigures:
 
 
 def fault_run(root: Path, servers: dict) -> FaultFigures:
-    """The fault scenarios. ``servers``: {"chroma_server"/"seekdb_server": ServerInfo} to kill mid-run."""
+    """The fault scenarios. ``servers``: {store: ServerInfo} of local servers to kill mid-run (``started_servers``)."""
+    from bench.backends.catalog import backend_config
+
     root = Path(root)
     reports = root / "reports"
     figs = FaultFigures()
     specs = {"fault_raise": {"fault": "raise"}, "fault_timeout": {"fault": "timeout", "delay_s": 1.0},
              "fault_crash": {"fault": "crash"}}
     for name, info in servers.items():
-        cls = "bench.backends.chroma.ChromaBackend" if name.startswith("chroma") else "bench.backends.seekdb.SeekdbBackend"
+        cls = backend_config(name)["_target_"]  # the store's own class, from its YAML
         specs[f"kill_{name}"] = {"fault": "kill", "kill_pid": info.pid, "inner": cls, "inner_kwargs": info.overrides()}
     conf = fault_configs(root / "conf", specs)
     failing = ["fault_raise", "fault_timeout", *[f"kill_{n}" for n in servers]]
@@ -275,7 +277,8 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(name)s %(levelname)s %(message)s")
     log.setLevel(logging.INFO)
-    from bench.backends.servers import run_chroma_server, run_seekdb_server
+    from bench.backends.catalog import EMBEDDED, runnable_stores, store_names
+    from bench.backends.servers import started_servers
     from bench.tools import load as loadtest
 
     t0 = time.monotonic()
@@ -286,12 +289,9 @@ def main(argv: list[str] | None = None) -> int:
         cases = run_cases(work / "bad")
         log.info("planted secrets")
         sec = planted_secret_run(work / "secrets")
-        servers = {}
-        if not args.no_servers:
-            servers["chroma_server"] = stack.enter_context(run_chroma_server(work / "chroma-server"))
-            servers["seekdb_server"] = stack.enter_context(run_seekdb_server(work / "seekdb-server"))
+        stores = store_names(EMBEDDED) if args.no_servers else runnable_stores()
+        servers = stack.enter_context(started_servers(stores, work))  # {store: ServerInfo} of the local servers
         log.info("load: %d threads x %d queries per store", args.threads, args.queries)
-        stores = loadtest.LOCAL_STORES + tuple(servers)
         load = loadtest.run_load(stores, threads=args.threads, queries=args.queries, rows=args.rows, workdir=work / "load",
                                  server_overrides={k: v.overrides() for k, v in servers.items()})
         log.info("faults")
