@@ -16,10 +16,8 @@ else). Prints per store: errors, throughput, p50/p99 latency under load, read-af
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import logging
-import sys
 import tempfile
 import threading
 import time
@@ -28,6 +26,7 @@ from pathlib import Path
 
 import numpy as np
 
+from bench.tools.common import entry, fail, parser, setup_logging
 from bench.types import MemoryBatch, Where
 
 log = logging.getLogger("bench.tools.load")
@@ -240,7 +239,9 @@ def format_table(results: list[LoadResult]) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m bench.tools.load", description=__doc__.split("\n\n")[0])
+    ap = parser("load", __doc__.split("\n\n")[0].split(": ", 1)[-1],
+                examples=["recallbench load                                   # 8 threads x 1,000 queries, every store",
+                          "recallbench load --stores exact,sqlite_vec --queries 100"])
     ap.add_argument("--threads", type=int, default=8)
     ap.add_argument("--queries", type=int, default=1000, help="searches per thread")
     ap.add_argument("--rows", type=int, default=5000, help="memories ingested per store")
@@ -252,10 +253,9 @@ def main(argv: list[str] | None = None) -> int:
     stores = [s.strip() for s in args.stores.split(",") if s.strip()]
     unknown = [s for s in stores if s not in ALL_STORES]
     if unknown or args.threads < 1 or args.queries < 1 or args.rows < 1 or args.k < 1:
-        print(f"error: unknown store(s) {unknown} (known: {', '.join(ALL_STORES)})" if unknown
-              else "error: --threads, --queries, --rows and --k must be >= 1", file=sys.stderr)
-        return 2
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
+        return fail(f"unknown store(s) {unknown} (known: {', '.join(ALL_STORES)})" if unknown
+                    else "--threads, --queries, --rows and --k must be >= 1")
+    setup_logging()
     with contextlib.ExitStack() as stack:
         workdir = Path(args.workdir) if args.workdir else Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="rb-load-")))
         results = run_load(stores, threads=args.threads, queries=args.queries, rows=args.rows, dim=args.dim, k=args.k,
@@ -269,4 +269,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    raise SystemExit(entry(main))

@@ -29,6 +29,7 @@ from tqdm.auto import tqdm
 
 from bench.cli.config import load_backend
 from bench.output import write_atomic
+from bench.tools.common import entry, parser, reports_dir, setup_logging
 from bench.trace import disk_bytes
 from bench.types import MemoryBatch, Where
 
@@ -250,7 +251,9 @@ def _md(df: pd.DataFrame, cols: list[str]) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m bench.tools.stores", description=__doc__.splitlines()[0])
+    ap = parser("stores", "Every local store side by side, on LoCoMo and on synthetic data at the seed's scale -> reports/compare/.",
+                examples=["recallbench stores --sizes 2000 --dims 384 --no-locomo    # a quick look",
+                          "BENCH_DATA_DIR=~/corpora recallbench stores                # full scale (tens of minutes)"])
     ap.add_argument("--stores", default=",".join(LOCAL_STORES))
     ap.add_argument("--sizes", default="14726,100000")
     ap.add_argument("--dims", default="384,1536")
@@ -259,10 +262,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--warmup", type=int, default=10)
     ap.add_argument("--no-locomo", action="store_true", help="skip the LoCoMo part")
     ap.add_argument("--no-scale", action="store_true", help="skip the synthetic scale part")
-    ap.add_argument("--out", default="reports/compare")
+    ap.add_argument("--out", default=str(reports_dir("compare")), help="default reports/compare")
     ap.add_argument("--progress", action=argparse.BooleanOptionalAction, default=sys.stderr.isatty())
     args = ap.parse_args(argv)
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    setup_logging()
     stores = [s for s in args.stores.split(",") if s]
     out = Path(args.out).resolve()
     out.mkdir(parents=True, exist_ok=True)
@@ -290,4 +293,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    raise SystemExit(entry(main))

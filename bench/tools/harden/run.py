@@ -19,7 +19,6 @@ Owns the hardening suite and the test doubles it needs:
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import hashlib
 import importlib
@@ -43,11 +42,12 @@ from pathlib import Path
 
 import numpy as np
 
-from bench.resources import PACKAGE_DIR, demo_dir
+from bench.resources import demo_dir
+from bench.tools.common import entry, parser, setup_logging, work_dir
 
 log = logging.getLogger("bench.tools.harden.run")
 
-REPO = PACKAGE_DIR.parent  # the checkout: tools run from a clone of the repository
+REPO = work_dir()  # where the command runs (the sweep's paths.root): reports/ and caches go there, never into the package
 DEMO = demo_dir()
 TRACEBACK = "Traceback (most recent call last)"
 CLEAR_ERRORS = ("ValueError", "FileNotFoundError")  # what the library raises for bad input
@@ -852,14 +852,16 @@ def fault_run(root: Path, servers: dict) -> FaultFigures:
 # ----------------------------------------------------------------------------- main
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m bench.tools.harden.run", description="Run the hardening suite and print its figures.")
+    ap = parser("harden", "Run the hardening suite (bad input, planted secrets, store faults, a short load) and print its figures.",
+                examples=["recallbench harden                  # everything, real seekdb/chroma servers included",
+                          "recallbench harden --no-servers     # without the real servers"])
     ap.add_argument("--threads", type=int, default=8, help="load: threads per store")
     ap.add_argument("--queries", type=int, default=100, help="load: searches per thread (make load uses 1000)")
     ap.add_argument("--rows", type=int, default=2000, help="load: memories per store")
     ap.add_argument("--no-servers", action="store_true", help="skip the real seekdb/chroma servers (kill scenarios, server load)")
     ap.add_argument("--workdir", default=None, help="keep everything here (default: a temp dir, deleted)")
     args = ap.parse_args(argv)
-    logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    setup_logging(logging.WARNING)
     log.setLevel(logging.INFO)
     from bench.backends.servers import run_chroma_server, run_seekdb_server
     from bench.tools import load as loadtest
@@ -909,4 +911,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    raise SystemExit(entry(main))
