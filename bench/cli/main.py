@@ -63,9 +63,17 @@ def usage() -> str:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """The ``recallbench`` console script."""
+    from bench.tools.common import broken_pipe
+
+    try:
+        return _dispatch(list(sys.argv[1:] if argv is None else argv))
+    except BrokenPipeError:
+        return broken_pipe()
+
+
+def _dispatch(argv: list[str]) -> int:
     from bench.tools.common import entry, fail
 
-    argv = list(sys.argv[1:] if argv is None else argv)
     if not argv or argv[0] in ("-h", "--help", "help"):
         print(usage(), file=sys.stdout if argv else sys.stderr)
         return 0 if argv else 2

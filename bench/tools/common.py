@@ -22,6 +22,7 @@ from pathlib import Path
 PROG = "recallbench"
 LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
 EXIT_INTERRUPTED = 130
+EXIT_BROKEN_PIPE = 141  # 128 + SIGPIPE, as a shell reports `cmd | head`
 DEBUG_ENV = "RB_DEBUG"  # set to 1 to see the traceback behind an error line
 
 
@@ -53,10 +54,22 @@ def fail(message: str, code: int = 2) -> int:
     return code
 
 
+def broken_pipe() -> int:
+    """The reader of our output went away (``| head``): no message, and no traceback when Python flushes at exit."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError, AttributeError):  # stdout without a file descriptor (captured): nothing to silence
+        pass
+    return EXIT_BROKEN_PIPE
+
+
 def entry(main: Callable[[list[str] | None], int], argv: list[str] | None = None) -> int:
     """Run a tool's ``main(argv)``: its exit code, or one ``error:`` line for a fault it did not handle."""
     try:
         return main(argv)
+    except BrokenPipeError:
+        return broken_pipe()
     except KeyboardInterrupt:
         return fail("interrupted (Ctrl-C)", EXIT_INTERRUPTED)
     except Exception as exc:  # noqa: BLE001  (the user reads one line; RB_DEBUG=1 shows the traceback)
