@@ -7,7 +7,7 @@ STAMP := $(VENV)/.installed-stamp
 ARGS ?=
 
 .DEFAULT_GOAL := help
-.PHONY: help sweep test report data install clean-cache compare regress baseline harden load bench
+.PHONY: help sweep test report data install clean-cache stores compare regress baseline harden load bench
 
 help: ## List the targets
 	@grep -E '^[a-zA-Z_-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-12s %s\n", $$1, $$2}'
@@ -15,40 +15,42 @@ help: ## List the targets
 $(STAMP): pyproject.toml
 	@test -x $(BIN)/python || $(PY) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
-	$(BIN)/python -m pip install -q -e '.[test]'
+	$(BIN)/python -m pip install -q -e '.[all,test]'
 	@touch $(STAMP)
 
-install: $(STAMP) ## Create .venv and install recallbench with its dependencies (no-op when done)
+install: $(STAMP) ## Create .venv and install recallbench (editable, every store extra, test tools; no-op when done)
 
 sweep: $(STAMP) ## Run the main sweep (LoCoMo if the data path has it, else the demo corpus) -> reports/latest/
-	$(BIN)/python -m bench $(ARGS)
+	$(BIN)/recallbench sweep $(ARGS)
 
 test: $(STAMP) ## Run the test suite
 	$(BIN)/python -m pytest -q $(ARGS)
 
 report: $(STAMP) ## Rebuild report.md and plots of reports/latest (or RUN=reports/runs/<dir>)
-	$(BIN)/python -m bench.report $(or $(RUN),reports/latest)
+	$(BIN)/recallbench report $(or $(RUN),reports/latest)
 
 data: $(STAMP) ## Verify the corpora under the data path; download missing ones when online
-	$(BIN)/python -m bench.data.fetch $(ARGS)
+	$(BIN)/recallbench data fetch $(ARGS)
 
 clean-cache: ## Delete cached embeddings, traces and store files (derived data only)
 	rm -rf reports/cache
 
-compare: $(STAMP) ## Compare every local store (LoCoMo + synthetic 14,726/100k x 384/1536) -> reports/compare/
-	$(BIN)/python -m bench.tools.stores $(ARGS)
+stores: $(STAMP) ## Compare every local store (LoCoMo + synthetic 14,726/100k x 384/1536) -> reports/compare/
+	$(BIN)/recallbench stores $(ARGS)
+
+compare: stores ## Old name of make stores
 
 regress: $(STAMP) ## Run the CI-sized experiment and gate it against reports/baseline/<dataset>/ -> reports/regress/summary.md
-	$(BIN)/python -m bench.tools.regress $(ARGS)
+	$(BIN)/recallbench regress $(ARGS)
 
 baseline: $(STAMP) ## Rewrite the committed regression baselines in reports/baseline/ (deliberate: review and commit)
-	$(BIN)/python -m bench.tools.regress --write-baseline $(ARGS)
+	$(BIN)/recallbench regress --write-baseline $(ARGS)
 
 harden: $(STAMP) ## Hardening suite: bad input, planted secrets, store faults, short load; prints the figures
-	$(BIN)/python -m bench.tools.harden $(ARGS)
+	$(BIN)/recallbench harden $(ARGS)
 
 load: $(STAMP) ## 8 threads x 1,000 queries on every local store and the real seekdb/chroma servers
-	$(BIN)/python -m bench.tools.load $(ARGS)
+	$(BIN)/recallbench load $(ARGS)
 
 bench: $(STAMP) ## Performance ratios P1-P5 with targets and PASS/FAIL, measured in one run
-	$(BIN)/python -m bench.tools.perf $(ARGS)
+	$(BIN)/recallbench bench $(ARGS)

@@ -9,10 +9,8 @@ win/tie/loss). Reads only each run's per-question rows and ``recommend:`` settin
 
 from __future__ import annotations
 
-import argparse
 import logging
 import math
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -108,19 +106,22 @@ def format_table(res: pd.DataFrame, cfg: RecommendConfig, run_a: Path, run_b: Pa
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m bench.analysis.compare", description="Significance table between two finished runs.")
+    from bench.tools.common import fail, parser, setup_logging
+
+    ap = parser("compare", "Significance table between two finished runs (paired tests on the same questions, Holm-corrected).",
+                examples=["recallbench compare reports/runs/<run A> reports/runs/<run B>",
+                          "recallbench compare RUN_A RUN_B --metric recall --all-thresholds --json"])
     ap.add_argument("run_a", type=Path)
     ap.add_argument("run_b", type=Path)
     ap.add_argument("--metric", choices=METRIC_CHOICES, help="per-question metric (default: the objective's, F1)")
     ap.add_argument("--all-thresholds", action="store_true", help="compare at every common threshold, not each run's recommended one")
     ap.add_argument("--json", action="store_true", help="print the table as JSON records instead of Markdown")
     args = ap.parse_args(argv)
-    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    setup_logging(logging.WARNING)
     try:
         res, cfg = compare_runs(args.run_a, args.run_b, metric=args.metric, all_thresholds=args.all_thresholds)
     except ValueError as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
+        return fail(str(e))
     if args.json:
         print(res.to_json(orient="records", indent=1))
     else:
@@ -129,4 +130,6 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    from bench.tools.common import entry
+
+    raise SystemExit(entry(main))

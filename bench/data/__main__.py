@@ -13,11 +13,18 @@ import argparse
 import logging
 import sys
 
+from bench.tools.common import entry, fail, parser, setup_logging
+
 KIND_CHOICES = ("auto", "locomo", "locomo_2025", "longmemeval", "longmemeval_oracle", "own")
 
 
 def _parser() -> argparse.ArgumentParser:
-    ap = argparse.ArgumentParser(prog="python -m bench.data", description=__doc__.split("\n\n")[0])
+    ap = parser("data", "Corpora: check prints a dataset card with the defect report, convert writes the own format, "
+                        "fetch verifies (and downloads) the public corpora.",
+                examples=["recallbench data check datasets/demo              # card: counts, tokens, label defects",
+                          "recallbench data check ~/my-data --strict         # exit 1 on any defect",
+                          "recallbench data convert ~/corpora/locomo/locomo10.json ~/my-locomo",
+                          "recallbench data fetch --offline                  # verify the corpora under the data path"])
     ap.add_argument("-v", "--verbose", action="store_true", help="log progress (INFO)")
     sub = ap.add_subparsers(dest="command", required=True)
     check = sub.add_parser("check", help="print the dataset card and defect report")
@@ -28,13 +35,19 @@ def _parser() -> argparse.ArgumentParser:
     conv.add_argument("src")
     conv.add_argument("out_dir")
     conv.add_argument("--kind", choices=KIND_CHOICES, default="auto")
+    sub.add_parser("fetch", add_help=False, help="verify the public corpora against their manifests; download missing ones "
+                                                 "(recallbench data fetch --help)")
     return ap
 
 
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else list(argv)
+    if argv[:1] == ["fetch"]:  # its own options: bench.data.fetch
+        from bench.data.fetch import main as fetch
+
+        return fetch(argv[1:])
     args = _parser().parse_args(argv)
-    logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING,
-                        format="%(levelname)s %(name)s: %(message)s")
+    setup_logging(logging.INFO if args.verbose else logging.WARNING)
     from bench.data import load_corpus
     from bench.data.card import dataset_card, defect_kinds, defect_summary
 
@@ -55,11 +68,9 @@ def main(argv: list[str] | None = None) -> int:
             for kind, n, _ in defect_kinds(corpus):
                 print(f"  source defect {kind}: {n} (handled while loading; run `check` on the source for details)")
     except (OSError, ValueError) as e:
-        msg = str(e).splitlines()[0] if str(e) else type(e).__name__
-        print(f"error: {msg}", file=sys.stderr)
-        return 2
+        return fail(str(e).splitlines()[0] if str(e) else type(e).__name__)
     return 0
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    raise SystemExit(entry(main))

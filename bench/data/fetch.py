@@ -16,7 +16,6 @@ not be downloaded (no network, ``--offline``, HTTP error). 2 is argparse's usage
 
 from __future__ import annotations
 
-import argparse
 import hashlib
 import http.client
 import json
@@ -310,26 +309,27 @@ def report_lines(statuses: list[FileStatus], manifests: list[Manifest], data_dir
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m bench.data.fetch", description=__doc__.splitlines()[0])
+    from bench.tools.common import fail, parser, setup_logging
+
+    ap = parser("data fetch", "Verify the external corpora against their manifests and download missing files.",
+                examples=["recallbench data fetch --offline                  # verify only",
+                          "BENCH_DATA_DIR=~/corpora recallbench data fetch --only locomo"])
     ap.add_argument("--data-dir", type=Path, default=None, help="default: env BENCH_DATA_DIR, else ./datasets")
-    ap.add_argument("--manifests", type=Path, default=MANIFEST_DIR, help=f"default: {MANIFEST_DIR}")
+    ap.add_argument("--manifests", type=Path, default=MANIFEST_DIR, help="default: the manifests shipped with recallbench")
     ap.add_argument("--only", action="append", metavar="NAME", help="only this manifest (repeatable)")
     ap.add_argument("--offline", action="store_true", help="verify only; never download")
     ap.add_argument("--timeout", type=float, default=TIMEOUT_S, help="seconds per download (default 20)")
     args = ap.parse_args(argv)
-    logging.basicConfig(level=logging.INFO, format="%(message)s")
+    setup_logging()
     data_dir = (args.data_dir.resolve() if args.data_dir else default_data_dir())
     try:
         manifests = load_manifests(args.manifests)
     except ValueError as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
+        return fail(str(e))
     if args.only:
         unknown = sorted(set(args.only) - {m.name for m in manifests})
         if unknown:
-            print(f"error: unknown manifest(s) {', '.join(unknown)}; have {', '.join(m.name for m in manifests)}",
-                  file=sys.stderr)
-            return 2
+            return fail(f"unknown manifest(s) {', '.join(unknown)}; have {', '.join(m.name for m in manifests)}")
         manifests = [m for m in manifests if m.name in args.only]
     print(f"data dir: {data_dir}")
     statuses = fetch(data_dir, manifests, offline=args.offline, timeout=args.timeout)
@@ -344,4 +344,6 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    from bench.tools.common import entry
+
+    sys.exit(entry(main))

@@ -425,19 +425,22 @@ def write_report(run_dir: Path, settings=None) -> Path:
 
 
 def main(argv: list[str] | None = None) -> int:
-    import argparse
-    import sys
+    from bench.tools.common import fail, parser, reports_dir, setup_logging
 
-    ap = argparse.ArgumentParser(prog="python -m bench.report", description="Rebuild report.md and plots of a finished run.")
-    ap.add_argument("run_dir", nargs="?", default="reports/latest")
+    ap = parser("report", "Rebuild report.md, report.html and the plots of a finished run.",
+                examples=["recallbench report                              # reports/latest",
+                          "recallbench report reports/runs/<time>_<id>     # any finished run"])
+    ap.add_argument("run_dir", nargs="?", default=str(reports_dir("latest")), help="default reports/latest")
     args = ap.parse_args(argv)
+    setup_logging()
     run = RunDir(args.run_dir)
     if not run.finished():
-        print(f"error: {run.file(SUMMARY)} not found (run `make sweep` first)", file=sys.stderr)
-        return 2
+        return fail(f"{run.file(SUMMARY)} not found (run `recallbench sweep` first)")
     print(write_report(run.path))
     return 0
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    from bench.tools.common import entry
+
+    raise SystemExit(entry(main))

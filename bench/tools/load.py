@@ -20,10 +20,8 @@ client is driven through ``bench.backends.session``.
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import logging
-import sys
 import tempfile
 import threading
 import time
@@ -36,6 +34,7 @@ from bench.backends.catalog import load_backend, split_runnable
 from bench.backends.servers import started_servers
 from bench.backends.session import INGEST_BATCH, Session, open_session
 from bench.resources import plugin_names
+from bench.tools.common import entry, fail, parser, setup_logging
 from bench.tools.stores import synthetic, synthetic_batches
 from bench.types import MemoryBatch, Where
 
@@ -188,7 +187,9 @@ def format_table(results: list[LoadResult]) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m bench.tools.load", description=__doc__.split("\n\n")[0])
+    ap = parser("load", __doc__.split("\n\n")[0].split(": ", 1)[-1],
+                examples=["recallbench load                                   # 8 threads x 1,000 queries, every store",
+                          "recallbench load --stores exact,sqlite_vec --queries 100"])
     ap.add_argument("--threads", type=int, default=8)
     ap.add_argument("--queries", type=int, default=1000, help="searches per thread")
     ap.add_argument("--rows", type=int, default=5000, help="memories ingested per store")
@@ -202,10 +203,9 @@ def main(argv: list[str] | None = None) -> int:
     stores = [s.strip() for s in args.stores.split(",") if s.strip()] if args.stores else known
     unknown = [s for s in stores if s not in known]
     if unknown or args.threads < 1 or args.queries < 1 or args.rows < 1 or args.k < 1:
-        print(f"error: unknown store(s) {unknown} (known: {', '.join(known)})" if unknown
-              else "error: --threads, --queries, --rows and --k must be >= 1", file=sys.stderr)
-        return 2
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
+        return fail(f"unknown store(s) {unknown} (known: {', '.join(known)})" if unknown
+                    else "--threads, --queries, --rows and --k must be >= 1")
+    setup_logging()
     stores, skipped = split_runnable(stores)
     for reason in skipped:
         print(f"skipped {reason}")
@@ -222,4 +222,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    raise SystemExit(entry(main))

@@ -35,7 +35,6 @@ Results are printed and written to ``<out>/perfbench.json`` and ``<out>/perfbenc
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import json
 import logging
@@ -54,11 +53,12 @@ from pathlib import Path
 import numpy as np
 
 from bench.output import write_atomic
-from bench.resources import PACKAGE_DIR, configs_dir
+from bench.resources import configs_dir
+from bench.tools.common import entry, parser, reports_dir, setup_logging, work_dir
 
 log = logging.getLogger("bench.tools.perf")
 
-REPO = PACKAGE_DIR.parent  # the checkout: tools run from a clone of the repository
+REPO = work_dir()  # where the command runs (the sweep's paths.root): reports/ and caches go there, never into the package
 CONFIGS = configs_dir()
 SEARCH_DEPTH = 1000  # k of the P2 and P4 searches (LoCoMo's largest conversation holds ~700 turns)
 MAIN_STRATEGIES = "[limit,threshold,hybrid,full_context]"
@@ -603,7 +603,10 @@ def write_results(results: Sequence[Ratio], out: Path) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m bench.tools.perf", description=__doc__.splitlines()[0])
+    ap = parser("bench", __doc__.splitlines()[0].split(": ", 1)[-1],
+                examples=["recallbench bench                 # P1-P5 (~13 min on 2 cores)",
+                          "recallbench bench --only P3a      # one part",
+                          "recallbench bench --only P4 --p4-stores exact,sqlite_vec"])
     ap.add_argument("--only", default=",".join(PARTS), help="comma-separated subset of P1,P2,P3 (or P3a, P3b),P4,P5")
     ap.add_argument("--p1-backend", default=None, help="store of the P1 runs (default: the config's default store)")
     ap.add_argument("--p1-strategies", default="all", help="'all' (every configs/strategy/*.yaml) or a Hydra list")
@@ -615,14 +618,14 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--p5-backends", default="exact", help="stores of the 100k end-to-end run(s), e.g. exact,seekdb")
     ap.add_argument("--p5-memories", type=int, default=100_000)
     ap.add_argument("--embed-texts", type=int, default=600, help="texts of the P3b throughput comparison (x5 each way)")
-    ap.add_argument("--out", default=str(REPO / "reports" / "runs" / "perfbench"))
+    ap.add_argument("--out", default=str(reports_dir("runs", "perfbench")), help="default reports/runs/perfbench")
     args = ap.parse_args(argv)
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    setup_logging()
     only = {p.strip().upper() for p in args.only.split(",") if p.strip()}
     unknown = only - set(PARTS) - set(SUBPARTS)
     if unknown:
         ap.error(f"--only: unknown part(s) {sorted(unknown)} (known: {', '.join(PARTS)})")
-    data_dir = Path(os.environ.get("BENCH_DATA_DIR", REPO / "datasets")).resolve()
+    data_dir = Path(os.environ.get("BENCH_DATA_DIR", work_dir() / "datasets")).resolve()  # the rule of paths.datasets
     has_locomo = (data_dir / "locomo" / "locomo10.json").is_file()
     results: list[Ratio] = []
     notes: list[str] = [f"load average at start: {', '.join(f'{x:.1f}' for x in os.getloadavg())} on {os.cpu_count()} cores"]
@@ -664,4 +667,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    raise SystemExit(entry(main))

@@ -45,12 +45,12 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from bench.resources import PACKAGE_DIR
 from bench.rundir import JOBS, LATENCY, META, QUESTIONS, SUMMARY, RunDir
+from bench.tools.common import entry, parser, reports_dir, setup_logging, work_dir
 
 log = logging.getLogger(__name__)
 
-REPO = PACKAGE_DIR.parent  # the checkout: tools run from a clone of the repository
+REPO = work_dir()  # where the command runs (the sweep's paths.root): reports/ and caches go there, never into the package
 REFERENCE = "exact"  # the store every latency is divided by
 RUN_FLAGS = ("trace_cache=false", "resume=false", "publish_latest=false", "progress=false")
 QUALITY_METRICS = ("recall", "f1", "precision", "hit")
@@ -700,19 +700,22 @@ def regress(run_dir: Path, baseline_root: Path, out: Path) -> GateResult:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m bench.tools.regress",
-                                 description="Run the CI-sized experiment and gate it against reports/baseline/<dataset>/ "
-                                             "(make regress), or rewrite the baselines (make baseline).")
+    ap = parser("regress", "Run the CI-sized experiment and gate it against reports/baseline/<dataset>/ (make regress), "
+                           "or rewrite the baselines (make baseline).",
+                examples=["recallbench regress                          # the gate: exit 1 names what regressed",
+                          "recallbench regress --demo backend=exact       # on the demo corpus, one store",
+                          "recallbench regress --run reports/regress/run  # gate a finished regress run again",
+                          "recallbench regress --write-baseline           # rewrite reports/baseline/ (review and commit)"])
     ap.add_argument("overrides", nargs="*", help="Hydra overrides for the experiment, e.g. backend=exact,sqlite_vec")
     ap.add_argument("--write-baseline", action="store_true",
                     help="run the experiment and REPLACE the baseline of its dataset (and of the demo corpus)")
     ap.add_argument("--demo", action="store_true", help="use the demo corpus even when the data path has LoCoMo")
     ap.add_argument("--run", type=Path, help="gate this finished regress run directory instead of running the experiment")
-    ap.add_argument("--out", type=Path, default=REPO / "reports" / "regress", help="report directory (default reports/regress)")
-    ap.add_argument("--baseline-root", type=Path, default=REPO / "reports" / "baseline", help="default reports/baseline")
+    ap.add_argument("--out", type=Path, default=reports_dir("regress"), help="report directory (default reports/regress)")
+    ap.add_argument("--baseline-root", type=Path, default=reports_dir("baseline"), help="default reports/baseline")
     ap.add_argument("--latency-pass", type=Path, help=argparse.SUPPRESS)  # internal: the child process of finish_run
     args = ap.parse_args(argv)
-    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s", stream=sys.stderr)
+    setup_logging()
     out = args.out.resolve()
     if args.latency_pass is not None:
         from bench.output import error_line
@@ -763,4 +766,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    raise SystemExit(entry(main))

@@ -33,6 +33,7 @@ from bench.backends.servers import started_servers
 from bench.backends.session import INGEST_BATCH, open_session
 from bench.output import write_atomic
 from bench.rundir import RunDir
+from bench.tools.common import entry, parser, reports_dir, setup_logging
 from bench.trace import disk_bytes
 from bench.types import MemoryBatch, Where
 
@@ -213,7 +214,9 @@ def _md(df: pd.DataFrame, cols: list[str]) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m bench.tools.stores", description=__doc__.splitlines()[0])
+    ap = parser("stores", "Every local store side by side, on LoCoMo and on synthetic data at the seed's scale -> reports/compare/.",
+                examples=["recallbench stores --sizes 2000 --dims 384 --no-locomo    # a quick look",
+                          "BENCH_DATA_DIR=~/corpora recallbench stores                # full scale (tens of minutes)"])
     ap.add_argument("--stores", default=None,
                     help="comma-separated configs/backend names (default: all; cloud stores are skipped with the reason)")
     ap.add_argument("--sizes", default="14726,100000")
@@ -223,10 +226,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--warmup", type=int, default=10)
     ap.add_argument("--no-locomo", action="store_true", help="skip the LoCoMo part")
     ap.add_argument("--no-scale", action="store_true", help="skip the synthetic scale part")
-    ap.add_argument("--out", default="reports/compare")
+    ap.add_argument("--out", default=str(reports_dir("compare")), help="default reports/compare")
     ap.add_argument("--progress", action=argparse.BooleanOptionalAction, default=sys.stderr.isatty())
     args = ap.parse_args(argv)
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    setup_logging()
     stores, skipped = split_runnable([s for s in args.stores.split(",") if s] if args.stores else None)
     for reason in skipped:
         log.warning("skipped %s", reason)
@@ -258,4 +261,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    raise SystemExit(entry(main))

@@ -1,5 +1,4 @@
-import sys
-
+from bench.tools.common import entry
 from bench.tools.harden.run import main
 
-sys.exit(main())
+raise SystemExit(entry(main))

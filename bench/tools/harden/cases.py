@@ -22,12 +22,13 @@ from pathlib import Path
 
 import numpy as np
 
-from bench.resources import PACKAGE_DIR, demo_dir
+from bench.resources import demo_dir
+from bench.tools.common import work_dir
 from bench.tools.harden.doubles import EmbeddingServer
 
 log = logging.getLogger(__name__)
 
-REPO = PACKAGE_DIR.parent  # where ``python -m bench`` runs from (results go to the paths the cases pass)
+REPO = work_dir()  # where ``python -m bench`` runs (the sweep's paths.root); the cases pass their own report paths
 DEMO = demo_dir()
 TRACEBACK = "Traceback (most recent call last)"
 CLEAR_ERRORS = ("ValueError", "FileNotFoundError")  # what the library raises for bad input

@@ -9,7 +9,6 @@ leaves 127.0.0.1. The doubles it uses are in ``doubles``.
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import gzip
 import hashlib
@@ -24,6 +23,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from bench.tools.common import entry, parser, setup_logging
 from bench.tools.harden.cases import (
     CASES,
     DEMO,
@@ -268,14 +268,16 @@ def fault_run(root: Path, servers: dict) -> FaultFigures:
 # ----------------------------------------------------------------------------- main
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m bench.tools.harden", description="Run the hardening suite and print its figures.")
+    ap = parser("harden", "Run the hardening suite (bad input, planted secrets, store faults, a short load) and print its figures.",
+                examples=["recallbench harden                  # everything, real seekdb/chroma servers included",
+                          "recallbench harden --no-servers     # without the real servers"])
     ap.add_argument("--threads", type=int, default=8, help="load: threads per store")
     ap.add_argument("--queries", type=int, default=100, help="load: searches per thread (make load uses 1000)")
     ap.add_argument("--rows", type=int, default=2000, help="load: memories per store")
     ap.add_argument("--no-servers", action="store_true", help="skip the real seekdb/chroma servers (kill scenarios, server load)")
     ap.add_argument("--workdir", default=None, help="keep everything here (default: a temp dir, deleted)")
     args = ap.parse_args(argv)
-    logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    setup_logging(logging.WARNING)
     log.setLevel(logging.INFO)
     from bench.backends.catalog import EMBEDDED, runnable_stores, store_names
     from bench.backends.servers import started_servers
@@ -323,4 +325,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    raise SystemExit(entry(main))

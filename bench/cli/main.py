@@ -1,0 +1,139 @@
+"""``recallbench``: one command for every tool, and the in-process run behind ``bench.api.run``.
+
+``recallbench sweep [overrides]`` is the Hydra app (``python -m bench [overrides]``, ``-m`` for a
+multirun); every other command hands its arguments to its tool's ``main`` through
+``bench.tools.common.entry`` (one ``error:`` line for a fault, never a traceback).
+``recallbench <command> --help`` shows that command's options and examples.
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+# name: (module whose ``main(argv)`` runs it, one line for ``recallbench --help``). ``sweep`` is the Hydra app.
+COMMANDS = {
+    "sweep": ("bench.cli.sweep", "run the benchmark: corpus -> embedder -> store -> strategies x thresholds -> report"),
+    "report": ("bench.report.markdown", "rebuild report.md, report.html and the plots of a finished run"),
+    "compare": ("bench.analysis.compare", "paired significance table between two finished runs"),
+    "stores": ("bench.tools.stores", "every local store side by side (LoCoMo and synthetic scale) -> reports/compare/"),
+    "regress": ("bench.tools.regress", "CI regression gate against reports/baseline/ (--write-baseline rewrites it)"),
+    "harden": ("bench.tools.harden.run", "bad input, planted secrets, store faults and a short load, with figures"),
+    "bench": ("bench.tools.perf", "performance ratios P1-P5 with their targets and PASS/FAIL"),
+    "data": ("bench.data.__main__", "corpora: check (dataset card), convert (to the own format), fetch (verify, download)"),
+    "load": ("bench.tools.load", "concurrent search load on every local store and the real seekdb/chroma servers"),
+}
+
+EXAMPLES = (
+    ("recallbench sweep", "shipped defaults: LoCoMo when the data path has it, else the demo corpus"),
+    ("recallbench sweep embedder=hashing backend=exact", "a quick plumbing check"),
+    ("recallbench sweep dataset=own dataset.path=$HOME/my-data", "your own turns.jsonl + questions.jsonl"),
+    ("recallbench sweep -m strategy='glob(*)'", "multirun: every strategy, one merged report"),
+    ("recallbench sweep --help", "config groups, options and settings"),
+    ("recallbench report reports/latest", "rebuild a finished run's report"),
+    ("recallbench compare RUN_A RUN_B", "is B better than A, question by question?"),
+    ("recallbench data check $HOME/my-data", "dataset card and label defects"),
+    ("recallbench stores --sizes 2000 --dims 384 --no-locomo", "every local store, a quick look"),
+)
+
+
+def usage() -> str:
+    from bench import __version__
+
+    width = max(len(c) for c in COMMANDS)
+    ex = max(len(c) for c, _ in EXAMPLES)
+    return "\n".join([
+        "usage: recallbench <command> [options]",
+        "",
+        f"recallbench {__version__}: measure memory-recall strategies and vector stores for AI agents on labelled",
+        "conversations. Runs write under reports/ in the current directory.",
+        "",
+        "commands:",
+        *(f"  {name:<{width}}  {line}" for name, (_, line) in COMMANDS.items()),
+        "",
+        "examples:",
+        *(f"  {cmd:<{ex}}  # {why}" for cmd, why in EXAMPLES),
+        "",
+        "`recallbench <command> --help` shows a command's options and examples; `python -m bench ...` is `recallbench sweep ...`.",
+    ])
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """The ``recallbench`` console script."""
+    from bench.tools.common import broken_pipe
+
+    try:
+        return _dispatch(list(sys.argv[1:] if argv is None else argv))
+    except BrokenPipeError:
+        return broken_pipe()
+
+
+def _dispatch(argv: list[str]) -> int:
+    from bench.tools.common import entry, fail
+
+    if not argv or argv[0] in ("-h", "--help", "help"):
+        print(usage(), file=sys.stdout if argv else sys.stderr)
+        return 0 if argv else 2
+    if argv[0] == "--version":
+        from bench import __version__
+
+        print(f"recallbench {__version__}")
+        return 0
+    command, rest = argv[0], argv[1:]
+    if command not in COMMANDS:
+        return fail(f"unknown command {command!r} (commands: {', '.join(COMMANDS)}; recallbench --help)")
+    if command == "sweep":  # the Hydra app reads its overrides from sys.argv
+        from bench.cli.sweep import main as sweep
+
+        sys.argv = [sys.argv[0], *rest]
+        return sweep()
+    return entry(importlib.import_module(COMMANDS[command][0]).main, rest)
+
+
+# --- one job in this process (bench.api.run) ----------------------------------------------------------
+
+def run_in_process(overrides: Sequence[str] = ()) -> Path:
+    """One job of ``recallbench sweep <overrides>`` in this process; returns its finished run directory.
+
+    The shipped config is composed with Hydra's Compose API (no multirun, no change of working
+    directory or logging); the job runs as the sweep runs it (caches, resume, failure record) into a
+    fresh ``<paths.reports>/runs/<time>_<id>/``, then its report is written and ``reports/latest``
+    follows it (``publish_latest=false`` keeps it). A failed job raises ``RuntimeError`` with its one
+    line; Ctrl-C raises ``KeyboardInterrupt`` after the failure is recorded.
+    """
+    from hydra import compose, initialize_config_dir
+    from hydra.core.global_hydra import GlobalHydra
+    from omegaconf import open_dict
+
+    from bench import run
+    from bench.cli import sweep
+    from bench.resources import configs_dir
+
+    overrides = [str(o) for o in overrides]
+    if "-m" in overrides or "--multirun" in overrides:
+        raise ValueError("bench.api.run runs one job; for a multirun use `recallbench sweep -m ...`")
+    sweep.install_scrubbing(overrides)
+    run.new_run_id()
+    previous = GlobalHydra.instance().hydra if GlobalHydra.instance().is_initialized() else None
+    GlobalHydra.instance().clear()  # a notebook may have initialised Hydra: put back below
+    try:
+        with initialize_config_dir(config_dir=str(configs_dir()), version_base="1.3", job_name="cli"):
+            cfg = compose("config", overrides=overrides, return_hydra_config=True)
+    finally:
+        GlobalHydra.instance().clear()
+        if previous is not None:
+            GlobalHydra.instance().initialize(previous)
+    run_dir = Path(cfg.hydra.run.dir)  # the sweep's own naming: <paths.reports>/runs/<time>_<run id>
+    with open_dict(cfg):
+        del cfg["hydra"]
+    if not sweep.run_or_resume(cfg, run_dir):
+        failed = run_dir / "failed.json"
+        reason = json.loads(failed.read_text()).get("reason", "") if failed.is_file() else "no failed.json written"
+        if reason.startswith("interrupted"):
+            raise KeyboardInterrupt(reason)
+        raise RuntimeError(f"the job failed: {reason} ({failed})")
+    sweep.finish_run(run_dir, Path(cfg.paths.reports) / "latest" if cfg.publish_latest else None)
+    return run_dir
