@@ -26,6 +26,7 @@ from omegaconf import OmegaConf
 from bench.backends.base import FILTER_KINDS, BackendUnavailable, Capabilities
 from bench.backends.exact import ExactBackend
 from bench.types import Hits, MemoryBatch, Where, memory_key
+from bench.visibility import admits
 
 REPO = Path(__file__).resolve().parent.parent
 CONFIG_DIR = REPO / "configs" / "backend"
@@ -77,13 +78,8 @@ def batch(rows) -> MemoryBatch:
 
 
 def matching(where: Where) -> list[int]:
-    return [
-        r
-        for r in range(len(IDS))
-        if (where.conversation_id is None or CONVS[r] == where.conversation_id)
-        and (where.roles is None or ROLES[r] in where.roles)
-        and (where.before is None or TS[r] <= where.before)
-    ]
+    """Rows a store must return for ``where``: the one visibility rule (bench.visibility)."""
+    return [r for r in range(len(IDS)) if admits(where, conversation_id=CONVS[r], role=ROLES[r], timestamp=TS[r])]
 
 
 FILTERS = {  # name -> (Where, filter kinds it needs)

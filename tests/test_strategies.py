@@ -44,6 +44,16 @@ def test_full_context_returns_every_eligible_memory_in_order():
     assert all(math.isnan(h.score) for h in out)
 
 
+def test_full_context_answers_each_call_from_its_own_arguments():
+    # the sweep hands one tuple per conversation; alternating conversations (and a list) must never see another's answer
+    c1 = tuple(Turn("c", t, "user", "u", "text", None, i) for i, t in enumerate("xyz"))
+    c2 = tuple(Turn("d", t, "user", "u", "text", None, i) for i, t in enumerate("pq"))
+    for eligible, want in ((c1, ["c|x", "c|y", "c|z"]), (c2, ["d|p", "d|q"]), (c1, ["c|x", "c|y", "c|z"]),
+                           (list(c2[:1]), ["d|p"]), (c2, ["d|p", "d|q"]), ((), [])):
+        assert ids(B.full_context((), eligible=eligible)) == want
+    assert [n for n in vars(B) if n.startswith("_") and not n.startswith("__")] == []  # no module memo (the old _FULL)
+
+
 def test_strategies_do_not_mutate_input():
     hits = list(HITS)
     V.hybrid(hits, threshold=0.5, k=2)

@@ -179,8 +179,8 @@ def dual_tier_section(g: pd.DataFrame) -> list[str]:
 def format_section(summary: pd.DataFrame, fmt_records: Sequence[dict], key) -> list[str]:
     if "format" in summary and summary["format"].nunique() > 1:
         g = summary[(summary[GROUP] == pd.Series(dict(zip(GROUP, key)))).all(axis=1)]
-        recs = [r for r in g[["strategy", "threshold", "format", "tokens_injected_mean", "tokens_full_mean"]].to_dict("records")
-                if r["strategy"] in FORMAT_SEED and (r["threshold"] != r["threshold"] or round(r["threshold"], 2) in FORMAT_SEED[r["strategy"]])]
+        recs = [r for r in g.to_dict("records")  # the seed is keyed by what a strategy is (column kind), not its name
+                if r.get("kind") in FORMAT_SEED and (r["threshold"] != r["threshold"] or round(r["threshold"], 2) in FORMAT_SEED[r["kind"]])]
     else:
         recs = list(fmt_records)
     if not recs:
