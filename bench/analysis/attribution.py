@@ -96,12 +96,12 @@ def attribute(
     """One row per missed gold memory of ``spec`` at ``threshold`` with its cause.
 
     ``selections`` maps question_id -> selected memory ids (from :func:`replay`); ``ranks`` maps
-    question_id -> {gold key: exact rank}. Adversarial questions are skipped (they have no gold to miss).
+    question_id -> {gold key: exact rank} (from :func:`gold_ranks`). Adversarial questions are skipped (they have no gold to miss).
     """
     questions = {q.question_id: q for q in corpus.questions}
     vis_of = Visibility(corpus)
     roles = tuple(spec.roles) if getattr(spec, "roles", None) else None
-    cap_k = getattr(spec.fn, "keywords", {}).get("k") if hasattr(spec.fn, "keywords") else None
+    cap_k = spec.params.get("k") if hasattr(spec, "params") else None
     t = threshold if spec.thresholded else None
     out = []
     for rec in trace.table.itertuples(index=False):
