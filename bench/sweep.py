@@ -130,6 +130,7 @@ def sweep(
     tok: dict[str, list] = {f: [] for f in formats}
     order = replay_order([c.question for c in ctx])
     for spec in strategies:
+        kind = spec.kind
         for t in thresholds if spec.thresholded else (None,):
             state: dict[str, object] = {}
             results: list[Selection | None] = [None] * len(ctx)
@@ -148,7 +149,7 @@ def sweep(
                 c = ctx[i]
                 ids = list(dict.fromkeys(sel.hits.ids if isinstance(sel.hits, Hits) else map(_ID, sel.hits)))
                 cols["strategy"].append(spec.name)
-                cols["kind"].append(spec.kind)
+                cols["kind"].append(kind)
                 cols["threshold"].append(NAN if t is None else t)
                 cols["qi"].append(i)
                 cols["n_selected"].append(len(ids))

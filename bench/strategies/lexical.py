@@ -111,7 +111,7 @@ def bm25_ranking(question: Question, eligible: Sequence[Turn], *, k1: float = 1.
 
 def _texts_keys(eligible: Sequence[Turn]) -> tuple[tuple[str, ...], tuple[str, ...]]:
     """Texts and keys of ``eligible`` (the texts key the memoised BM25 index and ranking)."""
-    return tuple(t.text for t in eligible), tuple(t.key for t in eligible)
+    return tuple([t.text for t in eligible]), tuple([t.key for t in eligible])
 
 
 @lru_cache(maxsize=4096)
