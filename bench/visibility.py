@@ -21,6 +21,7 @@ memories' exact ranks) uses it; exact stores order their hits the same way.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from functools import cached_property
 from operator import itemgetter
 
 import numpy as np
@@ -44,6 +45,33 @@ def admits(where: Where, *, conversation_id: str, role: str, timestamp: float | 
 
 def visible(turn: Turn, where: Where) -> bool:
     return admits(where, conversation_id=turn.conversation_id, role=turn.role, timestamp=turn.timestamp)
+
+
+class Memories(tuple):
+    """The Turns a question may see (a tuple, conversation order) that computes its keys and texts once.
+
+    The sweep hands every question of a conversation (at one ``asked_at``) the same ``Memories``, so a
+    strategy that needs every key or text (full context, BM25) reads them from the tuple itself
+    (``keys_of``/``texts_of``) instead of rebuilding them per question; nothing is kept anywhere else.
+    """
+
+    @cached_property
+    def keys(self) -> tuple[str, ...]:
+        return tuple([t.key for t in self])
+
+    @cached_property
+    def texts(self) -> tuple[str, ...]:
+        return tuple([t.text for t in self])
+
+
+def keys_of(turns: Sequence[Turn]) -> tuple[str, ...]:
+    """The memory keys of ``turns`` (computed once per ``Memories``)."""
+    return turns.keys if isinstance(turns, Memories) else tuple([t.key for t in turns])
+
+
+def texts_of(turns: Sequence[Turn]) -> tuple[str, ...]:
+    """The texts of ``turns`` (computed once per ``Memories``)."""
+    return turns.texts if isinstance(turns, Memories) else tuple([t.text for t in turns])
 
 
 class Visibility:
@@ -100,10 +128,10 @@ class Visibility:
         start, _ = self.span(q.conversation_id)
         return self.keys[start + self.local(q, roles)]
 
-    def visible_turns(self, q: Question, roles: tuple[str, ...] | None = None) -> tuple[Turn, ...]:
+    def visible_turns(self, q: Question, roles: tuple[str, ...] | None = None) -> Memories:
         """The Turns ``q`` may see, in conversation order."""
         turns = self.turns.get(q.conversation_id, ())
-        return tuple(turns[i] for i in self.local(q, roles).tolist())
+        return Memories([turns[i] for i in self.local(q, roles).tolist()])
 
     def lookup(self, ids: Sequence[str]) -> np.ndarray:
         """Row of each id (-1 for ids not in the corpus)."""

@@ -4,6 +4,7 @@ import pytest
 
 from bench.strategies import lexical as L
 from bench.types import Hit, Question, Turn
+from bench.visibility import Memories
 
 
 def turn(i, text):
@@ -107,7 +108,7 @@ def test_bm25_and_rrf_keep_no_state_between_calls():
     # ELIGIBLE: t2 has both words, t0 "Rex"; other: one word each, the shorter t1 (2 words) before t0 (3 words)
     assert alone == [["c|t2", "c|t0"], ["c|t1", "c|t0"]]
     for _ in range(2):
-        for e, want in zip((ELIGIBLE, other, list(ELIGIBLE)), alone + alone[:1]):
+        for e, want in zip((ELIGIBLE, other, list(ELIGIBLE), Memories(other), Memories(ELIGIBLE)), alone * 2 + alone[:1]):
             assert ids(L.bm25((), question=q("Rex beach"), eligible=e, k=3)) == want
             assert ids(L.rrf((), question=q("Rex beach"), eligible=e, k=3)) == want  # no vector hits: BM25's order
     mutable = [n for n, v in vars(L).items() if not n.startswith("__") and (isinstance(v, (list, dict, set)) or

@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 
 from bench.types import Conversation, Corpus, Question, Turn, Where
-from bench.visibility import Visibility, admits, question_filter, visible
+from bench.visibility import Memories, Visibility, admits, keys_of, question_filter, texts_of, visible
 
 
 def turn(conv, i, role, ts):
@@ -110,3 +110,13 @@ def test_ranks_agree_with_top():
     order = vis.top(0, every, SIMS, 5).tolist()
     ranks = vis.ranks(0, every, SIMS, every)
     assert [order.index(k) + 1 for k in vis.keys[every]] == ranks.tolist()
+
+
+def test_visible_turns_are_memories_with_their_keys_and_texts_computed_once():
+    seen = Visibility(CORPUS).visible_turns(Q_MID, USER)
+    assert isinstance(seen, Memories) and seen == C1[:1] + C1[2:4]  # t0, t2, t3: still a plain tuple to compare and slice
+    assert seen.keys == ("c1|t0", "c1|t2", "c1|t3") and seen.keys is seen.keys  # computed once, kept on the tuple
+    assert seen.texts == ("c1 0", "c1 2", "c1 3")
+    assert keys_of(seen) is seen.keys and texts_of(seen) is seen.texts
+    assert keys_of(list(seen)) == seen.keys and texts_of(C2) == ("c2 0", "c2 1")  # any sequence of Turns
+    assert type(seen[1:]) is tuple and keys_of(seen[1:]) == ("c1|t2", "c1|t3")  # a slice is a plain tuple again

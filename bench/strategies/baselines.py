@@ -6,6 +6,7 @@ from collections.abc import Sequence
 
 from bench.strategies.spec import strategy
 from bench.types import Hit, Hits, Question, Turn
+from bench.visibility import keys_of
 
 NAN = float("nan")
 
@@ -13,7 +14,7 @@ NAN = float("nan")
 @strategy(thresholded=False, uses_store=False)
 def full_context(hits: Sequence[Hit], *, question: Question | None = None, eligible: Sequence[Turn] = (), threshold: float | None = None) -> Hits:
     """Baseline: inject every memory the question may see (every earlier turn), no store involved."""
-    return Hits(tuple([t.key for t in eligible]), (NAN,) * len(eligible))  # columnar: no object per memory
+    return Hits(keys_of(eligible), (NAN,) * len(eligible))  # columnar: no object per memory
 
 
 @strategy(thresholded=False, uses_store=False)

@@ -32,6 +32,7 @@ import numpy as np
 
 from bench.strategies.spec import strategy
 from bench.types import Hit, Question, Turn
+from bench.visibility import keys_of, texts_of
 
 STOPWORDS = frozenset("""
 a about above after again all also am an and any are as at be been before being below between both but by
@@ -111,7 +112,7 @@ def bm25_ranking(question: Question, eligible: Sequence[Turn], *, k1: float = 1.
 
 def _texts_keys(eligible: Sequence[Turn]) -> tuple[tuple[str, ...], tuple[str, ...]]:
     """Texts and keys of ``eligible`` (the texts key the memoised BM25 index and ranking)."""
-    return tuple([t.text for t in eligible]), tuple([t.key for t in eligible])
+    return texts_of(eligible), keys_of(eligible)
 
 
 @lru_cache(maxsize=4096)
