@@ -8,6 +8,9 @@ Conventions fixed here (they decide which threshold looks best):
   NaN when there is no gold; else the harmonic mean (0 when nothing correct).
 - Adversarial questions (correct recall = nothing) are excluded from these and scored by
   ``abstained`` (1 when nothing is selected).
+``prf`` owns these rules: it computes all three from counts, vectorised; the sweep calls it per
+question, ``aggregate`` on each group's pooled counts (micro metrics), and ``precision``/``recall``/
+``f1`` are its one-question wrappers.
 
 Which questions are counted (the same words as README "Metric conventions"):
 - Questions counted: a question is *scored* when it is not adversarial and has at least one gold
@@ -26,7 +29,6 @@ from __future__ import annotations
 
 import math
 from collections.abc import Collection
-from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
@@ -34,48 +36,35 @@ import pandas as pd
 NAN = float("nan")
 
 
-@dataclass(frozen=True, slots=True)
-class MetricInfo:
-    name: str
-    higher_is_better: bool
-    unit: str
+def prf(n_selected, n_correct, n_gold) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Precision, recall and F1 from counts (arrays or scalars of equal shape), as float arrays, with the
+    NaN rules above: precision NaN when nothing is selected, recall and F1 NaN without gold, F1 0 when
+    there is gold and nothing is selected (and when nothing selected is correct)."""
+    n_sel = np.asarray(n_selected, dtype=np.float64)
+    n_cor = np.asarray(n_correct, dtype=np.float64)
+    n_gold = np.asarray(n_gold, dtype=np.float64)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        p = np.where(n_sel > 0, n_cor / np.maximum(n_sel, 1), NAN)
+        r = np.where(n_gold > 0, n_cor / np.maximum(n_gold, 1), NAN)
+        f1 = np.where(n_gold > 0, np.where(n_sel > 0, np.where(p + r > 0, 2 * p * r / (p + r), 0.0), 0.0), NAN)
+    return p, r, f1
 
 
-METRICS = {
-    m.name: m
-    for m in (
-        MetricInfo("precision", True, "fraction"),
-        MetricInfo("recall", True, "fraction"),
-        MetricInfo("f1", True, "fraction"),
-        MetricInfo("hit", True, "fraction"),
-        MetricInfo("empty", False, "fraction"),
-        MetricInfo("abstained", True, "fraction"),
-        MetricInfo("tokens_injected", False, "tokens"),
-        MetricInfo("token_savings", True, "fraction"),
-        MetricInfo("latency_ms", False, "ms"),
-    )
-}
+def _counts(selected: Collection[str], gold: Collection[str]) -> tuple[int, int, int]:
+    sel, g = set(selected), set(gold)
+    return len(sel), len(sel & g), len(g)
 
 
 def precision(*, selected: Collection[str], gold: Collection[str]) -> float:
-    if not selected:
-        return NAN
-    return len(set(selected) & set(gold)) / len(set(selected))
+    return float(prf(*_counts(selected, gold))[0])
 
 
 def recall(*, selected: Collection[str], gold: Collection[str]) -> float:
-    if not gold:
-        return NAN
-    return len(set(selected) & set(gold)) / len(set(gold))
+    return float(prf(*_counts(selected, gold))[1])
 
 
 def f1(*, selected: Collection[str], gold: Collection[str]) -> float:
-    if not gold:
-        return NAN
-    if not selected:
-        return 0.0
-    p, r = precision(selected=selected, gold=gold), recall(selected=selected, gold=gold)
-    return 0.0 if p + r == 0 else 2 * p * r / (p + r)
+    return float(prf(*_counts(selected, gold))[2])
 
 
 def hit(*, selected: Collection[str], gold: Collection[str]) -> float:
@@ -94,10 +83,6 @@ def percentile_ms(latencies_ns: np.ndarray, q: float) -> float:
     lat = np.asarray(latencies_ns, dtype=np.float64)
     lat = lat[~np.isnan(lat)]
     return float(np.percentile(lat, q) / 1e6) if lat.size else NAN
-
-
-def _safe_div(a: float, b: float) -> float:
-    return a / b if b else NAN
 
 
 def scored(rows: pd.DataFrame) -> pd.Series:
@@ -141,8 +126,7 @@ def aggregate(rows: pd.DataFrame, keys: list[str]) -> pd.DataFrame:
         key = key if isinstance(key, tuple) else (key,)
         main = g[g["_scored"]]
         adv = g[g["adversarial"].astype(bool)]
-        sel, cor, gold = main["n_selected"].sum(), main["n_correct"].sum(), main["n_gold"].sum()
-        mp, mr = _safe_div(cor, sel), _safe_div(cor, gold)
+        mp, mr, mf = (float(x) for x in prf(main["n_selected"].sum(), main["n_correct"].sum(), main["n_gold"].sum()))
         full = main["tokens_full"].mean() if len(main) else NAN
         inj = main["tokens_injected"].mean() if len(main) else NAN
         out.append({
@@ -156,7 +140,7 @@ def aggregate(rows: pd.DataFrame, keys: list[str]) -> pd.DataFrame:
             "f1": main["f1"].mean(),
             "micro_precision": mp,
             "micro_recall": mr,
-            "micro_f1": NAN if math.isnan(mp) or math.isnan(mr) else (0.0 if mp + mr == 0 else 2 * mp * mr / (mp + mr)),
+            "micro_f1": NAN if math.isnan(mp) else mf,  # pooled counts; undefined when the group selected nothing
             "hit_rate": main["hit"].mean(),
             "empty_rate": main["empty"].mean() if len(main) else NAN,
             "selected_mean": main["n_selected"].mean() if len(main) else NAN,

@@ -7,10 +7,13 @@ Each strategy runs once per (threshold, question); the injection ``format`` axis
 same selection (rows repeat per format with that format's tokens). Stateful strategies
 (``StrategySpec.stateful``) are replayed per conversation in time order (``asked_at``, then file
 order) with a fresh state per (strategy, threshold, conversation). Per-question rows carry, beside
-the metrics, ``route`` (the route a router took, "" otherwise) and ``l1_selected`` / ``l1_correct``
+the metrics, ``kind`` (what the strategy is: its function's name, ``limit``, ``threshold``, ``hybrid``,
+``full_context``, ...; ``strategy`` is its configured name), ``route`` (the route a router took, ""
+otherwise) and ``l1_selected`` / ``l1_correct``
 (memories and gold memories injected through a tier named "L1"; NaN for strategies without tiers).
 ``tokens_full`` is the full-context cost of every turn the question may see, whatever the strategy's
-role filter (full context is the honest baseline for a role-filtered strategy too).
+role filter (full context is the honest baseline for a role-filtered strategy too). Who may see what
+is ``bench.visibility``'s rule; P/R/F1 are ``bench.metrics.prf``.
 """
 
 from __future__ import annotations
@@ -26,8 +29,9 @@ import pandas as pd
 from bench import metrics
 from bench.formats import TokenTable, check_formats
 from bench.strategies.spec import Selection, StrategySpec
-from bench.trace import Trace, question_filter, visible
+from bench.trace import Trace
 from bench.types import Corpus, Hits, memory_key
+from bench.visibility import Visibility
 
 _ID = attrgetter("id")
 SUMMARY_KEYS = ["dataset", "embedder", "backend", "strategy", "threshold", "format"]
@@ -96,7 +100,7 @@ def sweep(
     if any(f != "A" for f in formats) and format_tokens is None:
         raise ValueError(f"sweep: formats {formats} need format_tokens (bench.formats.token_table)")
     questions = {q.question_id: q for q in corpus.questions}
-    by_conv = {c.conversation_id: c.turns for c in corpus.conversations}
+    vis = Visibility(corpus)
     roles = tuple(trace.meta["roles"]) if trace.meta.get("roles") else None
 
     exact_a = format_tokens is not None and "A" in format_tokens.joined
@@ -114,19 +118,18 @@ def sweep(
             raise ValueError(f"sweep: trace question {rec.question_id!r} is not in corpus {corpus.name!r} ({corpus.source})")
         view = views.get((q.conversation_id, q.asked_at))
         if view is None:
-            where = question_filter(q)
-            seen = tuple(t for t in by_conv[q.conversation_id] if visible(t, where))
-            eligible = seen if roles is None else tuple(t for t in seen if t.role in roles)
-            keys = [t.key for t in seen]
-            view = views[(q.conversation_id, q.asked_at)] = (eligible, {f: cost(f, keys) for f in formats})
+            seen = vis.visible_turns(q)  # every role: the full-context cost
+            eligible = seen if roles is None else vis.visible_turns(q, roles)
+            view = views[(q.conversation_id, q.asked_at)] = (eligible, {f: cost(f, list(seen.keys)) for f in formats})
         ctx.append(_Ctx(q, view[0], frozenset(memory_key(q.conversation_id, e) for e in q.evidence),
                         Hits(tuple(rec.hit_ids), tuple(np.asarray(rec.hit_scores, dtype=float).tolist())), float(rec.latency_ns), view[1]))
 
-    cols: dict[str, list] = {c: [] for c in ("strategy", "threshold", "qi", "n_selected", "n_correct", "latency_ns",
+    cols: dict[str, list] = {c: [] for c in ("strategy", "kind", "threshold", "qi", "n_selected", "n_correct", "latency_ns",
                                              "depth_saturated", "route", "l1_selected", "l1_correct")}
     tok: dict[str, list] = {f: [] for f in formats}
     order = replay_order([c.question for c in ctx])
     for spec in strategies:
+        kind = spec.kind
         for t in thresholds if spec.thresholded else (None,):
             state: dict[str, object] = {}
             results: list[Selection | None] = [None] * len(ctx)
@@ -145,6 +148,7 @@ def sweep(
                 c = ctx[i]
                 ids = list(dict.fromkeys(sel.hits.ids if isinstance(sel.hits, Hits) else map(_ID, sel.hits)))
                 cols["strategy"].append(spec.name)
+                cols["kind"].append(kind)
                 cols["threshold"].append(NAN if t is None else t)
                 cols["qi"].append(i)
                 cols["n_selected"].append(len(ids))
@@ -171,12 +175,10 @@ def _frame(trace: Trace, ctx: list[_Ctx], cols: dict, tok: dict, embedder: str |
     n_sel = np.asarray(cols["n_selected"], dtype=np.int64)
     n_cor = np.asarray(cols["n_correct"], dtype=np.int64)
     n_gold = np.asarray([len(c.gold) for c in ctx], dtype=np.int64)[qi] if len(ctx) else np.zeros(0, np.int64)
-    with np.errstate(divide="ignore", invalid="ignore"):
-        p = np.where(n_sel > 0, n_cor / np.maximum(n_sel, 1), NAN)
-        r = np.where(n_gold > 0, n_cor / np.maximum(n_gold, 1), NAN)
-        f1 = np.where(n_gold == 0, NAN, np.where(n_sel == 0, 0.0, np.where(p + r > 0, 2 * p * r / (p + r), 0.0)))
+    p, r, f1 = metrics.prf(n_sel, n_cor, n_gold)
     base = pd.DataFrame({
         "strategy": cols["strategy"],
+        "kind": cols["kind"],
         "threshold": np.asarray(cols["threshold"], dtype=float),
         "question_id": [qs[i].question_id for i in qi],
         "conversation_id": [qs[i].conversation_id for i in qi],
@@ -201,7 +203,7 @@ def _frame(trace: Trace, ctx: list[_Ctx], cols: dict, tok: dict, embedder: str |
     parts = []
     for f, values in tok.items():
         part = base.copy()
-        part.insert(2, "format", f)
+        part.insert(3, "format", f)
         part["tokens_injected"] = np.asarray(values, dtype=np.int64)
         part["tokens_full"] = np.asarray([c.full[f] for c in ctx], dtype=np.int64)[qi] if len(ctx) else np.zeros(0, np.int64)
         parts.append(part)
@@ -215,6 +217,7 @@ def _frame(trace: Trace, ctx: list[_Ctx], cols: dict, tok: dict, embedder: str |
 def summarise(rows: pd.DataFrame) -> pd.DataFrame:
     """One row per (dataset, embedder, backend, strategy, threshold, format), in sweep order.
 
+    ``kind`` (after ``strategy``, when the rows have it) is what the strategy is: its function's name.
     A router's routes get rows of their own, named ``<strategy>/<route>`` with ``route`` set and
     ``question_share`` = their share of the strategy's questions (1.0 on ordinary rows). Beside the
     ``metrics.aggregate`` columns: ``noise_mean`` (non-gold memories injected per question),
@@ -244,9 +247,13 @@ def summarise(rows: pd.DataFrame) -> pd.DataFrame:
         rows = rows.assign(parent=rows["strategy"], route="")
     summary = metrics.aggregate(rows, keys)
     used = ["route", "parent", "adversarial", "depth_saturated", "n_selected", "n_correct", "n_gold", "l1_selected", "l1_correct"]
+    if "kind" in rows:
+        used.append("kind")
     rows = rows[list(dict.fromkeys(keys + used))].assign(_scored=metrics.scored(rows).to_numpy())
-    extra = []
+    extra, kinds = [], []
     for key, g in rows.groupby(keys, dropna=False, sort=False):
+        if "kind" in g:
+            kinds.append(g["kind"].iloc[0])
         main = g[g["_scored"]]
         noise = main["n_selected"] - main["n_correct"]
         gold = main["n_gold"].where(main["n_gold"] > 0)
@@ -263,7 +270,10 @@ def summarise(rows: pd.DataFrame) -> pd.DataFrame:
             "l2_noise_mean": (noise - (main["l1_selected"] - main["l1_correct"])).mean() if tiered else NAN,
         })
     extra = pd.DataFrame(extra, index=summary.index)
-    return pd.concat([summary, extra], axis=1)
+    summary = pd.concat([summary, extra], axis=1)
+    if kinds:  # what each strategy is (its function's name), beside its configured name
+        summary.insert(summary.columns.get_loc("strategy") + 1, "kind", kinds)
+    return summary
 
 
 def _hashable(key) -> tuple:
@@ -272,23 +282,26 @@ def _hashable(key) -> tuple:
     return tuple(None if isinstance(v, float) and v != v else v for v in key)
 
 
-# The code-agent article's threshold table, re-priced in every injection format (report: seed claims).
-FORMAT_SEED = {"threshold": (0.1, 0.3, 0.5, 0.7), "limit5": (None,), "full_context": (None,)}
+# The code-agent article's threshold table, re-priced in every injection format (report: seed claims). Keyed by what
+# a strategy is (``StrategySpec.kind``, the rows' ``kind``: its function's name), whatever its configured name;
+# values: the thresholds to price (None: a strategy without one).
+FORMAT_SEED = {"threshold": (0.1, 0.3, 0.5, 0.7), "limit": (None,), "full_context": (None,)}
 
 
 def format_tokens_table(trace: Trace, corpus: Corpus, strategies: Sequence[StrategySpec], token_counts: Mapping[str, int],
                         table: TokenTable, *, embedder: str | None = None, seed: Mapping[str, tuple] = FORMAT_SEED) -> list[dict]:
-    """Mean injected tokens per format A/B/C for the strategies named in ``seed`` (at its thresholds).
+    """Mean injected tokens per format A/B/C for the strategies whose kind is in ``seed`` (at its thresholds).
 
     A small side sweep so the report can quote format costs even when the main sweep prices format A
-    only. Records: strategy, threshold, format, tokens_injected_mean, tokens_full_mean, token_savings, recall.
+    only. Records: strategy, kind, threshold, format, tokens_injected_mean, tokens_full_mean, token_savings, recall.
     """
-    chosen = [s for s in strategies if s.name in seed and not s.stateful and any((t is None) != s.thresholded for t in seed[s.name])]
+    chosen = [s for s in strategies if s.kind in seed and not s.stateful and any((t is None) != s.thresholded for t in seed[s.kind])]
     if not chosen:
         return []
-    thresholds = sorted({t for s in chosen if s.thresholded for t in seed[s.name] if t is not None})
+    thresholds = sorted({t for s in chosen if s.thresholded for t in seed[s.kind] if t is not None})
     rows = sweep(trace, corpus, chosen, thresholds, token_counts, embedder=embedder, formats=("A", "B", "C"), format_tokens=table)
-    keep = pd.Series([t != t or t in seed[n] for n, t in zip(rows["strategy"], rows["threshold"])], index=rows.index)
+    keep = pd.Series([t != t or t in seed[k] for k, t in zip(rows["kind"], rows["threshold"])], index=rows.index)
     s = summarise(rows[keep])
-    cols = ["dataset", "embedder", "backend", "strategy", "threshold", "format", "tokens_injected_mean", "tokens_full_mean", "token_savings", "recall"]
+    cols = ["dataset", "embedder", "backend", "strategy", "kind", "threshold", "format", "tokens_injected_mean", "tokens_full_mean",
+            "token_savings", "recall"]
     return [{k: (None if isinstance(v, float) and v != v else v) for k, v in r.items()} for r in s[cols].to_dict("records")]

@@ -8,8 +8,10 @@ downstream reopens the store: thresholds and strategies are post-processing of t
 Scale: texts are embedded in chunks into one preallocated float32 array, and the store is fed
 from a lazy generator of ``MemoryBatch`` views of it (no per-batch copies, nothing materialised
 ahead of the store), so memory beyond the vectors themselves stays bounded by one batch. The
-exact cosines (trace column ``exact_scores`` and the fidelity metrics) are computed after the
-timed loop, one matrix product per conversation, so the loop around the store call stays thin;
+exact cosines (trace column ``exact_scores``, each gold memory's exact rank in ``gold_exact_ranks``,
+and the fidelity metrics) are computed after the timed loop, one matrix product per question over
+its conversation, under the visibility rule and exact order of ``bench.visibility``, so the loop
+around the store call stays thin;
 ``meta`` records the loop's wall time and the store's share of it (``harness_ns_per_query``).
 Every long step has a progress bar (``progress=True``).
 """
@@ -21,7 +23,6 @@ import logging
 import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
-from operator import itemgetter
 from pathlib import Path
 
 import numpy as np
@@ -33,11 +34,16 @@ from bench.backends.session import INGEST_BATCH, open_session
 from bench.embedders.base import Embedder
 from bench.output import redact, write_atomic
 from bench.run import sha256_file
-from bench.types import Corpus, MemoryBatch, Question, Turn, Where
+from bench.types import Corpus, MemoryBatch, Turn, memory_key
+from bench.visibility import Visibility, question_filter
 
 log = logging.getLogger(__name__)
 
-TRACE_COLUMNS = ["question_id", "conversation_id", "latency_ns", "hit_ids", "hit_scores", "exact_scores"]
+# gold_ids: the question's distinct gold memory keys (evidence order); gold_exact_ranks: per gold id, its 1-based
+# exact rank among the memories the question may see under the trace's roles (bench.visibility: similarity
+# descending, then key), 0 when the question may not see it (another role, said later, or not in the corpus).
+TRACE_COLUMNS = ["question_id", "conversation_id", "latency_ns", "hit_ids", "hit_scores", "exact_scores",
+                 "gold_ids", "gold_exact_ranks"]
 EMBED_CHUNK = 16_384  # texts per embedder call (bounds the embedder's working memory; one cache shard each)
 
 
@@ -87,19 +93,6 @@ def search_depth(depth: int | None, corpus: Corpus) -> int:
     if depth is not None:
         return int(depth)
     return max([len(c.turns) for c in corpus.conversations] + [1])
-
-
-def question_filter(q: Question, *, roles: tuple[str, ...] | None = None) -> Where:
-    """What a question may see: its own conversation, turns said at or before it was asked."""
-    return Where(conversation_id=q.conversation_id, roles=roles, before=q.asked_at)
-
-
-def visible(turn: Turn, where: Where) -> bool:
-    return (
-        (where.conversation_id is None or turn.conversation_id == where.conversation_id)
-        and (where.roles is None or turn.role in where.roles)
-        and (where.before is None or (turn.timestamp or 0.0) <= where.before)
-    )
 
 
 def batches(turns: Sequence[Turn], vectors: np.ndarray, size: int) -> Iterator[MemoryBatch]:
@@ -179,11 +172,13 @@ def build_trace(
     lat, loop_ns, store_ns = timed.latency_ns, timed.loop_ns, timed.store_ns
 
     t_exact = time.perf_counter()
-    exact, store = _exact_pass(corpus, tv, qv, hit_ids, hit_scores, roles=roles, k=fidelity_k, depth=depth, progress=progress)
+    exact, gold_ids, gold_ranks, store = _exact_pass(corpus, tv, qv, hit_ids, hit_scores, roles=roles, k=fidelity_k,
+                                                     depth=depth, progress=progress)
     post_s = time.perf_counter() - t_exact
     table = pd.DataFrame({"question_id": [q.question_id for q in questions],
                           "conversation_id": [q.conversation_id for q in questions], "latency_ns": lat,
-                          "hit_ids": list(map(list, hit_ids)), "hit_scores": list(map(list, hit_scores)), "exact_scores": exact},
+                          "hit_ids": list(map(list, hit_ids)), "hit_scores": list(map(list, hit_scores)), "exact_scores": exact,
+                          "gold_ids": gold_ids, "gold_exact_ranks": gold_ranks},
                          columns=TRACE_COLUMNS)
     nq = len(questions)
     meta = {
@@ -215,79 +210,23 @@ def build_trace(
     return Trace(table, meta)
 
 
-class _Rows:
-    """Per-row arrays of a corpus (corpus order) and where each conversation's rows start and end.
-
-    ``corpus.turns()`` keeps each conversation's turns contiguous, so a conversation is a row range
-    and no per-question mask over the whole corpus is needed.
-    """
-
-    def __init__(self, corpus: Corpus, roles: tuple[str, ...] | None) -> None:
-        turns = corpus.turns()
-        self.keys = np.array([t.key for t in turns], dtype=object)
-        self.row_of = {k: i for i, k in enumerate(self.keys.tolist())}
-        self.ts = np.array([float(t.timestamp or 0.0) for t in turns])
-        role = np.array([t.role for t in turns], dtype=object)
-        self.role_ok = np.isin(role, list(roles)) if roles is not None else np.ones(len(turns), dtype=bool)
-        self.rank = np.empty(len(turns), dtype=np.int64)  # order of a key within its conversation (tie-break)
-        self.spans: dict[str, tuple[int, int]] = {}
-        row = 0
-        for c in corpus.conversations:
-            n = len(c.turns)
-            self.rank[row : row + n] = np.argsort(np.argsort(self.keys[row : row + n].astype(str), kind="stable"), kind="stable")
-            self.spans[c.conversation_id] = (row, row + n)
-            row += n
-
-    def views(self, corpus: Corpus, tv: np.ndarray, qv: np.ndarray, *, progress: bool = False, desc: str = "exact"):
-        """Yield (question index, first row of its conversation, exact cosine of each of that conversation's rows)."""
-        by_conv: dict[str, list[int]] = {}
-        for qi, q in enumerate(corpus.questions):
-            by_conv.setdefault(q.conversation_id, []).append(qi)
-        with tqdm(total=len(corpus.questions), desc=desc, unit="q", disable=not progress) as bar:
-            for conv, qis in by_conv.items():
-                start, end = self.spans.get(conv, (0, 0))
-                block = tv[start:end]
-                for qi in qis:
-                    yield qi, start, block @ qv[qi]  # the same product a brute-force store computes
-                bar.update(len(qis))
-
-    def lookup(self, ids: Sequence[str]) -> np.ndarray:
-        """Row of each id (-1 for ids not in the corpus)."""
-        try:
-            found = itemgetter(*ids)(self.row_of) if len(ids) > 1 else (self.row_of[ids[0]],)
-        except KeyError:
-            found = [self.row_of.get(i, -1) for i in ids]
-        return np.array(found, dtype=np.int64)
-
-    def eligible(self, q: Question, start: int, n: int) -> np.ndarray:
-        """Local indices (within the conversation) of the rows ``q`` may see."""
-        mask = self.role_ok[start : start + n]
-        if q.asked_at is not None:
-            mask = mask & (self.ts[start : start + n] <= q.asked_at)
-        return np.flatnonzero(mask)
-
-    def ranked(self, start: int, local: np.ndarray, sims: np.ndarray, k: int) -> np.ndarray:
-        """Keys of the best ``k`` of ``local``: similarity descending, then key (ties at the k-th kept exact)."""
-        if k < len(local):
-            s = sims[local]
-            kth = np.partition(-s, k - 1)[k - 1]
-            local = local[-s <= kth]
-        order = local[np.lexsort((self.rank[start + local], -sims[local]))][:k]
-        return self.keys[start + order]
-
-
 def _exact_pass(corpus: Corpus, tv: np.ndarray, qv: np.ndarray, hit_ids: Sequence[Sequence[str]],
                 hit_scores: Sequence[Sequence[float]], *, roles, k: int, depth: int,
-                progress: bool = False) -> tuple[list[list[float]], dict]:
-    """One pass over the questions: exact cosine of every hit, and the store metrics (see store_metrics)."""
-    rows = _Rows(corpus, roles)
+                progress: bool = False) -> tuple[list[list[float]], list[list[str]], list[list[int]], dict]:
+    """One pass over the questions, one matrix product per question over its conversation: the exact cosine of
+    every hit, each gold memory's exact rank (``gold_ids``/``gold_exact_ranks``, see TRACE_COLUMNS) and the
+    store metrics (see store_metrics)."""
+    vis = Visibility(corpus)
     exact: list[list[float]] = [[] for _ in hit_ids]
+    gold_ids: list[list[str]] = [[] for _ in hit_ids]
+    gold_ranks: list[list[int]] = [[] for _ in hit_ids]
     fid, short, truncated, max_diff, mismatches, pairs = [], 0, 0, float("nan"), 0, 0
     questions = corpus.questions
-    for qi, start, sims in rows.views(corpus, tv, qv, progress=progress):
+    for qi, start, sims in _views(vis, corpus, tv, qv, progress=progress):
+        q = questions[qi]
         ids = hit_ids[qi]
         if len(ids):
-            r = rows.lookup(ids)
+            r = vis.lookup(ids)
             local = r - start
             inside = (r >= 0) & (local >= 0) & (local < len(sims))
             vals = np.full(len(ids), np.nan)
@@ -301,8 +240,17 @@ def _exact_pass(corpus: Corpus, tv: np.ndarray, qv: np.ndarray, hit_ids: Sequenc
             if not np.isnan(d).all():
                 m = float(np.nanmax(d))
                 max_diff = m if max_diff != max_diff else max(max_diff, m)
-        local = rows.eligible(questions[qi], start, len(sims))
-        want = rows.ranked(start, local, sims, k)
+        mask = vis.mask(q, roles)
+        local = np.flatnonzero(mask)
+        gold = list(dict.fromkeys(memory_key(q.conversation_id, e) for e in q.evidence))
+        if gold:
+            g = vis.lookup(gold) - start
+            seen = (g >= 0) & (g < len(sims))
+            seen[seen] = mask[g[seen]]
+            ranks = np.zeros(len(gold), dtype=np.int64)
+            ranks[seen] = vis.ranks(start, local, sims, g[seen])
+            gold_ids[qi], gold_ranks[qi] = gold, ranks.tolist()
+        want = vis.top(start, local, sims, k)
         if len(want):
             fid.append(len(set(ids[:k]).intersection(want.tolist())) / len(want))
         if len(ids) < min(depth, len(local)):
@@ -317,16 +265,29 @@ def _exact_pass(corpus: Corpus, tv: np.ndarray, qv: np.ndarray, hit_ids: Sequenc
         "score_mismatches_1e4": mismatches,
         "score_pairs": pairs,
     }
-    return exact, metrics
+    return exact, gold_ids, gold_ranks, metrics
+
+
+def _views(vis: Visibility, corpus: Corpus, tv: np.ndarray, qv: np.ndarray, *, progress: bool = False, desc: str = "exact"):
+    """Yield (question index, first row of its conversation, exact cosine of each of that conversation's rows)."""
+    by_conv: dict[str, list[int]] = {}
+    for qi, q in enumerate(corpus.questions):
+        by_conv.setdefault(q.conversation_id, []).append(qi)
+    with tqdm(total=len(corpus.questions), desc=desc, unit="q", disable=not progress) as bar:
+        for conv, qis in by_conv.items():
+            start, end = vis.span(conv)
+            block = tv[start:end]
+            for qi in qis:
+                yield qi, start, block @ qv[qi]  # the same product a brute-force store computes
+            bar.update(len(qis))
 
 
 def exact_top(corpus: Corpus, tv: np.ndarray, qv: np.ndarray, *, roles: tuple[str, ...] | None, k: int) -> list[list[str]]:
     """The exact top-k keys per question (same filters as the store), from the cached vectors."""
-    rows = _Rows(corpus, roles)
+    vis = Visibility(corpus)
     out: list[list[str]] = [[] for _ in corpus.questions]
-    for qi, start, sims in rows.views(corpus, tv, qv):
-        local = rows.eligible(corpus.questions[qi], start, len(sims))
-        out[qi] = [str(x) for x in rows.ranked(start, local, sims, k)]
+    for qi, start, sims in _views(vis, corpus, tv, qv):
+        out[qi] = [str(x) for x in vis.top(start, vis.local(corpus.questions[qi], roles), sims, k)]
     return out
 
 
@@ -337,7 +298,7 @@ def store_metrics(table: pd.DataFrame, corpus: Corpus, tv: np.ndarray, qv: np.nd
     returned fewer than min(depth, matching) rows; score disagreement = |store sim - exact cos|.
     ``table`` rows are in ``corpus.questions`` order.
     """
-    return _exact_pass(corpus, tv, qv, table["hit_ids"].tolist(), table["hit_scores"].tolist(), roles=roles, k=k, depth=depth)[1]
+    return _exact_pass(corpus, tv, qv, table["hit_ids"].tolist(), table["hit_scores"].tolist(), roles=roles, k=k, depth=depth)[-1]
 
 
 def disk_bytes(path) -> int | None:

@@ -1,10 +1,12 @@
-"""bench.analysis.attribution: every missed gold memory gets one cause; selections come from the real sweep.
+"""bench.analysis.attribution: every missed gold memory gets one cause; selections come from the real sweep,
+exact ranks from the trace (columns gold_ids / gold_exact_ranks, written by the trace's exact pass).
 
 Fixture: one conversation c1 of five turns (t0 user, t1 assistant, t2 user, t3 user, t4 assistant,
 said at times 1..5). Exact cosine to every question (all vectors 2-d, question = [1, 0]):
 t2 .8, t1 .75, t3 .7, t0 .5, t4 .3 -> exact ranks t2 1, t1 2, t3 3, t0 4, t4 5.
 q1 (asked after everything) has gold t0, t1, t3, t4; the store returned t2 .8, t3 .7, t0 .5, t4 .3
 (t1 missing: an ANN miss). q2 is adversarial. q3 is asked at time 3 with gold t3 (said at 4).
+User-only (t0, t2, t3 visible to q1): t2 1, t3 2, t0 3.
 """
 
 import functools
@@ -16,9 +18,10 @@ import pytest
 
 from bench import types as T
 from bench.analysis import attribution as A
+from bench.backends.exact import ExactBackend
 from bench.strategies import vector as V
 from bench.strategies.spec import StrategySpec
-from bench.trace import Trace, question_filter, visible
+from bench.trace import Trace, build_trace
 from bench.types import Conversation, Corpus, Question, Turn
 
 ROLES = ["user", "assistant", "user", "user", "assistant"]
@@ -40,7 +43,12 @@ TRACE = Trace(pd.DataFrame({
     "hit_ids": [["c1|t2", "c1|t3", "c1|t0", "c1|t4"], ["c1|t0"], ["c1|t2", "c1|t0"]],
     "hit_scores": [[0.8, 0.7, 0.5, 0.3], [0.2], [0.8, 0.5]],
     "exact_scores": [[0.8, 0.7, 0.5, 0.3], [0.2], [0.8, 0.5]],
+    # what the trace's exact pass records: q1's gold at exact ranks 4, 2, 3, 5; q3's t3 is said after q3 (0: hidden)
+    "gold_ids": [["c1|t0", "c1|t1", "c1|t3", "c1|t4"], [], ["c1|t3"]],
+    "gold_exact_ranks": [[4, 2, 3, 5], [], [0]],
 }), {"dataset": "tiny", "embedder": "fake", "backend": "ann", "roles": None})
+# the same store answers, traced user-only: q1's user gold t0 (rank 3) and t3 (rank 2); t1, t4 are the assistant's (0)
+USER_TRACE = Trace(TRACE.table.assign(gold_exact_ranks=[[3, 0, 2, 0], [], [0]]), {**TRACE.meta, "roles": ["user"]})
 TOKENS = {t.key: 10 for t in TURNS}
 
 HYBRID = StrategySpec("hybrid1", functools.partial(V.hybrid, k=1), thresholded=True)
@@ -76,32 +84,45 @@ def test_classify_order(kwargs, cause):
     assert A.classify(**{**base, **kwargs}) == cause
 
 
-def test_exact_ranks_from_vectors_with_filters_and_ties():
-    ranks = A.exact_ranks(CORPUS, TV, QV, roles=None)
+class FakeEmbedder:
+    """Texts of the fixture -> its hand-made 2-d vectors."""
+
+    model_id = "fake-2d"
+    identity = {"model_id": "fake-2d"}
+    dim = 2
+    for_results = False
+
+    def __init__(self, turn_vectors):
+        self.vec = {**{t.text: v for t, v in zip(TURNS, turn_vectors)}, **{q.text: QV[i] for i, q in enumerate(CORPUS.questions)}}
+
+    def embed(self, texts):
+        return np.array([self.vec[t] for t in texts], dtype=np.float32)
+
+
+def traced_ranks(turn_vectors=TV, roles=None):
+    trace = build_trace(CORPUS, FakeEmbedder(turn_vectors), ExactBackend(), depth=5, roles=roles, warmup=0, progress=False)
+    return trace.table, A.gold_ranks(trace.table)
+
+
+def test_the_trace_records_each_gold_memorys_exact_rank_with_filters_and_ties():
+    table, ranks = traced_ranks()
+    assert table["gold_ids"].tolist() == TRACE.table["gold_ids"].tolist()  # the hand-written trace above is what it records
+    assert table["gold_exact_ranks"].tolist() == TRACE.table["gold_exact_ranks"].tolist()
     assert ranks["q1"] == {"c1|t0": 4, "c1|t1": 2, "c1|t3": 3, "c1|t4": 5}
     assert ranks["q3"] == {}  # t3 is said after q3 was asked: not visible, no rank
-    assert "q2" not in ranks  # no gold
-    user = A.exact_ranks(CORPUS, TV, QV, roles=("user",))
+    assert ranks["q2"] == {}  # no gold
+    user_table, user = traced_ranks(roles=("user",))
     assert user["q1"] == {"c1|t0": 3, "c1|t3": 2}  # visible: t0 .5, t2 .8, t3 .7
+    assert user_table["gold_exact_ranks"].tolist() == USER_TRACE.table["gold_exact_ranks"].tolist()
     tie = TV.copy()
     tie[3] = tie[0]  # t3 now scores .5 like t0: key order puts t0 first
-    assert A.exact_ranks(CORPUS, tie, QV, roles=None)["q1"] == {"c1|t0": 3, "c1|t1": 2, "c1|t3": 4, "c1|t4": 5}
+    assert traced_ranks(tie)[1]["q1"] == {"c1|t0": 3, "c1|t1": 2, "c1|t3": 4, "c1|t4": 5}
 
 
-def test_visible_matches_runner():
-    vis = A._Visible(CORPUS)
-    for q in CORPUS.questions:
-        for roles in (None, ("user",), ("assistant",)):
-            want = [t.key for t in TURNS if visible(t, question_filter(q, roles=roles))]
-            assert vis(q, roles).tolist() == want
-
-
-def test_trace_ranks_only_for_complete_traces():
-    assert A.trace_ranks(TRACE.table, CORPUS, roles=None) == {}  # q1: 4 hits of 5 visible; q3: 2 of 3
-    full = TRACE.table.copy()
-    full.at[0, "hit_ids"] = ["c1|t2", "c1|t1", "c1|t3", "c1|t0", "c1|t4"]
-    full.at[0, "exact_scores"] = [0.8, 0.75, 0.7, 0.5, 0.3]
-    assert A.trace_ranks(full, CORPUS, roles=None)["q1"] == {"c1|t0": 4, "c1|t1": 2, "c1|t3": 3, "c1|t4": 5}
+def test_gold_ranks_read_the_trace_columns_only():
+    assert A.gold_ranks(TRACE.table) == {"q1": {"c1|t0": 4, "c1|t1": 2, "c1|t3": 3, "c1|t4": 5}, "q2": {}, "q3": {}}
+    old = TRACE.table.drop(columns=["gold_ids", "gold_exact_ranks"])  # a trace written before the columns existed
+    assert A.gold_ranks(old) == {}
 
 
 def test_replay_records_the_sweeps_selections():
@@ -117,7 +138,7 @@ def causes(misses):
 
 
 def test_attribute_every_cause_hand_worked():
-    ranks = A.exact_ranks(CORPUS, TV, QV, roles=None)
+    ranks = A.gold_ranks(TRACE.table)
     seen = A.replay(TRACE, CORPUS, [HYBRID, TIER, RECENT, USER_THR], [0.55], TOKENS)
     m = A.attribute(TRACE, CORPUS, HYBRID, 0.55, seen[("hybrid1", 0.55)], ranks, top_n=4)
     # t0 returned at .5 < .55 (rank 4 <= 4): threshold; t1 rank 2, not returned: store; t3 passes but the
@@ -130,15 +151,15 @@ def test_attribute_every_cause_hand_worked():
     recent = A.attribute(TRACE, CORPUS, RECENT, None, seen[("recent1", None)], ranks, top_n=4)
     assert causes(recent) == {"q1:t0": "policy", "q1:t1": "policy", "q1:t3": "policy", "q3:t3": "filter"}
     assert math.isnan(recent["threshold"].iloc[0])
-    user_ranks = A.exact_ranks(CORPUS, TV, QV, roles=("user",))
-    user = A.attribute(TRACE, CORPUS, USER_THR, 0.55, seen[("user_thr", 0.55)], user_ranks, top_n=4)
+    user_ranks = A.gold_ranks(USER_TRACE.table)
+    user = A.attribute(USER_TRACE, CORPUS, USER_THR, 0.55, seen[("user_thr", 0.55)], user_ranks, top_n=4)
     assert causes(user) == {"q1:t0": "threshold", "q1:t1": "filter", "q1:t4": "filter", "q3:t3": "filter"}
     unknown = A.attribute(TRACE, CORPUS, HYBRID, 0.55, seen[("hybrid1", 0.55)], {}, top_n=4)
     assert causes(unknown)["q1:t1"] == "unreturned" and causes(unknown)["q1:t4"] == "threshold"
 
 
 def test_counts_per_group():
-    ranks = A.exact_ranks(CORPUS, TV, QV, roles=None)
+    ranks = A.gold_ranks(TRACE.table)
     seen = A.replay(TRACE, CORPUS, [HYBRID], [0.55], TOKENS)
     m = A.attribute(TRACE, CORPUS, HYBRID, 0.55, seen[("hybrid1", 0.55)], ranks, top_n=4)
     by_strategy = A.counts(m, by=["strategy", "threshold"]).iloc[0]

@@ -33,6 +33,7 @@ from bench.backends.base import (
 from bench.backends.exact import ExactBackend
 from bench.resources import plugin_names
 from bench.types import Hits, MemoryBatch, Where, memory_key
+from bench.visibility import admits
 
 REPO = Path(__file__).resolve().parent.parent
 CONFIGS = plugin_names("backend")  # configs/backend/*.yaml
@@ -94,13 +95,8 @@ def batch(rows) -> MemoryBatch:
 
 
 def matching(where: Where) -> list[int]:
-    return [
-        r
-        for r in range(len(IDS))
-        if (where.conversation_id is None or CONVS[r] == where.conversation_id)
-        and (where.roles is None or ROLES[r] in where.roles)
-        and (where.before is None or TS[r] <= where.before)
-    ]
+    """Rows a store must return for ``where``: the one visibility rule (bench.visibility)."""
+    return [r for r in range(len(IDS)) if admits(where, conversation_id=CONVS[r], role=ROLES[r], timestamp=TS[r])]
 
 
 FILTERS = {  # name -> (Where, filter kinds it needs)

@@ -4,6 +4,7 @@ import pytest
 
 from bench.strategies import lexical as L
 from bench.types import Hit, Question, Turn
+from bench.visibility import Memories
 
 
 def turn(i, text):
@@ -97,3 +98,19 @@ def test_rrf_fuses_store_hits_and_bm25():
 def test_negative_k_is_an_error(fn):
     with pytest.raises(ValueError, match="k must be >= 0"):
         fn((), question=q("dog"), eligible=ELIGIBLE, k=-1)
+
+
+def test_bm25_and_rrf_keep_no_state_between_calls():
+    # interleaving two conversations' eligible memories (as the sweep does across strategies) gives each call
+    # the answer it gets alone: nothing is remembered from the previous call's memories
+    other = (turn(0, "Rex the parrot talks."), turn(1, "Beach day!"), turn(2, "Nothing here."))  # same keys, other texts
+    alone = [ids(L.bm25((), question=q("Rex beach"), eligible=e, k=3)) for e in (ELIGIBLE, other)]
+    # ELIGIBLE: t2 has both words, t0 "Rex"; other: one word each, the shorter t1 (2 words) before t0 (3 words)
+    assert alone == [["c|t2", "c|t0"], ["c|t1", "c|t0"]]
+    for _ in range(2):
+        for e, want in zip((ELIGIBLE, other, list(ELIGIBLE), Memories(other), Memories(ELIGIBLE)), alone * 2 + alone[:1]):
+            assert ids(L.bm25((), question=q("Rex beach"), eligible=e, k=3)) == want
+            assert ids(L.rrf((), question=q("Rex beach"), eligible=e, k=3)) == want  # no vector hits: BM25's order
+    mutable = [n for n, v in vars(L).items() if not n.startswith("__") and (isinstance(v, (list, dict, set)) or
+                                                                           (n.startswith("_") and isinstance(v, tuple)))]
+    assert mutable == []  # no module-level memo (the old _LAST); lru_caches of pure functions of their arguments only

@@ -33,6 +33,37 @@ def test_edge_cases_are_explicit():
     assert M.abstained(selected=[]) == 1.0 and M.abstained(selected=["x"]) == 0.0
 
 
+def test_prf_from_counts_vectorised_hand_worked():
+    # (selected, correct, gold) per question, expected (P, R, F1) beside:
+    n_sel = [4, 0, 0, 1, 2, 3]
+    n_cor = [2, 0, 0, 0, 0, 3]
+    n_gold = [3, 3, 0, 3, 0, 3]
+    p, r, f1 = M.prf(n_sel, n_cor, n_gold)
+    nan = math.nan
+    want = [(0.5, 2 / 3, 2 * 0.5 * (2 / 3) / (0.5 + 2 / 3)),  # SEL/GOLD above: 0.5714
+            (nan, 0.0, 0.0),  # gold, nothing selected: F1 0 (recalling nothing never wins)
+            (nan, nan, nan),  # no gold, nothing selected
+            (0.0, 0.0, 0.0),  # only a wrong memory
+            (0.0, nan, nan),  # no gold, two selected
+            (1.0, 1.0, 1.0)]
+    for i, w in enumerate(want):
+        np.testing.assert_allclose([p[i], r[i], f1[i]], w, rtol=0, atol=1e-15, equal_nan=True)
+    assert p.dtype == r.dtype == f1.dtype == np.float64 and p.shape == (6,)
+    p1, r1, f11 = M.prf(4, 2, 3)  # scalars give 0-d arrays
+    assert (float(p1), float(r1)) == (0.5, 2 / 3) and float(f11) == M.f1(selected=SEL, gold=GOLD)
+
+
+def test_scalar_functions_are_prf_of_the_sets():
+    # duplicates count once: selected {g1, x} of gold {g1, g2}
+    assert M.precision(selected=["g1", "g1", "x"], gold=["g1", "g2", "g2"]) == 0.5
+    assert M.recall(selected=["g1", "g1", "x"], gold=["g1", "g2", "g2"]) == 0.5
+    for sel, gold in ((SEL, GOLD), ([], GOLD), (["a"], []), (["x"], GOLD), ([], [])):
+        n = (len(set(sel)), len(set(sel) & set(gold)), len(set(gold)))
+        for got, want in zip((M.precision(selected=sel, gold=gold), M.recall(selected=sel, gold=gold), M.f1(selected=sel, gold=gold)),
+                             M.prf(*n)):
+            assert (math.isnan(got) and math.isnan(want)) or got == want
+
+
 def test_against_ir_measures_setp_setr():
     ir_measures = pytest.importorskip("ir_measures")
     qrels = [ir_measures.Qrel("q1", d, 1) for d in GOLD] + [ir_measures.Qrel("q2", "a", 1), ir_measures.Qrel("q2", "b", 1)]
@@ -74,6 +105,15 @@ def test_aggregate_macro_micro_and_adversarial():
     # latency percentiles over every query of the trace (3 queries: 1, 2, 3 ms)
     assert s["latency_p50_ms"] == pytest.approx(2.0)
     assert s["latency_p99_ms"] == pytest.approx(np.percentile([1, 2, 3], 99))
+
+
+def test_micro_metrics_use_pooled_counts_and_stay_undefined_when_nothing_is_selected():
+    rows = pd.DataFrame([_row("q1", [], ["a"]), _row("q2", [], ["b", "c"])])  # gold, nothing selected anywhere
+    s = M.aggregate(rows, ["g"]).iloc[0]
+    assert s["f1"] == 0.0 and s["micro_recall"] == 0.0  # macro F1 0 per question; pooled recall 0 of 3
+    assert math.isnan(s["micro_precision"]) and math.isnan(s["micro_f1"])  # pooled precision undefined, so micro F1 too
+    wrong = M.aggregate(pd.DataFrame([_row("q1", ["x"], ["a"]), _row("q2", ["y", "z"], ["b"])]), ["g"]).iloc[0]
+    assert (wrong["micro_precision"], wrong["micro_recall"], wrong["micro_f1"]) == (0.0, 0.0, 0.0)  # 0 correct of 3 selected
 
 
 def test_a_question_without_gold_is_excluded_from_every_quality_column():

@@ -6,6 +6,7 @@ import pytest
 from bench.backends.exact import ExactBackend
 from bench.trace import (
     TRACE_COLUMNS,
+    Trace,
     batches,
     build_trace,
     embed_texts,
@@ -86,6 +87,21 @@ def test_trace_rows_hand_worked(traced):
     # q3 in conversation b only: b0 (1.0), b1 (0.8) -- fewer than depth because b has two turns
     assert tab.loc["q3", "hit_ids"] == ["b|t0", "b|t1"]
     assert (trace.table["latency_ns"] > 0).all()
+    # each gold memory's exact rank among what the question may see (not limited by the depth):
+    # q1's a2 (.8) after a0 (1.0); q2's a3 (1.0) first of five; q3's b1 (.8) after b0 (1.0)
+    assert tab["gold_ids"].tolist() == [["a|t2"], ["a|t3"], ["b|t1"]]
+    assert tab["gold_exact_ranks"].tolist() == [[2], [1], [2]]
+
+
+def test_trace_cache_check_rejects_a_trace_without_the_gold_rank_columns(tmp_path, traced):
+    trace, _ = traced
+    trace.save(tmp_path / "new")
+    loaded, problem = Trace.load_checked(tmp_path / "new", CORPUS)
+    assert problem == "" and loaded.table["gold_exact_ranks"].tolist() == [[2], [1], [2]]
+    old = Trace(trace.table.drop(columns=["gold_ids", "gold_exact_ranks"]), trace.meta)  # written by an older version
+    old.save(tmp_path / "old")
+    loaded, problem = Trace.load_checked(tmp_path / "old", CORPUS)
+    assert loaded is None and problem.startswith("columns [") and "gold_exact_ranks" in problem
 
 
 def test_warmup_queries_run_first_and_are_not_in_the_trace(traced):
@@ -126,6 +142,8 @@ def test_role_filter_pushed_down():
     assert tab.loc["q1", "hit_ids"] == ["a|t0", "a|t2"]  # a1 is the assistant's
     assert tab.loc["q2", "hit_ids"] == ["a|t2", "a|t0", "a|t4"]  # (0,1): a2 .6, a0 0, a4 -.8
     assert trace.meta["roles"] == ["user"]
+    # gold under the same filter: q1's a2 after a0; q2's a3 and q3's b1 are the assistant's (0: hidden)
+    assert tab["gold_exact_ranks"].tolist() == [[2], [0], [0]]
 
 
 def test_embed_texts_in_chunks():

@@ -8,6 +8,7 @@ from bench.strategies import baselines as B
 from bench.strategies import spec as SP
 from bench.strategies import vector as V
 from bench.types import Hit, Hits, Question, Turn
+from bench.visibility import Memories
 
 # Candidates for one question, best first (similarity, higher is better).
 HITS = (Hit("a", 0.91), Hit("b", 0.80), Hit("c", 0.75), Hit("d", 0.50), Hit("e", 0.30), Hit("f", 0.10))
@@ -42,6 +43,18 @@ def test_full_context_returns_every_eligible_memory_in_order():
     out = B.full_context(HITS[:2], eligible=eligible)
     assert ids(out) == ["c|x", "c|y", "c|z"]
     assert all(math.isnan(h.score) for h in out)
+
+
+def test_full_context_answers_each_call_from_its_own_arguments():
+    # the sweep hands one tuple per conversation; alternating conversations (and a list) must never see another's answer
+    c1 = tuple(Turn("c", t, "user", "u", "text", None, i) for i, t in enumerate("xyz"))
+    c2 = tuple(Turn("d", t, "user", "u", "text", None, i) for i, t in enumerate("pq"))
+    m1, m2 = Memories(c1), Memories(c2)  # what the sweep hands over: keys computed once per tuple
+    for eligible, want in ((c1, ["c|x", "c|y", "c|z"]), (c2, ["d|p", "d|q"]), (c1, ["c|x", "c|y", "c|z"]),
+                           (list(c2[:1]), ["d|p"]), (m2, ["d|p", "d|q"]), (m1, ["c|x", "c|y", "c|z"]), (m2, ["d|p", "d|q"]),
+                           ((), []), (Memories(), [])):
+        assert ids(B.full_context((), eligible=eligible)) == want
+    assert [n for n in vars(B) if n.startswith("_") and not n.startswith("__")] == []  # no module memo (the old _FULL)
 
 
 def test_strategies_do_not_mutate_input():

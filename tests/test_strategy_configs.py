@@ -1,14 +1,18 @@
 """Every configs/strategy/*.yaml (found by glob) composes with Hydra, builds, and runs through sweep()
 on a tiny hand-built trace; plus hand-worked expectations for the seed strategies on that trace."""
 
+import functools
 import math
 from pathlib import Path
 
 import pandas as pd
 import pytest
+import yaml
 from hydra import compose, initialize_config_dir
 
 from bench.cli.config import build_strategies
+from bench.strategies import spec as SP
+from bench.strategies import vector as V
 from bench.sweep import summarise, sweep
 from bench.trace import Trace
 from bench.types import Conversation, Corpus, Question, Turn
@@ -94,6 +98,73 @@ def test_all_configs_together_have_unique_names_and_hand_worked_values():
     assert (dt.l1_selected, dt.n_selected, dt.n_correct) == (5.0, 7, 2)
     assert sel("full_context", "q_adv").n_selected == 8
     assert math.isnan(sel("full_context", "q_dog").latency_ns)
+
+
+# what each shipped strategy reads, as its function declares it (these were the YAML flags before):
+# name -> (kind, thresholded, uses_store, stateful, needs_tokens)
+DECLARED = {
+    "limit5": ("limit", False, True, False, False),
+    "threshold": ("threshold", True, True, False, False),
+    "hybrid5": ("hybrid", True, True, False, False),
+    "hybrid5_user": ("hybrid", True, True, False, False),
+    "hybrid5_assistant": ("hybrid", True, True, False, False),
+    "budget256": ("token_budget", False, True, False, True),
+    "routing": ("route_by_query", False, True, False, False),
+    "full_context": ("full_context", False, False, False, False),
+    "recency5": ("recency", False, False, False, False),
+    "keyword5": ("keyword", False, False, False, False),
+    "bm25_5": ("bm25", False, False, False, False),
+    "rrf5": ("rrf", False, True, False, False),
+    "dual_tier": ("dual_tier", True, True, True, False),
+}
+
+
+def test_inputs_come_from_the_function_and_the_yaml_holds_only_name_roles_and_parameters():
+    got = {s.name: (s.kind, s.thresholded, s.uses_store, s.stateful, s.needs_tokens) for s in specs(CONFIGS)}
+    assert got == DECLARED
+    for name in CONFIGS:
+        node = yaml.safe_load((REPO / "configs" / "strategy" / f"{name}.yaml").read_text())
+        assert set(node) <= {"name", "roles", "fn"}, f"{name}.yaml: {sorted(set(node) - {'name', 'roles', 'fn'})}"
+
+
+PLAIN = {"name": "hyb", "fn": {"_target_": "bench.strategies.vector.hybrid", "_partial_": True, "k": 3}}
+
+
+def undeclared(hits, *, question=None, eligible=(), threshold=None):
+    return tuple(hits)
+
+
+def test_load_spec_reads_the_declaration_through_the_partial():
+    spec = SP.load_spec(PLAIN)
+    assert (spec.name, spec.kind, spec.params, spec.thresholded, spec.uses_store, spec.roles) == ("hyb", "hybrid", {"k": 3}, True, True, None)
+    assert SP.inputs_of(spec.fn) == SP.Inputs(thresholded=True) == V.hybrid.inputs
+    # a config may repeat a flag (run configs written before the flags moved) when it agrees with the function
+    assert SP.load_spec({**PLAIN, "thresholded": True, "uses_store": True}).thresholded is True
+    assert SP.load_spec({**PLAIN, "roles": ["user"]}).roles == ("user",)
+
+
+@pytest.mark.parametrize("node, fn, message", [
+    ({**PLAIN, "thresholded": False}, None, "strategy hyb: field 'thresholded' is False but its function bench.strategies.vector.hybrid declares True"),
+    ({**PLAIN, "stateful": "yes"}, None, "field 'stateful' is 'yes' but its function"),
+    ({**PLAIN, "color": 1}, None, r"strategy hyb: unknown field\(s\) color \(allowed: name, fn, roles\)"),
+    ({**PLAIN, "roles": ["robot"]}, None, "field 'roles' must be a non-empty list"),
+    ({"fn": PLAIN["fn"]}, None, "field 'name' must be a non-empty string"),
+    ({"name": "mine"}, functools.partial(undeclared), r"strategy mine: function .*undeclared declares no inputs \(decorate it with "
+                                                     r"@bench.strategies.spec.strategy"),
+])
+def test_bad_strategy_config_is_one_clear_line(node, fn, message):
+    with pytest.raises(ValueError, match=message):
+        SP.spec_from_config(node, fn) if fn is not None else SP.load_spec(node)
+
+
+def test_the_strategy_decorator_sets_the_inputs_and_returns_the_function():
+    def fn(hits, **kw):
+        return tuple(hits)
+
+    marked = SP.strategy(thresholded=True, stateful=True)(fn)
+    assert marked is fn and marked.inputs == SP.Inputs(thresholded=True, uses_store=True, stateful=True, needs_tokens=False)
+    assert SP.inputs_of(functools.partial(functools.partial(marked, a=1), b=2)) == marked.inputs
+    assert SP.inputs_of(undeclared) is None
 
 
 def test_the_strategies_experiment_runs_every_strategy_in_every_format():

@@ -1,5 +1,6 @@
 """Offline sweep over a hand-built trace: exact threshold labels, metrics per question, summary."""
 
+import functools
 import math
 
 import pandas as pd
@@ -220,10 +221,37 @@ def test_format_tokens_table_prices_the_seed_settings():
     recs = format_tokens_table(TRACE, CORPUS, SPECS, TOKENS, table)
     got = {(r["strategy"], r["threshold"], r["format"]) for r in recs}
     assert ("threshold", 0.5, "B") in got and ("threshold", 0.1, "C") in got and ("full_context", None, "A") in got
-    assert ("limit2", None, "A") not in got  # not a seed strategy name
+    assert ("limit2", None, "A") not in got  # a lambda around limit: not a seed kind
+    assert {r["threshold"] for r in recs if r["strategy"] == "threshold"} == {0.1, 0.3, 0.5, 0.7}
     fc = next(r for r in recs if r["strategy"] == "full_context" and r["format"] == "A")
     # q1 only (q2 is adversarial): t0..t2 as A lines, 12 + 1 + 17 + 1 + 12 characters
-    assert fc["tokens_injected_mean"] == 43 and fc["token_savings"] == 0.0
+    assert fc["tokens_injected_mean"] == 43 and fc["token_savings"] == 0.0 and fc["kind"] == "full_context"
+
+
+def test_format_seed_goes_by_what_a_strategy_is_not_its_name():
+    table = F.token_table(CORPUS.turns(), chars)
+    renamed = [StrategySpec("top5", functools.partial(V.limit, k=5), thresholded=False),
+               StrategySpec("cut", V.threshold, thresholded=True),
+               StrategySpec("everything", B.full_context, thresholded=False, uses_store=False),
+               StrategySpec("threshold", functools.partial(V.hybrid, k=1), thresholded=True)]  # a hybrid named "threshold"
+    recs = format_tokens_table(TRACE, CORPUS, renamed, TOKENS, table)
+    got = {(r["strategy"], r["kind"]) for r in recs}
+    assert got == {("top5", "limit"), ("cut", "threshold"), ("everything", "full_context")}
+    assert {r["threshold"] for r in recs if r["strategy"] == "cut"} == {0.1, 0.3, 0.5, 0.7}
+
+
+def test_kind_column_is_the_strategy_functions_name():
+    specs = [StrategySpec("top2", functools.partial(V.limit, k=2), thresholded=False), SPECS[1], SPECS[2],
+             StrategySpec("router", _router, thresholded=False)]
+    rows = sweep(TRACE, CORPUS, specs, (0.5,), TOKENS)
+    assert list(rows.columns[:7]) == ["dataset", "embedder", "backend", "strategy", "kind", "threshold", "format"]
+    assert dict(zip(rows["strategy"], rows["kind"])) == {"top2": "limit", "threshold": "threshold",
+                                                         "full_context": "full_context", "router": "_router"}
+    s = summarise(rows)
+    assert list(s.columns[:5]) == ["dataset", "embedder", "backend", "strategy", "kind"]
+    # a route's own rows keep the router's kind
+    assert dict(zip(s["strategy"], s["kind"])) == {"top2": "limit", "threshold": "threshold", "full_context": "full_context",
+                                                   "router": "_router", "router/first": "_router", "router/second": "_router"}
 
 
 def test_store_strategies_slice_columnar_hits_like_a_list():

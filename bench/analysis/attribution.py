@@ -7,9 +7,9 @@ order:
 - ``policy``: a strategy that ignores the store (keyword, BM25, recency, ...) did not pick it
   (``attribute_job`` does not replay those strategies: that is all it could say about them);
 - ``embedding``: the embedding ranks it below the exact top-N among what the question may see
-  (exact cosine over the cached vectors, N = ``top_n``);
-- ``unreturned``: the store did not return it and its exact rank is unknown (no cached vectors and
-  an incomplete trace), so embedding and store cannot be told apart;
+  (its exact cosine rank, recorded by the trace in ``gold_exact_ranks``; N = ``top_n``);
+- ``unreturned``: the store did not return it and its exact rank is unknown (a trace written before
+  ``gold_exact_ranks`` existed), so embedding and store cannot be told apart;
 - ``store``: in the exact top-N but the store did not return it (ANN miss, short result);
 - ``threshold``: returned, but its similarity is below the strategy's threshold;
 - ``cap``: returned and above the threshold, but below the strategy's top-k cut (``k``);
@@ -18,7 +18,8 @@ order:
 
 Selections are re-derived by replaying the run's own strategies through ``bench.sweep.sweep``
 (pure) with a recorder around each strategy function, at one threshold per strategy (the
-recommended one), so nothing here re-implements a strategy. ``classify``/``attribute`` are pure;
+recommended one), so nothing here re-implements a strategy; who may see a memory is
+``bench.visibility``'s rule and exact ranks come from the trace. ``classify``/``attribute`` are pure;
 ``load_job`` reads one finished job directory through ``bench.rundir.RunDir`` (its corpus snapshot,
 traces and strategies.json: never the dataset files, never a config to instantiate) and
 ``attribute_job`` attributes its misses.
@@ -28,7 +29,6 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import json
 import logging
 import math
 from collections.abc import Mapping, Sequence
@@ -38,8 +38,9 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from bench.trace import Trace, question_filter
+from bench.trace import Trace
 from bench.types import Corpus, memory_key
+from bench.visibility import Visibility
 
 log = logging.getLogger(__name__)
 
@@ -48,38 +49,6 @@ NAN = float("nan")
 
 
 # --------------------------------------------------------------------------- pure parts
-
-class _Visible:
-    """Per-conversation arrays for fast ``bench.trace.visible`` masks (same rule, vectorised)."""
-
-    def __init__(self, corpus: Corpus) -> None:
-        self.conv = {}
-        for c in corpus.conversations:
-            self.conv[c.conversation_id] = (
-                np.array([t.key for t in c.turns], dtype=object),
-                np.array([t.role for t in c.turns], dtype=object),
-                np.array([float(t.timestamp or 0.0) for t in c.turns]),
-            )
-
-    def __call__(self, q, roles: tuple[str, ...] | None) -> np.ndarray:
-        """Keys of the memories question ``q`` may see under ``roles``, in conversation order."""
-        keys, role, ts = self.conv.get(q.conversation_id, (np.empty(0, object),) * 2 + (np.empty(0),))
-        where = question_filter(q, roles=roles)
-        mask = np.ones(len(keys), bool)
-        if where.roles is not None:
-            mask &= np.isin(role, list(where.roles))
-        if where.before is not None:
-            mask &= ts <= where.before
-        return keys[mask]
-
-
-def _rank(keys: np.ndarray, sims: np.ndarray, g: str) -> int | None:
-    hit = np.flatnonzero(keys == g)
-    if not len(hit):
-        return None
-    s = sims[hit[0]]
-    return int((sims > s).sum() + ((sims == s) & (keys < g)).sum() + 1)
-
 
 def classify(*, visible_: bool, uses_store: bool, exact_rank: int | None, top_n: int, store_rank: int | None,
              store_score: float, threshold: float | None, cap_k: int | None, rank_passing: int | None) -> str:
@@ -103,36 +72,15 @@ def classify(*, visible_: bool, uses_store: bool, exact_rank: int | None, top_n:
     return "decay/tier"
 
 
-def exact_ranks(corpus: Corpus, tv: np.ndarray, qv: np.ndarray, *, roles: tuple[str, ...] | None) -> dict[str, dict[str, int]]:
-    """1-based exact cosine rank of each gold memory among what its question may see (same filter and
-    tie order as ``bench.trace.exact_top``: similarity descending, then key). Hidden gold is absent."""
-    row = {t.key: i for i, t in enumerate(corpus.turns())}
-    vis_of = _Visible(corpus)
-    out: dict[str, dict[str, int]] = {}
-    for qi, q in enumerate(corpus.questions):
-        if not q.evidence:
-            continue
-        keys = vis_of(q, roles)
-        sims = tv[[row[k] for k in keys]] @ qv[qi] if len(keys) else np.empty(0)
-        ranks = {g: _rank(keys, sims, g) for g in (memory_key(q.conversation_id, e) for e in q.evidence)}
-        out[q.question_id] = {g: r for g, r in ranks.items() if r is not None}
-    return out
-
-
-def trace_ranks(table: pd.DataFrame, corpus: Corpus, *, roles: tuple[str, ...] | None) -> dict[str, dict[str, int]]:
-    """Exact ranks from the trace itself, for questions whose store returned every visible memory
-    (exact store, depth >= eligible); other questions are left out (rank unknown)."""
-    questions = {q.question_id: q for q in corpus.questions}
-    vis_of = _Visible(corpus)
-    out: dict[str, dict[str, int]] = {}
-    for qid, ids, exact in zip(table["question_id"], table["hit_ids"], table["exact_scores"]):
-        q = questions.get(qid)
-        if q is None or not q.evidence or len(ids) < len(vis_of(q, roles)):
-            continue
-        keys, sims = np.asarray(ids, dtype=object), np.asarray(exact, np.float64)
-        ranks = {g: _rank(keys, sims, g) for g in (memory_key(q.conversation_id, e) for e in q.evidence)}
-        out[qid] = {g: r for g, r in ranks.items() if r is not None}
-    return out
+def gold_ranks(table: pd.DataFrame) -> dict[str, dict[str, int]]:
+    """Each question's {gold key: exact rank} from the trace's ``gold_ids``/``gold_exact_ranks`` (the trace's exact
+    pass ranked every gold memory among what the question may see; gold it may not see has rank 0 and is left out).
+    A trace written before those columns existed gives no ranks (its misses are ``unreturned`` or later causes)."""
+    if "gold_ids" not in table or "gold_exact_ranks" not in table:
+        log.warning("attribution: trace without gold_exact_ranks (written by an older version): exact ranks unknown")
+        return {}
+    return {qid: {g: int(r) for g, r in zip(ids, ranks) if r > 0}
+            for qid, ids, ranks in zip(table["question_id"], table["gold_ids"], table["gold_exact_ranks"])}
 
 
 def attribute(
@@ -149,12 +97,12 @@ def attribute(
     """One row per missed gold memory of ``spec`` at ``threshold`` with its cause.
 
     ``selections`` maps question_id -> selected memory ids (from :func:`replay`); ``ranks`` maps
-    question_id -> {gold key: exact rank}. Adversarial questions are skipped (they have no gold to miss).
+    question_id -> {gold key: exact rank} (from :func:`gold_ranks`). Adversarial questions are skipped (they have no gold to miss).
     """
     questions = {q.question_id: q for q in corpus.questions}
-    vis_of = _Visible(corpus)
+    vis_of = Visibility(corpus)
     roles = tuple(spec.roles) if getattr(spec, "roles", None) else None
-    cap_k = getattr(spec.fn, "keywords", {}).get("k") if hasattr(spec.fn, "keywords") else None
+    cap_k = spec.params.get("k") if hasattr(spec, "params") else None
     t = threshold if spec.thresholded else None
     out = []
     for rec in trace.table.itertuples(index=False):
@@ -166,7 +114,7 @@ def attribute(
         missed = [g for g in gold if g not in chosen]
         if not missed:
             continue
-        vis = set(vis_of(q, roles).tolist())
+        vis = set(vis_of.visible_keys(q, roles).tolist())
         ids = list(rec.hit_ids)
         scores = np.asarray(rec.hit_scores, np.float64)
         qranks = ranks.get(q.question_id, {})
@@ -244,8 +192,6 @@ class JobInputs:
     strategies: tuple
     embedder: str
     token_encoding: str
-    cache_dir: Path | None
-    embedder_identity: dict | None = None  # the key of the embedding cache (meta.json of the job)
 
 
 def load_job(job, memo: dict | None = None) -> JobInputs:
@@ -262,48 +208,15 @@ def load_job(job, memo: dict | None = None) -> JobInputs:
     key = ("corpus", meta.get("corpus_sha256") or str(job.path))
     corpus = memo[key] if key in memo else memo.setdefault(key, job.corpus())
     settings = job.settings()
-    cache = (settings.get("paths") or {}).get("cache")
     return JobInputs(job.path, corpus, tuple(job.traces()), tuple(job.strategy_specs()), str(meta["embedder"]),
-                     str(meta.get("tokens_encoding") or (settings.get("tokens") or {}).get("encoding")),
-                     Path(cache) / "embeddings" if cache else None, meta.get("embedder_identity"))
-
-
-class _CacheOnly:
-    """Inner embedder for CachedEmbedder that never embeds: vectors come from the cache or not at all."""
-
-    for_results = True
-
-    def __init__(self, model_id: str, identity: dict) -> None:
-        self.model_id = model_id
-        self.identity = identity
-
-    @property
-    def dim(self) -> int:
-        raise RuntimeError("dimension known from the cache only")
-
-    def embed(self, texts):
-        raise LookupError(f"{len(texts)} texts are not in the embedding cache")
-
-
-def cached_vectors(corpus: Corpus, model_id: str, cache_dir: Path | None, identity: dict | None = None) -> tuple[np.ndarray, np.ndarray] | None:
-    """Turn and question vectors from the embedding cache of the embedder with ``identity``; None when any is missing."""
-    from bench.embedders.cache import CachedEmbedder
-
-    if cache_dir is None or not Path(cache_dir).is_dir() or not identity:
-        return None
-    emb = CachedEmbedder(_CacheOnly(model_id, identity), cache_dir)
-    try:
-        return emb.embed([t.text for t in corpus.turns()]), emb.embed([q.text for q in corpus.questions])
-    except (LookupError, RuntimeError) as e:
-        log.info("attribution: exact ranks from the trace only (%s)", e)
-        return None
+                     str(meta.get("tokens_encoding") or (settings.get("tokens") or {}).get("encoding")))
 
 
 def attribute_job(job: JobInputs, chosen: Mapping[tuple[str, str, str, str], float], *, top_n: int = 10,
                   memo: dict | None = None) -> pd.DataFrame:
     """Misses of every strategy of one job at its chosen threshold (``chosen`` maps
-    (dataset, embedder, backend, strategy) -> threshold, NaN for strategies without one).
-    ``memo`` shares token counts and cached vectors between jobs on the same corpus."""
+    (dataset, embedder, backend, strategy) -> threshold, NaN for strategies without one); exact ranks
+    come from each trace. ``memo`` shares token counts between jobs on the same corpus."""
     from bench import tokens
 
     memo = {} if memo is None else memo
@@ -313,11 +226,6 @@ def attribute_job(job: JobInputs, chosen: Mapping[tuple[str, str, str, str], flo
         counts_ = tokens.count_tokens_many([tokens.format_memory(t.role, t.text) for t in turns], job.token_encoding)
         memo[key] = {t.key: n for t, n in zip(turns, counts_)}
     token_counts = memo[key]
-    emb_key = (job.embedder, json.dumps(job.embedder_identity, sort_keys=True, default=str), str(job.cache_dir))
-    key = ("vectors", id(job.corpus), *emb_key)
-    if key not in memo:
-        memo[key] = cached_vectors(job.corpus, job.embedder, job.cache_dir, job.embedder_identity)
-    vectors = memo[key]
     parts = []
     for trace in job.traces:
         roles = tuple(trace.meta["roles"]) if trace.meta.get("roles") else None
@@ -334,11 +242,7 @@ def attribute_job(job: JobInputs, chosen: Mapping[tuple[str, str, str, str], flo
             continue
         grid = sorted({t for t in want.values() if t is not None}) or [0.5]
         seen = replay(trace, job.corpus, specs, grid, token_counts, embedder=job.embedder)
-        if vectors:  # the same for every store of a multirun on this corpus: computed once
-            key = ("ranks", id(job.corpus), *emb_key, roles)
-            ranks = memo[key] if key in memo else memo.setdefault(key, exact_ranks(job.corpus, *vectors, roles=roles))
-        else:
-            ranks = trace_ranks(trace.table, job.corpus, roles=roles)
+        ranks = gold_ranks(trace.table)
         for s in specs:
             sel = seen.get((s.name, want[s.name]))
             if sel is None:

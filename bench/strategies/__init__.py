@@ -2,6 +2,7 @@
 
 ``spec`` (the contract: signature, ``Selection``, ``StrategySpec``), ``vector`` (limit, threshold,
 hybrid, token budget, routing), ``baselines`` (full context, recency), ``lexical`` (keyword, BM25,
-RRF), ``tiers`` (dual-tier memory). A strategy is one function here plus one YAML in
-``configs/strategy/``.
+RRF), ``tiers`` (dual-tier memory). A strategy is one function here, whose inputs (``thresholded``,
+``uses_store``, ``stateful``, ``needs_tokens``) are declared next to it with ``@spec.strategy(...)``,
+plus one YAML in ``configs/strategy/`` (its name, role filter and parameters).
 """

@@ -4,25 +4,20 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from bench.strategies.spec import strategy
 from bench.types import Hit, Hits, Question, Turn
+from bench.visibility import keys_of
 
 NAN = float("nan")
 
 
+@strategy(thresholded=False, uses_store=False)
 def full_context(hits: Sequence[Hit], *, question: Question | None = None, eligible: Sequence[Turn] = (), threshold: float | None = None) -> Hits:
     """Baseline: inject every memory the question may see (every earlier turn), no store involved."""
-    global _FULL
-    if _FULL[0] is eligible:  # memo of the last answer: the sweep hands a conversation's questions the same tuple
-        return _FULL[1]
-    out = Hits(tuple(t.key for t in eligible), (NAN,) * len(eligible))  # columnar: no object per memory
-    if isinstance(eligible, tuple):  # immutable, so the memo cannot go stale
-        _FULL = (eligible, out)
-    return out
+    return Hits(keys_of(eligible), (NAN,) * len(eligible))  # columnar: no object per memory
 
 
-_FULL: tuple = (None, ())
-
-
+@strategy(thresholded=False, uses_store=False)
 def recency(hits: Sequence[Hit], *, question: Question | None = None, eligible: Sequence[Turn] = (), threshold: float | None = None, k: int = 5) -> Hits:
     """Baseline: the last k turns the question may see, most recent first (no store involved)."""
     if k < 0:

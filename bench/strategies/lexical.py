@@ -30,7 +30,9 @@ from functools import lru_cache
 
 import numpy as np
 
+from bench.strategies.spec import strategy
 from bench.types import Hit, Question, Turn
+from bench.visibility import keys_of, texts_of
 
 STOPWORDS = frozenset("""
 a about above after again all also am an and any are as at be been before being below between both but by
@@ -70,6 +72,7 @@ def query_words(text: str, *, stopwords: bool = True, min_len: int = 3) -> tuple
     return tuple(dict.fromkeys(words(text, stopwords=stopwords, min_len=min_len)))
 
 
+@strategy(thresholded=False, uses_store=False)
 def keyword(hits: Sequence[Hit], *, question: Question, eligible: Sequence[Turn] = (), threshold: float | None = None,
             k: int = 5, stopwords: bool = True, min_len: int = 3) -> tuple[Hit, ...]:
     """Memories containing any query word (case-insensitive substring), most recent first, at most k."""
@@ -108,17 +111,8 @@ def bm25_ranking(question: Question, eligible: Sequence[Turn], *, k1: float = 1.
 
 
 def _texts_keys(eligible: Sequence[Turn]) -> tuple[tuple[str, ...], tuple[str, ...]]:
-    """Texts and keys of ``eligible``; remembers the last tuple seen (the sweep passes one per conversation)."""
-    global _LAST
-    if _LAST[0] is eligible:
-        return _LAST[1], _LAST[2]
-    texts, keys = tuple(t.text for t in eligible), tuple(t.key for t in eligible)
-    if isinstance(eligible, tuple):  # immutable, so the memo cannot go stale
-        _LAST = (eligible, texts, keys)
-    return texts, keys
-
-
-_LAST: tuple = (None, (), ())
+    """Texts and keys of ``eligible`` (the texts key the memoised BM25 index and ranking)."""
+    return texts_of(eligible), keys_of(eligible)
 
 
 @lru_cache(maxsize=4096)
@@ -133,6 +127,7 @@ def _ranking(query: str, texts: tuple[str, ...], k1: float, b: float) -> tuple[t
     return tuple(zip(order.tolist(), scores[order].tolist()))
 
 
+@strategy(thresholded=False, uses_store=False)
 def bm25(hits: Sequence[Hit], *, question: Question, eligible: Sequence[Turn] = (), threshold: float | None = None,
          k: int = 5, k1: float = 1.5, b: float = 0.75) -> tuple[Hit, ...]:
     """BM25 over the texts the question may see: the k best with a positive score."""
@@ -155,6 +150,7 @@ def fuse(rankings: Sequence[Sequence[str]], *, k_rrf: int = 60, limit: int | Non
     return [Hit(*items[j]) for j in best]
 
 
+@strategy(thresholded=False)
 def rrf(hits: Sequence[Hit], *, question: Question, eligible: Sequence[Turn] = (), threshold: float | None = None,
         k: int = 5, k_rrf: int = 60, k1: float = 1.5, b: float = 0.75) -> tuple[Hit, ...]:
     """Vector + BM25 fusion by reciprocal rank fusion, top k (score = fused RRF score)."""

@@ -10,8 +10,12 @@ no randomness, no mutation: the same inputs give the same subset.
 
 A strategy that has more to report than the hits returns a ``Selection`` (hits + the route a router
 took, the tier of each hit, the state a stateful policy hands to the next question). Two extra
-inputs are supplied by the sweep only when the strategy's spec asks for them: ``tokens`` (memory
-key -> injected tokens, ``needs_tokens``) and ``state`` (``stateful``; see ``bench.strategies.tiers``).
+inputs are supplied by the sweep only when the strategy asks for them: ``tokens`` (memory key ->
+injected tokens, ``needs_tokens``) and ``state`` (``stateful``; see ``bench.strategies.tiers``).
+
+What a strategy reads is declared next to its function with ``@strategy(...)`` (``Inputs``:
+``thresholded``, ``uses_store``, ``stateful``, ``needs_tokens``); its YAML in ``configs/strategy/``
+gives only its name, its role filter and its parameters.
 """
 
 from __future__ import annotations
@@ -40,6 +44,43 @@ class Selection:
 
 
 @dataclass(frozen=True)
+class Inputs:
+    """What a strategy function reads beyond ``hits``, ``question`` and ``eligible``."""
+
+    thresholded: bool  # the sweep calls it once per swept threshold (else once, with threshold=None)
+    uses_store: bool = True  # False: a baseline that ignores the trace (full context, recency, keyword, BM25)
+    stateful: bool = False  # replayed in time order; fn takes ``state=`` and returns a Selection with the next state
+    needs_tokens: bool = False  # fn takes ``tokens=`` (memory key -> injected tokens, format A)
+
+
+INPUT_FIELDS = ("thresholded", "uses_store", "stateful", "needs_tokens")
+
+
+def strategy(*, thresholded: bool, uses_store: bool = True, stateful: bool = False, needs_tokens: bool = False):
+    """Declare a strategy function's inputs next to it: ``@strategy(thresholded=True)`` sets ``fn.inputs``."""
+    declared = Inputs(thresholded, uses_store, stateful, needs_tokens)
+
+    def declare(fn: Callable) -> Callable:
+        fn.inputs = declared
+        return fn
+
+    return declare
+
+
+def base_function(fn: Callable) -> Callable:
+    """The function under its ``functools.partial`` layers (the configured parameters)."""
+    while hasattr(fn, "func"):
+        fn = fn.func
+    return fn
+
+
+def inputs_of(fn: Callable) -> Inputs | None:
+    """The ``Inputs`` declared on a strategy function (through ``functools.partial``), None when undeclared."""
+    found = getattr(base_function(fn), "inputs", None)
+    return found if isinstance(found, Inputs) else None
+
+
+@dataclass(frozen=True)
 class StrategySpec:
     name: str
     fn: Callable[..., tuple[Hit, ...] | Selection]
@@ -52,7 +93,7 @@ class StrategySpec:
     @property
     def kind(self) -> str:
         """What the strategy is, whatever it is called: its function's name (``limit``, ``full_context``, ...)."""
-        return getattr(self.fn, "func", self.fn).__name__
+        return base_function(self.fn).__name__
 
     @property
     def params(self) -> dict:
@@ -60,28 +101,34 @@ class StrategySpec:
         return dict(getattr(self.fn, "keywords", {}) or {})
 
 
-SPEC_FIELDS = ("name", "fn", "thresholded", "uses_store", "roles", "stateful", "needs_tokens")
+CONFIG_FIELDS = ("name", "fn", "roles")  # a strategy config: its name, its function with parameters, its role filter
 
 
 def spec_from_config(node: Mapping, fn: Callable) -> StrategySpec:
-    """A StrategySpec from one plain strategy config mapping (``configs/strategy/*.yaml``) and its built ``fn``."""
+    """A StrategySpec from one plain strategy config mapping (``configs/strategy/*.yaml``) and its built ``fn``;
+    what it reads (``Inputs``) comes from the function's ``@strategy`` declaration. A config may still name
+    an input field (older run configs did), but only with the function's own value."""
     name = node.get("name")
     if not isinstance(name, str) or not name:
         raise ValueError(f"strategy config {dict(node)!r}: field 'name' must be a non-empty string")
-    unknown = sorted(set(node) - set(SPEC_FIELDS))
+    unknown = sorted(set(node) - set(CONFIG_FIELDS) - set(INPUT_FIELDS))
     if unknown:
-        raise ValueError(f"strategy {name}: unknown field(s) {', '.join(unknown)} (allowed: {', '.join(SPEC_FIELDS)})")
-    if "thresholded" not in node:
-        raise ValueError(f"strategy {name}: field 'thresholded' is required")
-    for field in ("thresholded", "uses_store", "stateful", "needs_tokens"):
-        if field in node and not isinstance(node[field], bool):
-            raise ValueError(f"strategy {name}: field {field!r} must be true or false, got {node[field]!r}")
+        raise ValueError(f"strategy {name}: unknown field(s) {', '.join(unknown)} (allowed: {', '.join(CONFIG_FIELDS)})")
+    base = base_function(fn)
+    where = f"{getattr(base, '__module__', '?')}.{getattr(base, '__qualname__', repr(base))}"
+    inputs = inputs_of(fn)
+    if inputs is None:
+        raise ValueError(f"strategy {name}: function {where} declares no inputs "
+                         "(decorate it with @bench.strategies.spec.strategy(thresholded=...))")
+    for field in INPUT_FIELDS:
+        if field in node and (not isinstance(node[field], bool) or node[field] != getattr(inputs, field)):
+            raise ValueError(f"strategy {name}: field {field!r} is {node[field]!r} but its function {where} declares "
+                             f"{getattr(inputs, field)!r}; remove the field (the function's declaration decides)")
     roles = node.get("roles")
     if roles is not None and (not roles or not set(roles) <= set(ROLES)):
         raise ValueError(f"strategy {name}: field 'roles' must be a non-empty list of {ROLES} or null, got {roles!r}")
-    return StrategySpec(name=name, fn=fn, thresholded=node["thresholded"], uses_store=node.get("uses_store", True),
-                        roles=tuple(roles) if roles else None, stateful=node.get("stateful", False),
-                        needs_tokens=node.get("needs_tokens", False))
+    return StrategySpec(name=name, fn=fn, thresholded=inputs.thresholded, uses_store=inputs.uses_store,
+                        roles=tuple(roles) if roles else None, stateful=inputs.stateful, needs_tokens=inputs.needs_tokens)
 
 
 def load_spec(node: Mapping) -> StrategySpec:

@@ -36,7 +36,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from bench.strategies.spec import Selection
+from bench.strategies.spec import Selection, strategy
 from bench.strategies.vector import above
 from bench.types import Hit, Question, Turn
 
@@ -104,6 +104,7 @@ class TierState:
                 for i in np.flatnonzero(self.access_count > 0)}
 
 
+@strategy(thresholded=True, stateful=True)
 def dual_tier(hits: Sequence[Hit], *, question: Question, eligible: Sequence[Turn] = (), threshold: float | None = None,
               state: TierState | None = None, l1_turns: int = 5, importance: float = 0.5,
               promote: float = 0.15, floor: float = 0.1, k: int | None = None, age_rate: float = 0.02,

@@ -11,7 +11,7 @@ import re
 from collections.abc import Mapping, Sequence
 from operator import neg
 
-from bench.strategies.spec import Selection
+from bench.strategies.spec import Selection, strategy
 from bench.types import Hit, Hits, Question, Turn
 
 # The seekdb agent-memory article's profile-question detector (English and Chinese), as regexes
@@ -28,6 +28,7 @@ def prefix(hits: Sequence[Hit], n: int) -> Sequence[Hit]:
     return out if isinstance(out, Hits) else tuple(out)
 
 
+@strategy(thresholded=False)
 def limit(hits: Sequence[Hit], *, question: Question | None = None, eligible: Sequence[Turn] = (), threshold: float | None = None, k: int = 5) -> Sequence[Hit]:
     """Top-k ("limit"): the k best candidates, whatever their similarity."""
     if k < 0:
@@ -35,6 +36,7 @@ def limit(hits: Sequence[Hit], *, question: Question | None = None, eligible: Se
     return prefix(hits, k)
 
 
+@strategy(thresholded=True)
 def threshold(hits: Sequence[Hit], *, question: Question | None = None, eligible: Sequence[Turn] = (), threshold: float | None = None) -> Sequence[Hit]:
     """Every candidate with similarity >= threshold (bounded only by the search depth)."""
     if threshold is None:
@@ -49,6 +51,7 @@ def above(hits: Sequence[Hit], threshold: float) -> int:
     return bisect.bisect_right(hits, -threshold, key=lambda h: -h.score)
 
 
+@strategy(thresholded=True)
 def hybrid(hits: Sequence[Hit], *, question: Question | None = None, eligible: Sequence[Turn] = (), threshold: float | None = None, k: int = 5) -> Sequence[Hit]:
     """Threshold, then cap at k."""
     if k < 0:
@@ -58,6 +61,7 @@ def hybrid(hits: Sequence[Hit], *, question: Question | None = None, eligible: S
     return prefix(hits, min(k, above(hits, threshold)))
 
 
+@strategy(thresholded=False, needs_tokens=True)
 def token_budget(hits: Sequence[Hit], *, question: Question | None = None, eligible: Sequence[Turn] = (), threshold: float | None = None,
                  tokens: Mapping[str, int], budget: int = 256) -> tuple[Hit, ...]:
     """Best first until the next memory would push the summed line tokens past ``budget``.
@@ -91,6 +95,7 @@ def is_profile_question(text: str, patterns: Sequence[str] = PROFILE_PATTERNS) -
     return any(re.search(p, text, re.IGNORECASE) for p in patterns)
 
 
+@strategy(thresholded=False)
 def route_by_query(hits: Sequence[Hit], *, question: Question, eligible: Sequence[Turn] = (), threshold: float | None = None,
                    patterns: Sequence[str] = PROFILE_PATTERNS, profile_k: int = 3, other_threshold: float = 0.65,
                    other_k: int = 5) -> Selection:
