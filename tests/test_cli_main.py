@@ -1,4 +1,4 @@
-"""``recallbench``: the dispatcher (bench.cli.main), its help, and the tools' shared entry (bench.tools.common)."""
+"""``recallbench``: the dispatcher (bench.cli.main), its help, and the tools' shared entry (bench.cli.common)."""
 
 from __future__ import annotations
 
@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
+from bench.cli import common
 from bench.cli import main as M
 from bench.resources import configs_dir, demo_dir, plugin_names
-from bench.tools import common
 
 REPO = Path(__file__).resolve().parent.parent
 TOOLS = ("report", "compare", "stores", "regress", "harden", "bench", "data", "load")
@@ -147,7 +147,7 @@ def test_a_missing_store_extra_names_the_extra_to_install(without_chromadb):
     assert len(errors) == 1 and "pip install 'recallbench[chroma]'" in errors[0], errors
 
 
-# --- bench.tools.common ----------------------------------------------------------------------------
+# --- bench.cli.common ----------------------------------------------------------------------------
 
 def test_default_paths_follow_the_current_directory_never_the_package(tmp_path, monkeypatch, capsys):
     monkeypatch.chdir(tmp_path)
@@ -182,10 +182,9 @@ def test_entry_turns_an_unhandled_fault_into_one_line(capsys, monkeypatch):
 
 
 def test_tools_use_the_shared_entry():
-    """Every tool's main builds its parser and logging with bench.tools.common (no argparse or basicConfig of its own)."""
+    """Every tool's main builds its parser and logging with bench.cli.common (no argparse or basicConfig of its own)."""
     files = ["bench/tools/regress.py", "bench/tools/perf.py", "bench/tools/stores.py", "bench/tools/load.py",
-             "bench/tools/harden/run.py", "bench/report/markdown.py", "bench/analysis/compare.py",
-             "bench/data/__main__.py", "bench/data/fetch.py"]
+             "bench/tools/harden/run.py", "bench/cli/report.py", "bench/cli/compare.py", "bench/cli/data.py"]
     for f in files:
         text = (REPO / f).read_text()
         assert "argparse.ArgumentParser(" not in text and "logging.basicConfig(" not in text, f

@@ -1,4 +1,4 @@
-"""python -m bench.analysis.compare RUN_A RUN_B: paired significance table between two finished runs.
+"""recallbench compare RUN_A RUN_B: paired significance table between two finished runs.
 
 Fixture (per-question F1 of strategy ``thr``; q1, q2 in conversation c1, q3, q4 in c2):
 run A (store sA): 0.3 -> 1 1 1 0 (mean .75), 0.5 -> 0 0 0 0: A recommends 0.3
@@ -12,6 +12,7 @@ import pandas as pd
 import pytest
 
 from bench.analysis import compare
+from bench.cli import compare as compare_cli
 
 
 def rows(backend: str, f1: dict) -> pd.DataFrame:
@@ -37,7 +38,7 @@ def runs(tmp_path):
 
 def test_each_run_at_its_recommended_threshold(runs, capsys):
     a, b = runs
-    assert compare.main([str(a), str(b)]) == 0
+    assert compare_cli.main([str(a), str(b)]) == 0
     out = capsys.readouterr().out
     # d = (1, 1, 0, 0): mean +0.5; 16 sign patterns, T = +0.5 in 4 -> two-sided p = 0.5 (one pair: Holm p = p)
     # CI: conversation means of d: c1 = 1, c2 = 0 -> resamples 1, 0.5, 0 -> [0, 1]; q3 and q4 tie
@@ -47,7 +48,7 @@ def test_each_run_at_its_recommended_threshold(runs, capsys):
 
 def test_all_thresholds_holm(runs, capsys):
     a, b = runs
-    assert compare.main([str(a), str(b), "--all-thresholds", "--json"]) == 0
+    assert compare_cli.main([str(a), str(b), "--all-thresholds", "--json"]) == 0
     res = json.loads(capsys.readouterr().out)
     assert [r["a"]["threshold"] for r in res] == [0.3, 0.5]
     # 0.3: d = (1, 1, 1, 0) -> p = 2 * 2/16 = 0.25; 0.5: d = (0, 0, -1, 0) -> |T| is always .25 -> p = 1.
@@ -67,10 +68,10 @@ def test_compare_runs_api_metric_choice(runs):
 
 def test_clear_errors(runs, tmp_path, capsys):
     a, _ = runs
-    assert compare.main([str(a), str(tmp_path / "nope")]) == 2
+    assert compare_cli.main([str(a), str(tmp_path / "nope")]) == 2
     assert f"{tmp_path / 'nope' / 'questions.parquet'}: not found" in capsys.readouterr().err
     other = tmp_path / "C"
     other.mkdir()
     rows("sA", {0.3: [1, 0, 0, 0]}).assign(strategy="other").to_parquet(other / "questions.parquet")
-    assert compare.main([str(a), str(other)]) == 2
+    assert compare_cli.main([str(a), str(other)]) == 2
     assert "share no (dataset, strategy)" in capsys.readouterr().err

@@ -1,4 +1,4 @@
-"""Dataset card, defect summary, kind detection / load_corpus, and the ``python -m bench.data`` CLI."""
+"""Dataset card, defect summary, kind detection / load_corpus, and the ``recallbench data`` CLI."""
 
 import json
 import sys
@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
+from bench.cli.data import main
 from bench.data import detect_kind, load_corpus
-from bench.data.__main__ import main
 from bench.data.card import (
     count_corpus_tokens,
     dataset_card,
@@ -202,7 +202,7 @@ def test_cli_errors_one_line_exit_2(tmp_path, capsys, argv, start):
 def test_module_entry_point_exits_2_without_traceback(tmp_path):
     import subprocess
 
-    r = subprocess.run([sys.executable, "-m", "bench.data", "check", str(tmp_path / "nope")],
+    r = subprocess.run([sys.executable, "-m", "bench.cli.main", "data", "check", str(tmp_path / "nope")],
                        capture_output=True, text=True, cwd=REPO, timeout=60)
     assert r.returncode == 2 and r.stdout == ""
     assert r.stderr == f"error: dataset path not found: {tmp_path / 'nope'} (the data directory is set by env " \
@@ -212,7 +212,7 @@ def test_module_entry_point_exits_2_without_traceback(tmp_path):
 def test_module_entry_point_millisecond_timestamp_without_traceback():
     import subprocess
 
-    r = subprocess.run([sys.executable, "-m", "bench.data", "check", str(MS), "--strict"],
+    r = subprocess.run([sys.executable, "-m", "bench.cli.main", "data", "check", str(MS), "--strict"],
                        capture_output=True, text=True, cwd=REPO, timeout=60)
     assert r.returncode == 2 and r.stdout == "" and r.stderr.count("\n") == 1 and "Traceback" not in r.stderr
     assert r.stderr.startswith(f"error: {MS / 'turns.jsonl'}:2 (turn_id 't2'): field 'timestamp' is out of range: "

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from bench.cli.data import fetch_main
 from bench.data import fetch as F
 
 HELLO = b"hello recallbench\n"
@@ -135,7 +136,7 @@ def test_verify_ok_exit_0(tmp_path, capsys):
     write_manifest(mdir, [entry("hello.txt", 18, HELLO_SHA)])
     (tmp_path / "data" / "tiny").mkdir(parents=True)
     (tmp_path / "data" / "tiny" / "hello.txt").write_bytes(HELLO)
-    code = F.main(["--data-dir", str(tmp_path / "data"), "--manifests", str(mdir), "--offline"])
+    code = fetch_main(["--data-dir", str(tmp_path / "data"), "--manifests", str(mdir), "--offline"])
     out = capsys.readouterr().out
     assert code == 0
     assert "tiny: 1 file(s) in" in out and "1 ok" in out
@@ -147,7 +148,7 @@ def test_verify_hash_mismatch_exit_1(tmp_path, capsys):
     target = tmp_path / "data" / "tiny" / "hello.txt"
     target.parent.mkdir(parents=True)
     target.write_bytes(b"HELLO recallbench\n")  # same size, different bytes
-    code = F.main(["--data-dir", str(tmp_path / "data"), "--manifests", str(mdir), "--offline"])
+    code = fetch_main(["--data-dir", str(tmp_path / "data"), "--manifests", str(mdir), "--offline"])
     out = capsys.readouterr().out
     assert code == 1
     assert (f"MISMATCH (expected sha256 {HELLO_SHA}, got "
@@ -179,7 +180,7 @@ def test_download_lands_atomically_with_verified_hash(tmp_path, server, monkeypa
         real_replace(src, dst)
 
     monkeypatch.setattr(F.os, "replace", spy)
-    code = F.main(["--data-dir", str(tmp_path / "data"), "--manifests", str(mdir)])
+    code = fetch_main(["--data-dir", str(tmp_path / "data"), "--manifests", str(mdir)])
     out = capsys.readouterr().out
     assert code == 0, out
     assert seen == [(True, False, HELLO)]
@@ -194,7 +195,7 @@ def test_download_bad_hash_leaves_nothing(tmp_path, server, capsys):
     (www / "hello.txt").write_bytes(b"HELLO recallbench\n")  # right size, wrong bytes
     mdir = tmp_path / "m"
     write_manifest(mdir, [entry("hello.txt", 18, HELLO_SHA, f"{base}/hello.txt")])
-    code = F.main(["--data-dir", str(tmp_path / "data"), "--manifests", str(mdir)])
+    code = fetch_main(["--data-dir", str(tmp_path / "data"), "--manifests", str(mdir)])
     out = capsys.readouterr().out
     assert code == 1
     assert "MISMATCH in download" in out and HELLO_SHA in out
@@ -226,7 +227,7 @@ def test_http_404_is_missing_and_other_files_still_tried(tmp_path, server, capsy
     mdir = tmp_path / "m"
     write_manifest(mdir, [entry("a.txt", 18, HELLO_SHA, f"{base}/nope.txt"),
                           entry("b.txt", 7, SECOND_SHA, f"{base}/b.txt")])
-    code = F.main(["--data-dir", str(tmp_path / "data"), "--manifests", str(mdir)])
+    code = fetch_main(["--data-dir", str(tmp_path / "data"), "--manifests", str(mdir)])
     out = capsys.readouterr().out
     assert code == 3
     assert "HTTP 404" in out
@@ -241,7 +242,7 @@ def test_no_network_one_line_message_exit_3(tmp_path, capsys):
     mdir = tmp_path / "m"
     write_manifest(mdir, [entry("hello.txt", 18, HELLO_SHA, url), entry("b.txt", 7, SECOND_SHA, url)])
     data = tmp_path / "data"
-    code = F.main(["--data-dir", str(data), "--manifests", str(mdir), "--timeout", "5"])
+    code = fetch_main(["--data-dir", str(data), "--manifests", str(mdir), "--timeout", "5"])
     out = capsys.readouterr().out
     assert code == 3
     dest = data / "tiny" / "hello.txt"
@@ -258,7 +259,7 @@ def test_offline_flag_never_downloads(tmp_path, server, capsys):
     (www / "hello.txt").write_bytes(HELLO)
     mdir = tmp_path / "m"
     write_manifest(mdir, [entry("hello.txt", 18, HELLO_SHA, f"{base}/hello.txt")])
-    code = F.main(["--data-dir", str(tmp_path / "data"), "--manifests", str(mdir), "--offline"])
+    code = fetch_main(["--data-dir", str(tmp_path / "data"), "--manifests", str(mdir), "--offline"])
     assert code == 3
     assert "offline (--offline)" in capsys.readouterr().out
     assert not (tmp_path / "data" / "tiny" / "hello.txt").exists()
@@ -275,7 +276,7 @@ def test_data_dir_defaults_to_env(tmp_path, monkeypatch):
 def test_only_unknown_manifest_is_usage_error(tmp_path, capsys):
     mdir = tmp_path / "m"
     write_manifest(mdir, [entry("hello.txt", 18, HELLO_SHA)])
-    assert F.main(["--manifests", str(mdir), "--only", "nope", "--offline"]) == 2
+    assert fetch_main(["--manifests", str(mdir), "--only", "nope", "--offline"]) == 2
     assert "unknown manifest(s) nope" in capsys.readouterr().err
 
 

@@ -14,6 +14,7 @@ from demo_run import demo_run
 
 from bench.analysis.recommend import RecommendConfig, recommend
 from bench.analysis.tables import load_settings
+from bench.cli import report as report_cli
 from bench.report import markdown as report
 from bench.rundir import RunDir
 
@@ -147,5 +148,5 @@ def test_seed_claims_find_the_seed_settings_of_a_default_run(run):
 
 
 def test_rerun_cli(run, capsys):
-    assert report.main([str(run / "does-not-exist")]) == 2
+    assert report_cli.main([str(run / "does-not-exist")]) == 2
     assert "summary.csv not found" in capsys.readouterr().err

@@ -206,7 +206,7 @@ def test_a_job_of_the_cli_reads_back(run):
 
 
 def test_a_moved_dataset_does_not_break_the_report(tmp_path):
-    """Run on a temp copy of the demo corpus, delete the copy: ``python -m bench.report RUN`` still writes
+    """Run on a temp copy of the demo corpus, delete the copy: ``recallbench report RUN`` still writes
     calibration and attribution (from the corpus snapshot and traces in the run directory)."""
     corpus = tmp_path / "corpus"
     shutil.copytree(DEMO, corpus)
@@ -221,7 +221,7 @@ def test_a_moved_dataset_does_not_break_the_report(tmp_path):
     latest = tmp_path / "reports" / "latest"
     for name in (rundir.REPORT_MD, f"{rundir.ANALYSIS}/{rundir.MISSES}"):
         (latest / name).unlink()
-    proc = subprocess.run([sys.executable, "-m", "bench.report", str(latest)], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
+    proc = subprocess.run([sys.executable, "-m", "bench.cli.main", "report", str(latest)], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]
     text = (latest / rundir.REPORT_MD).read_text()
     calib = text.split("## Calibration: where relevant and irrelevant memories score")[1].split("\n## ")[0]

@@ -2,7 +2,7 @@
 
 ``recallbench sweep [overrides]`` is the Hydra app (``python -m bench [overrides]``, ``-m`` for a
 multirun); every other command hands its arguments to its tool's ``main`` through
-``bench.tools.common.entry`` (one ``error:`` line for a fault, never a traceback).
+``bench.cli.common.entry`` (one ``error:`` line for a fault, never a traceback).
 ``recallbench <command> --help`` shows that command's options and examples.
 """
 
@@ -17,13 +17,13 @@ from pathlib import Path
 # name: (module whose ``main(argv)`` runs it, one line for ``recallbench --help``). ``sweep`` is the Hydra app.
 COMMANDS = {
     "sweep": ("bench.cli.sweep", "run the benchmark: corpus -> embedder -> store -> strategies x thresholds -> report"),
-    "report": ("bench.report.markdown", "rebuild report.md, report.html and the plots of a finished run"),
-    "compare": ("bench.analysis.compare", "paired significance table between two finished runs"),
+    "report": ("bench.cli.report", "rebuild report.md, report.html and the plots of a finished run"),
+    "compare": ("bench.cli.compare", "paired significance table between two finished runs"),
     "stores": ("bench.tools.stores", "every local store side by side (LoCoMo and synthetic scale) -> reports/compare/"),
     "regress": ("bench.tools.regress", "CI regression gate against reports/baseline/ (--write-baseline rewrites it)"),
     "harden": ("bench.tools.harden.run", "bad input, planted secrets, store faults and a short load, with figures"),
     "bench": ("bench.tools.perf", "performance ratios P1-P5 with their targets and PASS/FAIL"),
-    "data": ("bench.data.__main__", "corpora: check (dataset card), convert (to the own format), fetch (verify, download)"),
+    "data": ("bench.cli.data", "corpora: check (dataset card), convert (to the own format), fetch (verify, download)"),
     "load": ("bench.tools.load", "concurrent search load on every local store and the real seekdb/chroma servers"),
 }
 
@@ -63,7 +63,7 @@ def usage() -> str:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """The ``recallbench`` console script."""
-    from bench.tools.common import broken_pipe
+    from bench.cli.common import broken_pipe
 
     try:
         return _dispatch(list(sys.argv[1:] if argv is None else argv))
@@ -72,7 +72,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _dispatch(argv: list[str]) -> int:
-    from bench.tools.common import entry, fail
+    from bench.cli.common import entry, fail
 
     if not argv or argv[0] in ("-h", "--help", "help"):
         print(usage(), file=sys.stdout if argv else sys.stderr)
@@ -137,3 +137,7 @@ def run_in_process(overrides: Sequence[str] = ()) -> Path:
         raise RuntimeError(f"the job failed: {reason} ({failed})")
     sweep.finish_run(run_dir, Path(cfg.paths.reports) / "latest" if cfg.publish_latest else None)
     return run_dir
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

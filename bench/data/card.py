@@ -1,6 +1,6 @@
 """Dataset card: a markdown summary of a Corpus (sizes, categories, tokens) and its defect report.
 
-``dataset_card(corpus)`` returns the text (the report embeds it; ``python -m bench.data check``
+``dataset_card(corpus)`` returns the text (the report embeds it; ``recallbench data check``
 prints it); ``defect_kinds(corpus)`` returns ``[(kind, count, examples)]``, most frequent first;
 ``defect_summary(defects)`` the one line "3 label defects: 2 evidence_not_found, 1 gold_after_asked_at".
 Tokens are counted with ``bench.tokens.count_tokens(text, "cl100k_base")`` when that module is

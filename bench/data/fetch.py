@@ -6,7 +6,7 @@ interrupted download never leaves a partial file under the real name).
 
 CLI::
 
-    python -m bench.data.fetch [--data-dir DIR] [--manifests DIR] [--only NAME ...] [--offline] [--timeout S]
+    recallbench data fetch [--data-dir DIR] [--manifests DIR] [--only NAME ...] [--offline] [--timeout S]
 
 The data dir defaults to env ``BENCH_DATA_DIR``, else ``datasets/`` under the current directory
 (the same rule as config ``paths.datasets``). Exit codes: 0 every file present and verified,
@@ -21,7 +21,6 @@ import http.client
 import json
 import logging
 import os
-import sys
 import tempfile
 import urllib.error
 import urllib.request
@@ -306,44 +305,3 @@ def report_lines(statuses: list[FileStatus], manifests: list[Manifest], data_dir
         lines.append(f"{m.name}: {len(mine)} file(s) in {Path(data_dir) / m.target}: {summary} "
                      f"(licence {m.licence}{nc})")
     return lines
-
-
-def main(argv: list[str] | None = None) -> int:
-    from bench.tools.common import fail, parser, setup_logging
-
-    ap = parser("data fetch", "Verify the external corpora against their manifests and download missing files.",
-                examples=["recallbench data fetch --offline                  # verify only",
-                          "BENCH_DATA_DIR=~/corpora recallbench data fetch --only locomo"])
-    ap.add_argument("--data-dir", type=Path, default=None, help="default: env BENCH_DATA_DIR, else ./datasets")
-    ap.add_argument("--manifests", type=Path, default=MANIFEST_DIR, help="default: the manifests shipped with recallbench")
-    ap.add_argument("--only", action="append", metavar="NAME", help="only this manifest (repeatable)")
-    ap.add_argument("--offline", action="store_true", help="verify only; never download")
-    ap.add_argument("--timeout", type=float, default=TIMEOUT_S, help="seconds per download (default 20)")
-    args = ap.parse_args(argv)
-    setup_logging()
-    data_dir = (args.data_dir.resolve() if args.data_dir else default_data_dir())
-    try:
-        manifests = load_manifests(args.manifests)
-    except ValueError as e:
-        return fail(str(e))
-    if args.only:
-        unknown = sorted(set(args.only) - {m.name for m in manifests})
-        if unknown:
-            return fail(f"unknown manifest(s) {', '.join(unknown)}; have {', '.join(m.name for m in manifests)}")
-        manifests = [m for m in manifests if m.name in args.only]
-    print(f"data dir: {data_dir}")
-    statuses = fetch(data_dir, manifests, offline=args.offline, timeout=args.timeout)
-    for line in report_lines(statuses, manifests, data_dir):
-        print(line)
-    code = exit_code(statuses)
-    if code == EXIT_MISSING:
-        print("some files are missing: download them by hand (URLs above), or run again with network access")
-    elif code == EXIT_MISMATCH:
-        print("some files do not match their manifest: delete them and run again, or check the source")
-    return code
-
-
-if __name__ == "__main__":
-    from bench.tools.common import entry
-
-    sys.exit(entry(main))

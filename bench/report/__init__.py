@@ -2,5 +2,5 @@
 
 Computes nothing: the tables come from ``bench.analysis.tables`` and the files from ``bench.rundir``.
 ``markdown`` (sections and the report), ``html`` (report.html), ``plots`` (figures),
-``strategies`` (the strategy sections). ``python -m bench.report RUN_DIR`` rebuilds a report.
+``strategies`` (the strategy sections). ``recallbench report RUN_DIR`` rebuilds a report.
 """

@@ -22,7 +22,7 @@ from bench.analysis.recommend import CONFIG_KEYS, Recommendation, neighbours
 from bench.analysis.tables import Analysis, analyse, save
 from bench.report import plots
 from bench.report.strategies import strategy_sections
-from bench.rundir import ANALYSIS, QUESTIONS, REPORT_MD, SUMMARY, RunDir, strategy_names
+from bench.rundir import ANALYSIS, QUESTIONS, REPORT_MD, RunDir, strategy_names
 
 log = logging.getLogger(__name__)
 
@@ -422,25 +422,3 @@ def write_report(run_dir: Path, settings=None) -> Path:
     path = run.write_text(REPORT_MD, text)
     html_report.write_html(run_dir, text)
     return path
-
-
-def main(argv: list[str] | None = None) -> int:
-    from bench.tools.common import fail, parser, reports_dir, setup_logging
-
-    ap = parser("report", "Rebuild report.md, report.html and the plots of a finished run.",
-                examples=["recallbench report                              # reports/latest",
-                          "recallbench report reports/runs/<time>_<id>     # any finished run"])
-    ap.add_argument("run_dir", nargs="?", default=str(reports_dir("latest")), help="default reports/latest")
-    args = ap.parse_args(argv)
-    setup_logging()
-    run = RunDir(args.run_dir)
-    if not run.finished():
-        return fail(f"{run.file(SUMMARY)} not found (run `recallbench sweep` first)")
-    print(write_report(run.path))
-    return 0
-
-
-if __name__ == "__main__":
-    from bench.tools.common import entry
-
-    raise SystemExit(entry(main))

@@ -17,7 +17,7 @@ from collections.abc import Sequence
 
 import pandas as pd
 
-from bench.rundir import RunDir, strategy_names
+from bench.rundir import strategy_names
 
 GROUP = ["dataset", "embedder", "backend"]
 SEEKDB_THRESHOLD = 0.65  # the seekdb agent-memory article's threshold
@@ -251,23 +251,3 @@ def units_section(s: pd.DataFrame, strategies: Sequence[dict]) -> list[str]:
             "summary.csv). Token savings are against that unit "
             f"type's own full context; the last column is against the raw-turn full context (`{RAW_TURNS}`).", "",
             *_table(["dataset", "store", "strategy", "threshold", "scored", *METRIC_HEADER, "tokens / raw full context"], rows), ""]
-
-
-def main(argv: list[str] | None = None) -> int:
-    """``python -m bench.report.strategies RUN_DIR``: write RUN_DIR/strategies.md from a finished run."""
-    import argparse
-
-    from bench.rundir import STRATEGIES_MD, SUMMARY
-
-    ap = argparse.ArgumentParser(prog="python -m bench.report.strategies", description=main.__doc__)
-    ap.add_argument("run_dir", nargs="?", default="reports/latest")
-    run = RunDir(ap.parse_args(argv).run_dir)
-    if not run.finished():
-        ap.error(f"{run.file(SUMMARY)} not found")
-    text = "\n".join(["# recallbench: strategies", "", *strategy_sections(run.summary(), run.jobs(), run.strategies())])
-    print(run.write_text(STRATEGIES_MD, text))
-    return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

@@ -33,8 +33,8 @@ import numpy as np
 from bench.backends.catalog import load_backend, split_runnable
 from bench.backends.servers import started_servers
 from bench.backends.session import INGEST_BATCH, Session, open_session
+from bench.cli.common import entry, fail, parser, setup_logging
 from bench.resources import plugin_names
-from bench.tools.common import entry, fail, parser, setup_logging
 from bench.tools.stores import synthetic, synthetic_batches
 from bench.types import MemoryBatch, Where
 

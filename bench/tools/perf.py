@@ -52,9 +52,9 @@ from pathlib import Path
 
 import numpy as np
 
+from bench.cli.common import entry, parser, reports_dir, setup_logging, work_dir
 from bench.output import write_atomic
 from bench.resources import configs_dir
-from bench.tools.common import entry, parser, reports_dir, setup_logging, work_dir
 
 log = logging.getLogger("bench.tools.perf")
 

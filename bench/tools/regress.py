@@ -45,8 +45,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from bench.cli.common import entry, parser, reports_dir, setup_logging, work_dir
 from bench.rundir import JOBS, LATENCY, META, QUESTIONS, SUMMARY, RunDir
-from bench.tools.common import entry, parser, reports_dir, setup_logging, work_dir
 
 log = logging.getLogger(__name__)
 

@@ -31,9 +31,9 @@ import pandas as pd
 from bench.backends.catalog import load_backend, split_runnable
 from bench.backends.servers import started_servers
 from bench.backends.session import INGEST_BATCH, open_session
+from bench.cli.common import entry, parser, reports_dir, setup_logging
 from bench.output import write_atomic
 from bench.rundir import RunDir
-from bench.tools.common import entry, parser, reports_dir, setup_logging
 from bench.trace import disk_bytes
 from bench.types import MemoryBatch, Where
 

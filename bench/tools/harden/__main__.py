@@ -1,4 +1,4 @@
-from bench.tools.common import entry
+from bench.cli.common import entry
 from bench.tools.harden.run import main
 
 raise SystemExit(entry(main))

@@ -22,8 +22,8 @@ from pathlib import Path
 
 import numpy as np
 
+from bench.cli.common import work_dir
 from bench.resources import demo_dir
-from bench.tools.common import work_dir
 from bench.tools.harden.doubles import EmbeddingServer
 
 log = logging.getLogger(__name__)

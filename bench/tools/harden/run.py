@@ -23,7 +23,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from bench.tools.common import entry, parser, setup_logging
+from bench.cli.common import entry, parser, setup_logging
 from bench.tools.harden.cases import (
     CASES,
     DEMO,

@@ -1,5 +1,0 @@
-import sys
-
-from bench.report.markdown import main
-
-sys.exit(main())
