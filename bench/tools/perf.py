@@ -36,6 +36,7 @@ Results are printed and written to ``<out>/perfbench.json`` and ``<out>/perfbenc
 from __future__ import annotations
 
 import contextlib
+import importlib.util
 import json
 import logging
 import os
@@ -399,11 +400,11 @@ def _log_stamps(path: Path) -> tuple[float, float] | None:
 
 
 def _has_joblib_launcher() -> bool:
+    """Is Hydra's joblib launcher installed (looked up, not imported: Hydra stays in bench/cli)?"""
     try:
-        import hydra_plugins.hydra_joblib_launcher  # noqa: F401
-    except ImportError:
+        return importlib.util.find_spec("hydra_plugins.hydra_joblib_launcher") is not None
+    except ModuleNotFoundError:  # no hydra_plugins namespace at all
         return False
-    return True
 
 
 def throughput(embed: Callable[[Sequence[str]], object], texts: Sequence[str]) -> float:
