@@ -72,6 +72,18 @@ def corpus_digest(corpus) -> str:
     return h.hexdigest()
 
 
+def labels_digest(corpus) -> str:
+    """sha256 of what scoring depends on: every question (id, conversation, text, time, category,
+    adversarial flag, answer) and its gold evidence ids, in question-id order. Two runs may be compared
+    only when their labels digests are equal (``recallbench compare`` and the regression gate check it)."""
+    h = hashlib.sha256()
+    h.update(canonical(["labels-v1", corpus.name]).encode("utf-8"))
+    for q in sorted(corpus.questions, key=lambda q: q.question_id):
+        h.update(canonical([q.question_id, q.conversation_id, q.text, q.asked_at, sorted(q.evidence), q.category,
+                            q.adversarial, q.answer]).encode("utf-8"))
+    return h.hexdigest()
+
+
 @functools.cache
 def code_digest(*modules: str) -> str:
     """sha256 of the source of the named package modules (``"runner"``, ``"backends/seekdb"``; a

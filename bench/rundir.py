@@ -181,6 +181,21 @@ class RunDir:
             raise ValueError(f"{path}: the corpus differs from the one measured (sha256 != meta.json corpus_sha256)")
         return corpus
 
+    def labels(self) -> dict[str, str | None]:
+        """dataset -> the labels digest its jobs scored against (``bench.run.labels_digest``): meta.json's
+        ``labels_sha256``, else computed from the job's corpus snapshot, else None (unknown: an old run).
+        Several digests for one dataset within this run: they are joined with '|' (never equal to another run's)."""
+        from bench.run import labels_digest
+
+        found: dict[str, set] = {}
+        for job in self.job_dirs():
+            meta = job.meta() if job.has(META) else {}
+            digest = meta.get("labels_sha256")
+            if digest is None and job.has(CORPUS):
+                digest = labels_digest(job.corpus())
+            found.setdefault(str(meta.get("dataset", "")), set()).add(digest)
+        return {d: (None if None in v else "|".join(sorted(v))) for d, v in found.items()}
+
     def strategies(self) -> list[dict]:
         """strategies.json of this job, or the union over a multirun's jobs (by name, first wins).
 

@@ -75,3 +75,30 @@ def test_clear_errors(runs, tmp_path, capsys):
     rows("sA", {0.3: [1, 0, 0, 0]}).assign(strategy="other").to_parquet(other / "questions.parquet")
     assert compare_cli.main([str(a), str(other)]) == 2
     assert "share no (dataset, strategy)" in capsys.readouterr().err
+
+
+def _labels(run, digest):
+    (run / "meta.json").write_text(json.dumps({"dataset": "ds", "labels_sha256": digest}))
+    (run / "summary.csv").write_text("dataset\nds\n")
+
+
+def test_refuses_runs_scored_on_different_labels(runs, capsys):
+    a, b = runs
+    _labels(a, "a" * 64)
+    _labels(b, "b" * 64)
+    assert compare_cli.main([str(a), str(b)]) == 2
+    err = capsys.readouterr().err
+    assert "scored different questions or gold labels (ds: A scored labels aaaaaaaaaaaa, B scored labels bbbbbbbbbbbb)" in err
+    assert "--allow-label-mismatch" in err
+    assert compare_cli.main([str(a), str(b), "--allow-label-mismatch"]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("**WARNING: DIFFERENT LABELS, compared anyway: ds: A scored labels aaaaaaaaaaaa, B scored labels bbbbbbbbbbbb**\n")
+
+
+def test_same_labels_compare_without_warning(runs, capsys):
+    a, b = runs
+    _labels(a, "c" * 64)
+    _labels(b, "c" * 64)
+    assert compare_cli.main([str(a), str(b)]) == 0
+    assert capsys.readouterr().out.startswith(f"A = {a}")
+    assert compare.label_check(a, b) == ([], [])

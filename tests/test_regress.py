@@ -298,6 +298,17 @@ def test_runs_on_other_embedders_or_question_sets_are_not_compared_silently():
     assert res.failed and "questions dataset: 4.0 -> 3.0" in res.verdict
 
 
+def test_runs_scored_on_other_gold_labels_fail_the_gate():
+    rows = qrows("exact", "limit5", NAN, [1.0] * 4)
+    base = R.RunData(Path("base"), run_of(rows).summary, rows, {"labels_sha256": "a" * 64}, None)
+    same = R.RunData(Path("cur"), base.summary, rows, {"labels_sha256": "a" * 64}, None)
+    relabelled = R.RunData(Path("cur"), base.summary, rows, {"labels_sha256": "b" * 64}, None)
+    unknown = R.RunData(Path("cur"), base.summary, rows, {}, None)  # a baseline or run made before labels were recorded
+    assert not R.gate(base, same, CFG).failed and not R.gate(base, unknown, CFG).failed
+    res = R.gate(base, relabelled, CFG)
+    assert res.failed and "labels dataset: aaaaaaaaaaaa -> bbbbbbbbbbbb" in res.verdict
+
+
 def test_markdown_lists_failures_first_with_baseline_current_delta_and_verdict():
     base = run_of(qrows("exact", "limit5", NAN, [1.0] * 20), lat([("exact", 0, 1.0), ("sqlite_vec", 0, 2.0)]), path="base")
     cur = run_of(qrows("exact", "limit5", NAN, [0.5] * 20, tokens=150), lat([("exact", 0, 1.0), ("sqlite_vec", 0, 2.2)]))

@@ -33,6 +33,20 @@ def test_corpus_digest_follows_content_not_place():
     assert run.corpus_digest(renamed) != base
 
 
+def test_labels_digest_follows_questions_and_gold_not_turn_text():
+    base = run.labels_digest(tiny())
+    assert base == run.labels_digest(tiny(text="I like coffee"))  # a turn's text is not a label
+    assert base == run.labels_digest(tiny(evidence=("t1",), source="/b"))
+    assert len({base, run.labels_digest(tiny(evidence=("t2",))), run.labels_digest(tiny(evidence=())),
+                run.labels_digest(tiny(asked_at=10.5))}) == 4
+    c = tiny()
+    two = dataclasses.replace(c, questions=(*c.questions, Question("q0", "c1", "who?", None, ("t2",))))
+    flipped = dataclasses.replace(two, questions=tuple(reversed(two.questions)))
+    assert run.labels_digest(two) == run.labels_digest(flipped) != base  # question order does not matter
+    assert run.labels_digest(dataclasses.replace(c, questions=(dataclasses.replace(c.questions[0], evidence=("t1", "t2")),))) \
+        == run.labels_digest(dataclasses.replace(c, questions=(dataclasses.replace(c.questions[0], evidence=("t2", "t1")),)))
+
+
 def test_code_digest_and_module_of():
     assert run.module_of("bench.backends.seekdb.SeekdbBackend") == "backends/seekdb"
     assert run.module_of("bench.embedders.synthetic.SyntheticEmbedder") == "embedders/synthetic"

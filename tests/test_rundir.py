@@ -22,7 +22,7 @@ from demo_run import demo_run
 from bench import rundir
 from bench.data import snapshot
 from bench.data.own import load_own
-from bench.run import corpus_digest
+from bench.run import corpus_digest, labels_digest
 from bench.rundir import RunDir, collect_jobs, strategy_record
 from bench.strategies.spec import load_spec
 from bench.trace import Trace
@@ -123,6 +123,7 @@ def test_a_job_written_through_rundir_reads_back(tmp_path):
     assert run.jobs() == [run.meta()] and run.meta()["dataset"] == "tiny"
     assert run.summary()["recall"].tolist() == [1.0] and run.questions()["question_id"].tolist() == ["q1", "q2"]
     assert run.card() == "card of tiny" and run.failed() == [] and run.latency() is None and run.corpus() == TINY
+    assert run.labels() == {"tiny": labels_digest(TINY)}  # no labels_sha256 in meta.json: from the corpus snapshot
     assert run.settings() == {"seed": 3, "recommend": {"n_resamples": 10}, "strategy": {"limit": LIMIT3}}
     s = run.strategies()
     assert [(x["name"], x["kind"], x["roles"], x["params"], x["thresholded"]) for x in s] == [
@@ -194,6 +195,7 @@ def test_a_job_of_the_cli_reads_back(run):
     r = RunDir(run)
     demo = load_own(path=DEMO)
     assert r.corpus() == demo and r.meta()["corpus_sha256"] == corpus_digest(demo)
+    assert r.meta()["labels_sha256"] == labels_digest(demo) and r.labels() == {"demo": labels_digest(demo)}
     assert [(s["name"], s["kind"], s["params"]) for s in r.strategies()] == [
         ("limit5", "limit", {"k": 5}), ("threshold", "threshold", {}), ("hybrid5", "hybrid", {"k": 5}), ("full_context", "full_context", {})]
     assert [load_spec(s["config"]).params for s in r.strategies()] == [{"k": 5}, {}, {"k": 5}, {}]

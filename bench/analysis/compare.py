@@ -62,9 +62,34 @@ def _thresholds(rows: pd.DataFrame, where: dict) -> list[float]:
     return sorted(set(rows.loc[m, "threshold"].tolist()), key=lambda t: (not math.isnan(t), t))
 
 
+def label_check(run_a: Path, run_b: Path) -> tuple[list[str], list[str]]:
+    """(mismatches, unknowns): per dataset both runs scored, whether they scored the same questions with the
+    same gold labels (``RunDir.labels``). A mismatch mixes a label change with a system change."""
+    la, lb = RunDir(run_a).labels(), RunDir(run_b).labels()
+    bad, unknown = [], []
+    for d in sorted(set(la) & set(lb)):
+        a, b = la[d], lb[d]
+        if a is None or b is None:
+            unknown.append(f"{d}: the labels of run {'A' if a is None else 'B'} are unknown (made before runs recorded them)")
+        elif a != b:
+            bad.append(f"{d}: A scored labels {a[:12]}, B scored labels {b[:12]}")
+    return bad, unknown
+
+
 def compare_runs(run_a: Path, run_b: Path, *, metric: str | None = None, all_thresholds: bool = False,
-                 settings: RecommendConfig | None = None) -> tuple[pd.DataFrame, RecommendConfig]:
-    """Paired tests between the configurations of two runs (see module docstring)."""
+                 settings: RecommendConfig | None = None, allow_label_mismatch: bool = False) -> tuple[pd.DataFrame, RecommendConfig]:
+    """Paired tests between the configurations of two runs (see module docstring).
+
+    Refuses (ValueError) when the runs scored different questions or gold labels for a dataset, unless
+    ``allow_label_mismatch``; the warnings (mismatches allowed, labels unknown) are in ``res.attrs["warnings"]``."""
+    bad, unknown = label_check(run_a, run_b)
+    if bad and not allow_label_mismatch:
+        raise ValueError(f"{run_a} and {run_b} scored different questions or gold labels ({'; '.join(bad)}): a difference "
+                         "between them would mix the label change with the system change. Re-run both on the same corpus "
+                         "(or pass --allow-label-mismatch to compare anyway)")
+    warnings = [f"DIFFERENT LABELS, compared anyway: {w}" for w in bad] + [f"labels not checked: {w}" for w in unknown]
+    for w in warnings:
+        log.warning(w)
     rows_a, rows_b = load_rows(run_a), load_rows(run_b)
     cfg_a = settings or load_settings(RunDir(run_a))
     cfg_b = settings or load_settings(RunDir(run_b))
@@ -77,4 +102,5 @@ def compare_runs(run_a: Path, run_b: Path, *, metric: str | None = None, all_thr
     rows = pd.concat([rows_a.assign(run="A"), rows_b.assign(run="B")], ignore_index=True)
     res = stats.compare_pairs(rows, pairs, metric=metric, alpha=cfg_a.alpha, unit=cfg_a.test_unit,
                               n_resamples=cfg_a.test_resamples, seed=cfg_a.seed, confidence=cfg_a.confidence)
+    res.attrs["warnings"] = warnings
     return res, cfg_a

@@ -23,7 +23,8 @@ def _thr(t) -> str:
 def format_table(res: pd.DataFrame, cfg: RecommendConfig, run_a: Path, run_b: Path) -> str:
     unit = "questions" if cfg.test_unit == "question" else "whole conversations"
     metric = res["metric"].iloc[0] if len(res) else "?"
-    lines = [f"A = {run_a}", f"B = {run_b}", "",
+    lines = [f"**WARNING: {w}**" for w in res.attrs.get("warnings", [])]
+    lines += [f"A = {run_a}", f"B = {run_b}", "",
              f"Paired sign-flip permutation test of the mean per-question {metric} difference (flipping {unit}, "
              f"{cfg.test_resamples} resamples, seed {cfg.seed}); Holm-corrected across the {len(res)} pairs; "
              f"* = significant at {cfg.alpha:g}. CI of A − B: {cfg.confidence:.0%} cluster bootstrap over conversations. "
@@ -50,10 +51,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--metric", choices=METRIC_CHOICES, help="per-question metric (default: the objective's, F1)")
     ap.add_argument("--all-thresholds", action="store_true", help="compare at every common threshold, not each run's recommended one")
     ap.add_argument("--json", action="store_true", help="print the table as JSON records instead of Markdown")
+    ap.add_argument("--allow-label-mismatch", action="store_true",
+                    help="compare even when the runs scored different questions or gold labels (a loud warning heads the table)")
     args = ap.parse_args(argv)
     setup_logging(logging.WARNING)
     try:
-        res, cfg = compare_runs(args.run_a, args.run_b, metric=args.metric, all_thresholds=args.all_thresholds)
+        res, cfg = compare_runs(args.run_a, args.run_b, metric=args.metric, all_thresholds=args.all_thresholds,
+                                allow_label_mismatch=args.allow_label_mismatch)
     except ValueError as e:
         return fail(str(e))
     if args.json:

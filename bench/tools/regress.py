@@ -245,8 +245,9 @@ def _check(check, config, metric, baseline, current, *, delta=NAN, ratio=NAN, p_
 
 
 def coverage_checks(base: pd.DataFrame, cur: pd.DataFrame, points: Sequence[tuple[str, str, float]],
-                    failed_jobs: Sequence[dict] = ()) -> pd.DataFrame:
-    """Both runs must ask the same questions, and a baseline point missing from the current run fails
+                    failed_jobs: Sequence[dict] = (), labels: tuple[str | None, str | None] = (None, None)) -> pd.DataFrame:
+    """Both runs must ask the same questions with the same gold labels (``labels``: the baseline's and the
+    run's ``labels_sha256``; checked when both are known), and a baseline point missing from the current run fails
     when its store's job failed; a store, strategy or threshold that this run did not ask for (a
     deliberate override) is reported as skipped."""
     out = []
@@ -269,6 +270,10 @@ def coverage_checks(base: pd.DataFrame, cur: pd.DataFrame, points: Sequence[tupl
             verdict = SKIPPED + " (threshold not in this run's grid)"
         out.append(_check("coverage", label(p), "rows", "present", "missing", rule="baseline point measured", verdict=verdict))
     qb, qc = set(base["question_id"].astype(str)), set(cur["question_id"].astype(str))
+    lb, lc = labels
+    if lb and lc and lb != lc:
+        out.append(_check("coverage", "dataset", "labels", lb[:12], lc[:12],
+                          rule="same questions and gold labels as the baseline (else re-run make baseline)", verdict=FAIL))
     if qb != qc:
         out.append(_check("coverage", "dataset", "questions", float(len(qb)), float(len(qc)), delta=float(len(qc - qb) + len(qb - qc)),
                           rule="same question ids as the baseline (else re-run make baseline)", verdict=FAIL))
@@ -418,7 +423,8 @@ def gate(baseline: RunData, current: RunData, cfg: GateConfig, *, failed_jobs: S
             return GateResult(pd.DataFrame(columns=CHECK_COLUMNS),
                               f"regress SKIPPED: baseline {show(baseline.path)} was made with {what} {b!r}, this run uses {c!r}", False, True)
     points = operating_points(baseline.summary, baseline.rows)
-    parts = [coverage_checks(baseline.rows, current.rows, points, failed_jobs), quality_checks(baseline.rows, current.rows, points, cfg),
+    parts = [coverage_checks(baseline.rows, current.rows, points, failed_jobs,
+                             (baseline.meta.get("labels_sha256"), current.meta.get("labels_sha256"))), quality_checks(baseline.rows, current.rows, points, cfg),
              token_checks(baseline.rows, current.rows, points, cfg), latency_checks(baseline.latency, current.latency, cfg)]
     checks = pd.concat([p for p in parts if not p.empty], ignore_index=True) if any(not p.empty for p in parts) \
         else pd.DataFrame(columns=CHECK_COLUMNS)
@@ -621,7 +627,8 @@ def finish_run(run_dir: Path, overrides: Sequence[str], stores_dir: Path) -> Gat
             "dataset": str(rows["dataset"].iloc[0]), "dataset_source": jobs[0].get("dataset_source") if jobs else None,
             "embedder": str(rows["embedder"].iloc[0]), "backends": sorted(rows["backend"].unique().tolist()),
             "strategies": list(dict.fromkeys(rows["strategy"])), "n_questions": int(rows["question_id"].nunique()),
-            "question_set": question_set_id(rows), "gate": asdict(cfg), "failed_jobs": failed, "jobs": jobs}
+            "question_set": question_set_id(rows), "labels_sha256": run.labels().get(str(rows["dataset"].iloc[0])),
+            "gate": asdict(cfg), "failed_jobs": failed, "jobs": jobs}
     run.write_meta(meta)
     return cfg
 
