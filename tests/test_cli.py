@@ -27,6 +27,7 @@ def two_runs(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("reports")
     first = run_bench(tmp)
     assert first.returncode == 0, first.stderr[-3000:]
+    (tmp / "first.log").write_text(first.stdout + first.stderr)
     meta1 = json.loads((tmp / "latest" / "meta.json").read_text())
     second = run_bench(tmp, "resume=false")  # re-run the job: the trace and embeddings come from the cache
     assert second.returncode == 0, second.stderr[-3000:]
@@ -49,6 +50,19 @@ def test_summary_has_17_thresholds_and_monotone_recall(two_runs):
     full = s[s["strategy"] == "full_context"].iloc[0]
     assert full["recall"] == 1.0 and full["token_savings"] == 0.0
     assert (s["n_questions"] == 22).all()  # 25 demo questions, 3 adversarial
+
+
+def test_the_console_ends_with_the_verdict_the_defects_and_the_report_path(two_runs):
+    tmp, _, _ = two_runs
+    lines = [ln.split("] - ", 1)[-1] for ln in (tmp / "first.log").read_text().splitlines() if "[bench][" in ln]
+    verdict = pd.read_csv(tmp / "latest" / "analysis" / "verdict.csv").iloc[0]
+    best = pd.read_csv(tmp / "latest" / "analysis" / "recommendation.csv").query("best").iloc[0]
+    tail = lines[-5:]
+    assert tail[0] == "demo: " + verdict["headline"].replace("`", "")
+    assert tail[1].startswith(f"  measured: F1 {best['f1']:.3f} [{best['f1_lo']:.3f}, {best['f1_hi']:.3f}], recall {best['recall']:.3f}")
+    assert tail[2] == ("  why: " + verdict["reasons"].replace("`", "") if verdict["kind"] == "too_little_data"
+                       else f"  how sure: the threshold is chosen in {best['threshold_share']:.0%} of bootstrap resamples; the runner-up is significantly worse")
+    assert tail[3] == "demo: no label defects" and tail[4].startswith("report: ") and tail[4].split()[1].endswith("report.md")
 
 
 def test_report_and_plots_written(two_runs):

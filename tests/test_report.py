@@ -45,7 +45,12 @@ def test_report_starts_with_an_actionable_recommendation(run):
         assert name in heads, name
     best = pd.read_csv(run / "analysis" / "recommendation.csv").query("best").iloc[0]
     rec = text.split("## Operating points")[0]
-    assert f"use **`{best['strategy']}` with similarity ≥ {best['threshold']:.2f}**" in rec
+    verdict = pd.read_csv(run / "analysis" / "verdict.csv").iloc[0]
+    if verdict["kind"] == "use":
+        assert f"use **`{best['strategy']}` with similarity ≥ {best['threshold']:.2f}**" in rec
+    else:  # the same point, named as the best measured, under a "too little data" headline and its reasons
+        assert verdict["kind"] == "too_little_data" and f"{verdict['headline']}. The best measured: `{best['strategy']}` with similarity ≥ {best['threshold']:.2f}" in rec
+        assert f"- **Why no firm choice**: {verdict['reasons']}." in rec
     assert f"F1 {best['f1']:.3f} [{best['f1_lo']:.3f}, {best['f1_hi']:.3f}]" in rec
     assert "LOCO gap" in rec and "How sure" in rec and "Runner-up" in rec and "Scores" in rec
     assert "Plumbing run" in text.split("## Recommendation")[0]  # hashing embedder: flagged before anything else
@@ -150,3 +155,26 @@ def test_seed_claims_find_the_seed_settings_of_a_default_run(run):
 def test_rerun_cli(run, capsys):
     assert report_cli.main([str(run / "does-not-exist")]) == 2
     assert "summary.csv not found" in capsys.readouterr().err
+
+
+def test_counts_note_explains_a_mean_that_disagrees_with_the_counts():
+    from bench.report.markdown import counts_note
+
+    # the case a user hit: hybrid5 significantly better than threshold while W/T/L was 195/1136/205
+    assert counts_note({"diff": 0.012, "wins": 195, "losses": 205}) == (
+        "The test is on the mean per-question difference, not on the counts: the recommendation loses more questions "
+        "than it wins (195 won, 205 lost), but it wins by larger margins than it loses, so its mean is higher.")
+    assert counts_note({"diff": 0.012, "wins": 205, "losses": 195}) == ""  # counts and mean agree
+    assert counts_note({"diff": float("nan"), "wins": 1, "losses": 5}) == ""
+
+
+def test_small_categories_show_n_too_small_not_an_interval(run):
+    text = (run / "report.md").read_text()
+    cats = pd.read_csv(run / "analysis" / "categories.csv")
+    section = text.split("## Per category")[1].split("\n## ")[0]
+    assert "fewer than 10 scored questions shows `n too small`" in section
+    assert "`analysis/categories.csv`" in section
+    small = [ln for ln in section.splitlines() if ln.startswith("| demo") and int(ln.split(" | ")[3]) < 10]
+    big = [ln for ln in section.splitlines() if ln.startswith("| demo") and int(ln.split(" | ")[3]) >= 10]
+    assert small and all(ln.count("n too small") == 2 for ln in small)
+    assert all("n too small" not in ln for ln in big) and (cats["n"] < 10).any()

@@ -27,6 +27,7 @@ from bench.analysis.recommend import (
     pareto_front,
     recommend,
 )
+from bench.analysis.verdict import verdict_table
 from bench.rundir import QUESTIONS, RunDir
 
 log = logging.getLogger(__name__)
@@ -63,6 +64,7 @@ class Analysis:
     misses: pd.DataFrame | None  # one row per missed gold memory (attribution.attribute_job); None: not attributed
     misses_by_strategy: pd.DataFrame | None  # attribution.counts per configuration and threshold
     misses_by_category: pd.DataFrame | None  # ... and category
+    verdicts: pd.DataFrame  # one per dataset: use / too little data / none, and the power estimate (bench.analysis.verdict)
     inputs_note: str = ""  # why calibration and attribution are missing ("" when the corpus and traces were read)
     attribution_note: str = ""  # why attribution alone is missing
 
@@ -168,16 +170,18 @@ def analyse(run: RunDir, settings: RecommendConfig | None = None) -> Analysis | 
         except Exception as e:  # noqa: BLE001
             log.warning("attribution skipped: %s: %s", type(e).__name__, e)
             misses, attr_note = None, f"Not available: {type(e).__name__}: {e}"
-    return Analysis(cfg=cfg, rows=rows, summary=summary, rec=rec, significance=significance(rows, rec), pareto=pareto(summary),
+    sig = significance(rows, rec)
+    verdicts = verdict_table(rec.points, sig, min_stable_share=cfg.min_stable_share, alpha=cfg.alpha, metric=ROW_METRIC[cfg.primary])
+    return Analysis(cfg=cfg, rows=rows, summary=summary, rec=rec, significance=sig, pareto=pareto(summary),
                     calibrations=tuple(calibrations(jobs, best)), misses=misses, misses_by_strategy=by_strategy,
-                    misses_by_category=by_category, inputs_note=inputs_note, attribution_note=attr_note)
+                    misses_by_category=by_category, verdicts=verdicts, inputs_note=inputs_note, attribution_note=attr_note)
 
 
 def save(run: RunDir, a: Analysis) -> None:
     """The analysis tables into the run's ``analysis/`` folder (CSV; the misses as parquet)."""
     rec = a.rec
     for name, df in (("recommendation", rec.points), ("curves", rec.curves), ("loco", rec.loco), ("loco_folds", rec.loco_folds),
-                     ("categories", rec.categories), ("transfer", rec.transfer)):
+                     ("categories", rec.categories), ("transfer", rec.transfer), ("verdict", a.verdicts)):
         run.write_table(name, df)
     sig = a.significance
     if len(sig):

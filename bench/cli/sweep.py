@@ -37,6 +37,7 @@ from bench.output import (
 )
 from bench.resources import configs_dir
 from bench.rundir import (
+    ANALYSIS,
     CARD,
     FAILED,
     FAULTS,
@@ -314,12 +315,39 @@ def finish_run(run_dir: Path, latest: Path | None) -> None:
     report = write_report(run_dir)
     if latest is not None:
         run.publish_latest(run_dir, latest)
-    log.info("report: %s%s", report, f" (latest -> {run_dir})" if latest else "")
+    for line in verdict_lines(RunDir(run_dir)):
+        log.info("%s", line)
     for m in {m.get("dataset"): m for m in RunDir(run_dir).jobs()}.values():  # one line per dataset: its label defects by kind
         if m.get("defects"):
             log.warning("%s: %s (listed in the report's dataset card)", m.get("dataset"), m.get("defects_summary"))
         else:
             log.info("%s: no label defects", m.get("dataset"))
+    log.info("report: %s%s", report, f" (latest -> {run_dir})" if latest else "")
+
+
+def verdict_lines(run: RunDir) -> list[str]:
+    """Three console lines per dataset: the verdict, what the chosen point measured, and why (or how sure)."""
+    if not (run.path / ANALYSIS / "verdict.csv").is_file():
+        return []
+    verdicts, points = run.table("verdict"), run.table("recommendation")
+    plain = lambda text: str(text).replace("`", "")  # noqa: E731
+    ci = lambda b, m, d=3: f"{b[m]:.{d}f} [{b[m + '_lo']:.{d}f}, {b[m + '_hi']:.{d}f}]" if pd.notna(b[m + "_lo"]) else f"{b[m]:.{d}f}"  # noqa: E731
+    out = []
+    for _, v in verdicts.iterrows():
+        best = points[(points["dataset"] == v["dataset"]) & points["best"]]
+        out.append(f"{v['dataset']}: {plain(v['headline'])}")
+        if len(best):
+            b = best.iloc[0]
+            out.append(f"  measured: F1 {ci(b, 'f1')}, recall {ci(b, 'recall')}, {ci(b, 'tokens', 0)} tokens per question "
+                       f"({b['n_questions']} questions, {b['n_conversations']} conversations)")
+        if v["kind"] == "too_little_data":
+            out.append(f"  why: {plain(v['reasons'])}")
+        elif len(best) and pd.notna(best.iloc[0]["threshold_share"]):
+            out.append(f"  how sure: the threshold is chosen in {best.iloc[0]['threshold_share']:.0%} of bootstrap resamples; "
+                       "the runner-up is significantly worse")
+        elif len(best):
+            out.append("  how sure: the runner-up is significantly worse (or there is none)")
+    return out
 
 
 def _finish(run_dir: Path, cfg) -> None:

@@ -89,6 +89,19 @@ def _thr(t) -> str:
 METRIC_NAMES = {"f1": "F1", "f1_abstain": "F1 (abstention credited)", "recall": "recall", "tokens": "injected tokens"}
 
 
+def counts_note(r) -> str:
+    """Why a test on the mean can disagree with the win/loss counts (empty when they agree)."""
+    d, w, lo = r["diff"], r["wins"], r["losses"]
+    if math.isnan(d) or d == 0 or (d > 0) == (w >= lo):
+        return ""
+    if d > 0:
+        how = "loses more questions than it wins", "it wins by larger margins than it loses", "higher"
+    else:
+        how = "wins more questions than it loses", "it loses by larger margins than it wins", "lower"
+    return (f"The test is on the mean per-question difference, not on the counts: the recommendation {how[0]} "
+            f"({w} won, {lo} lost), but {how[1]}, so its mean is {how[2]}.")
+
+
 def recommendation_section(a: Analysis, strategies: list[dict]) -> list[str]:
     rec, sig, summary = a.rec, a.significance, a.summary
     full_context = strategy_names(strategies, "full_context")
@@ -107,9 +120,16 @@ def recommendation_section(a: Analysis, strategies: list[dict]) -> list[str]:
         setting = f" with similarity ≥ {b['threshold']:.2f}" if not math.isnan(b["threshold"]) else " (no similarity threshold)"
         full = summary[(summary["dataset"] == ds) & summary["strategy"].isin(full_context)]["tokens_injected_mean"]
         full_txt = f"; full context: {full.iloc[0]:.0f}" if len(full) else ""
-        lines.append(f"**{ds}**: use **`{b['strategy']}`{setting}** on store `{b['backend']}` with embedder "
-                     f"`{b['embedder']}`: F1 {_ci(b['f1'], b['f1_lo'], b['f1_hi'])}, recall {_ci(b['recall'], b['recall_lo'], b['recall_hi'])}, "
-                     f"{_ci(b['tokens'], b['tokens_lo'], b['tokens_hi'], 0)} injected tokens per question{full_txt}.")
+        measured = (f"F1 {_ci(b['f1'], b['f1_lo'], b['f1_hi'])}, recall {_ci(b['recall'], b['recall_lo'], b['recall_hi'])}, "
+                    f"{_ci(b['tokens'], b['tokens_lo'], b['tokens_hi'], 0)} injected tokens per question{full_txt}")
+        v = a.verdicts[a.verdicts["dataset"] == ds]
+        if len(v) and v.iloc[0]["kind"] == "too_little_data":
+            lines.append(f"**{ds}**: {v.iloc[0]['headline']}. The best measured: `{b['strategy']}`{setting} on store "
+                         f"`{b['backend']}` with embedder `{b['embedder']}`: {measured}.")
+            lines += ["", f"- **Why no firm choice**: {v.iloc[0]['reasons']}."]
+        else:
+            lines.append(f"**{ds}**: use **`{b['strategy']}`{setting}** on store `{b['backend']}` with embedder "
+                         f"`{b['embedder']}`: {measured}.")
         lines.append("")
         n_excl = b.get("n_excluded", 0)
         n_excl = 0 if n_excl is None or math.isnan(n_excl) else int(n_excl)
@@ -139,6 +159,7 @@ def recommendation_section(a: Analysis, strategies: list[dict]) -> list[str]:
                          f"({name} {r['mean_b']:.3f}); difference {r['diff']:+.3f} [{r['ci_low']:+.3f}, {r['ci_high']:+.3f}], "
                          f"p = {r['p']:.3g}, Holm p = {r['p_holm']:.3g}: {verdict} at {cfg.alpha:g} "
                          f"(wins/ties/losses {r['wins']}/{r['ties']}/{r['losses']}).")
+            lines += [f"  {t}" for t in [counts_note(r)] if t]
         if b["n_adversarial"]:
             lines.append(f"- **Adversarial questions** ({b['n_adversarial']}): nothing recalled (correct) for {b['abstained']:.1%} of them.")
         text = a.calibration_text(ds, b["embedder"], b["backend"])
@@ -237,7 +258,9 @@ def category_section(rec: Recommendation, multi_embedder: bool) -> list[str]:
     cats = rec.categories
     best = rec.best()
     lines = ["## Per category (at the recommended configuration's threshold)", "",
-             "Adversarial/abstention questions are credited when nothing is recalled (`abstained`).", ""]
+             "Adversarial/abstention questions are credited when nothing is recalled (`abstained`). A category with fewer "
+             f"than {rec.cfg.min_n} scored questions shows `n too small` instead of F1 and recall (`recommend.min_n`): "
+             "its mean and interval would say more about the few questions than about the setting.", ""]
     own = "own_threshold" in cats
     head = "| dataset | configuration | category | n | threshold | F1 [CI] | recall [CI] | tokens | abstained |"
     if own:
@@ -246,13 +269,16 @@ def category_section(rec: Recommendation, multi_embedder: bool) -> list[str]:
     for _, b in best.iterrows():
         sub = cats[(cats[CONFIG_KEYS] == b[CONFIG_KEYS]).all(axis=1)]
         for _, r in sub.iterrows():
+            small = r["n"] < rec.cfg.min_n
+            f1 = "n too small" if small else _ci(r["f1"], r["f1_lo"], r["f1_hi"])
+            recall = "n too small" if small else _ci(r["recall"], r["recall_lo"], r["recall_hi"])
             line = (f"| {r['dataset']} | {_label(r, multi_embedder)} | {r['category']} | {r['n']} | {_thr(r['threshold'])} | "
-                    f"{_ci(r['f1'], r['f1_lo'], r['f1_hi'])} | {_ci(r['recall'], r['recall_lo'], r['recall_hi'])} | "
+                    f"{f1} | {recall} | "
                     f"{_fmt(r['tokens'], 1)} | {_fmt(r['abstained'])} |")
             if own:
                 line += f" {_thr(r['own_threshold'])} | {_fmt(r[f'own_{rec.cfg.primary}'])} | {_fmt(r['own_gain'])} |"
             lines.append(line)
-    lines += ["", "Every configuration's per-category numbers are in `categories.csv`."]
+    lines += ["", "Every configuration's per-category numbers are in `analysis/categories.csv`."]
     if not own:
         lines.append("Set `recommend.per_category=true` for a threshold per category.")
     return lines + [""]
