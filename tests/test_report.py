@@ -39,6 +39,7 @@ def test_report_starts_with_an_actionable_recommendation(run):
     text = (run / "report.md").read_text()
     heads = sections(text)
     assert heads[0] == "Recommendation"
+    assert heads[1] == "What would help most"
     for name in ("Operating points (every configuration at its chosen threshold)", "Pareto frontier: recall vs injected tokens",
                  "Does it transfer? Leave one conversation out", "Calibration: where relevant and irrelevant memories score",
                  "Seed claims, re-measured", "Best threshold by F1 per strategy", "Full sweep"):

@@ -82,6 +82,7 @@ class RecommendConfig:
     attribution_top_n: int  # a gold memory outside the exact top-N is an embedding miss
     min_stable_share: float  # the verdict says "use" only when resamples choose the threshold at least this often
     min_n: int  # groups with fewer scored questions show "n too small", never an interval
+    usable_recall: float  # "what would help most" calls a setting usable at this recall (while saving tokens)
 
     def __post_init__(self) -> None:
         where = "recommend config"
@@ -105,6 +106,8 @@ class RecommendConfig:
             raise ValueError(f"{where}: ci_method must be one of {CI_METHODS} (got {self.ci_method!r})")
         if self.test_unit not in ("question", "conversation"):
             raise ValueError(f"{where}: test_unit must be 'question' or 'conversation' (got {self.test_unit!r})")
+        if not 0 <= self.usable_recall <= 1:
+            raise ValueError(f"{where}: usable_recall must be in [0, 1] (got {self.usable_recall!r})")
         if not 0 <= self.min_stable_share <= 1:
             raise ValueError(f"{where}: min_stable_share must be in [0, 1] (got {self.min_stable_share!r})")
         for name in ("n_resamples", "test_resamples", "attribution_top_n", "min_n"):

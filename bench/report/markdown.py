@@ -89,6 +89,24 @@ def _thr(t) -> str:
 METRIC_NAMES = {"f1": "F1", "f1_abstain": "F1 (abstention credited)", "recall": "recall", "tokens": "injected tokens"}
 
 
+def next_knob_section(a: Analysis, strategies: list[dict]) -> list[str]:
+    """What would help most, per dataset (``bench.analysis.nextknob``)."""
+    from bench.analysis.nextknob import next_knob, offline_embedders
+
+    lines = ["## What would help most", ""]
+    by = a.misses_by_strategy
+    for _, b in a.rec.best().iterrows():
+        causes = {}
+        if by is not None and len(by):
+            m = by[(by[CONFIG_KEYS] == b[CONFIG_KEYS]).all(axis=1)]
+            if len(m):
+                causes = {c[: -len(" miss")]: int(m.iloc[0][c]) for c in m.columns if c.endswith(" miss")}
+        body = next_knob(causes=causes, point=b.to_dict(), summary=a.summary, full_context=strategy_names(strategies, "full_context"),
+                         usable_recall=a.cfg.usable_recall, embedders=offline_embedders())
+        lines += [f"**{b['dataset']}** (at the recommendation):", "", *(body or ["- Nothing to suggest: no misses were attributed."]), ""]
+    return lines if len(lines) > 2 else []
+
+
 def counts_note(r) -> str:
     """Why a test on the mean can disagree with the win/loss counts (empty when they agree)."""
     d, w, lo = r["diff"], r["wins"], r["losses"]
@@ -336,6 +354,7 @@ def analysis_sections(run: RunDir, a: Analysis | None, strategies: list[dict]) -
     out = run_dir / ANALYSIS
     best = rec.best()
     lines = recommendation_section(a, strategies)
+    lines += next_knob_section(a, strategies)
     lines += points_section(rec, a.significance, multi)
     lines += ["## Pareto frontier: recall vs injected tokens", "",
               "Every configuration and threshold of the run; the black step line is the frontier (nothing else has more recall for "
