@@ -179,3 +179,15 @@ def test_small_categories_show_n_too_small_not_an_interval(run):
     big = [ln for ln in section.splitlines() if ln.startswith("| demo") and int(ln.split(" | ")[3]) >= 10]
     assert small and all(ln.count("n too small") == 2 for ln in small)
     assert all("n too small" not in ln for ln in big) and (cats["n"] < 10).any()
+
+
+def test_one_colour_per_strategy_in_every_figure(run):
+    from bench.report import plots
+
+    st = plots.styles(["limit5", "threshold", "hybrid5", "threshold", "full_context"])
+    assert list(st) == ["limit5", "threshold", "hybrid5", "full_context"]  # the run's order, duplicates once
+    assert st["threshold"] == plots.styles(["limit5", "threshold"])["threshold"]  # a prefix of the same order: same style
+    assert len({v["color"] for v in st.values()}) == 4 and len({v["marker"] for v in st.values()}) == 4
+    pngs = sorted(p.name for p in run.rglob("*.png"))
+    for stem in ("pareto_0", "tokens_vs_threshold_0", "recall_vs_tokens_0", "quality_vs_threshold_0", "ci_0", "calibration_0", "loco_0"):
+        assert any(p.startswith(stem) for p in pngs), stem

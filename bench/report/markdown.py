@@ -361,7 +361,8 @@ def analysis_sections(run: RunDir, a: Analysis | None, strategies: list[dict]) -
               "as few tokens); the star is the recommendation.", ""]
     for i, (ds, s) in enumerate(a.pareto.groupby("dataset", sort=False)):
         s = s.assign(label=[_label(r, multi) for _, r in s.iterrows()])
-        fig = plots.pareto(s, s["frontier"], best[best["dataset"] == ds], f"{ds}: recall vs injected tokens", out / f"pareto_{i}.png")
+        fig = plots.pareto(s, s["frontier"], best[best["dataset"] == ds], f"{ds}: recall vs injected tokens", out / f"pareto_{i}.png",
+                           styles_=plots.styles([*(x["name"] for x in strategies), *s["strategy"]]))
         lines += [f"![{fig.stem}]({ANALYSIS}/{fig.name})", ""]
     for i, ((ds, emb, be), c) in enumerate(rec.curves.groupby(["dataset", "embedder", "backend"], sort=False)):
         c = c[c["threshold"].notna()]
@@ -400,14 +401,15 @@ def write_report(run_dir: Path, settings=None) -> Path:
         save(run, a)
 
     figures = []
+    styles = plots.styles([*(s["name"] for s in strategies), *summary["strategy"]])  # one colour per strategy, every figure
     for i, ((ds, emb, be), g) in enumerate(summary.groupby(["dataset", "embedder", "backend"], sort=False)):
         title = f"{ds} / {emb} / {be}"
         tag = f"{i}_{be}"
         figures.append((title, [
             plots.quality_vs_threshold(g, title, run_dir / f"quality_vs_threshold_{tag}.png"),
             plots.tokens_vs_threshold(g, title, run_dir / f"tokens_vs_threshold_{tag}.png",
-                                      full_context=strategy_names(strategies, "full_context")),
-            plots.recall_vs_tokens(g, title, run_dir / f"recall_vs_tokens_{tag}.png"),
+                                      full_context=strategy_names(strategies, "full_context"), styles_=styles),
+            plots.recall_vs_tokens(g, title, run_dir / f"recall_vs_tokens_{tag}.png", styles_=styles),
         ]))
 
     best = best_by_f1(summary[summary["threshold"].notna()])

@@ -45,7 +45,8 @@ def quality_vs_threshold(summary: pd.DataFrame, title: str, path: Path) -> Path:
         ax.set_ylim(0, 1)
         ax.grid(alpha=0.3)
     axes[0][0].set_ylabel("macro average over questions")
-    axes[0][0].legend()
+    if names:
+        _legend_outside(axes[0][-1])
     fig.suptitle(title, fontsize=10)
     try:
         return _save(fig, path)
@@ -53,26 +54,55 @@ def quality_vs_threshold(summary: pd.DataFrame, title: str, path: Path) -> Path:
         plt.close(fig)
 
 
-def tokens_vs_threshold(summary: pd.DataFrame, title: str, path: Path, *, full_context: Sequence[str] = ()) -> Path:
-    """Mean injected tokens per threshold; strategies without one as dotted lines (those in ``full_context``:
-    the dashed full-context line)."""
+MARKERS = ("o", "s", "^", "D", "v", "P", "X", "<", ">", "h", "p", "*", "8")
+TOKENS_LINTHRESH = 1.0  # token axes are symlog: linear below 1 token, so a selection of 0 tokens is drawn at 0
+
+
+def styles(names: Sequence[str]) -> dict[str, dict]:
+    """One colour and marker per strategy name, in the run's strategy order: the same in every figure."""
+    import matplotlib
+
+    names = list(dict.fromkeys(names))
+    cycle = matplotlib.colormaps["tab20"].colors if len(names) > 10 else matplotlib.colormaps["tab10"].colors
+    return {n: {"color": cycle[i % len(cycle)], "marker": MARKERS[i % len(MARKERS)]} for i, n in enumerate(names)}
+
+
+def _tokens_axis(ax, which: str = "y") -> None:
+    (ax.set_yscale if which == "y" else ax.set_xscale)("symlog", linthresh=TOKENS_LINTHRESH)
+    (ax.set_ylim if which == "y" else ax.set_xlim)(0, None)  # no negative decades: tokens are >= 0
+    label = "tokens per question (mean, symlog)"
+    (ax.set_ylabel if which == "y" else ax.set_xlabel)(label)
+
+
+def _legend_outside(ax, fontsize: int = 8) -> None:
+    ax.legend(fontsize=fontsize, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0.0, frameon=False)
+
+
+def _style(styles_: dict | None, name: str) -> dict:
+    return (styles_ or {}).get(name) or styles([name])[name]
+
+
+def tokens_vs_threshold(summary: pd.DataFrame, title: str, path: Path, *, full_context: Sequence[str] = (),
+                        styles_: dict | None = None) -> Path:
+    """Mean injected tokens per threshold; strategies without one as dotted lines in their colour, labelled at the
+    right edge (those in ``full_context``: the dashed full-context line)."""
     plt = _figure()
-    fig, ax = plt.subplots(figsize=(6.5, 4))
+    styles_ = styles_ or styles(list(summary["strategy"]))
+    fig, ax = plt.subplots(figsize=(8, 4))
     for name, s in summary[summary["threshold"].notna()].groupby("strategy", sort=False):
         s = s.sort_values("threshold")
-        ax.plot(s["threshold"], s["tokens_injected_mean"], "-o", ms=3, label=name)
+        st = _style(styles_, name)
+        ax.plot(s["threshold"], s["tokens_injected_mean"], "-", marker=st["marker"], ms=4, color=st["color"], label=name)
     full = summary["tokens_full_mean"].dropna()
     if len(full):
         ax.axhline(full.iloc[0], color="k", ls="--", lw=1, label="full context")
     for _, r in summary[summary["threshold"].isna() & ~summary["strategy"].isin(list(full_context))].iterrows():
-        ax.axhline(r["tokens_injected_mean"], ls=":", lw=1, color="gray")
-        ax.annotate(r["strategy"], (0.1, r["tokens_injected_mean"]), fontsize=8, color="gray")
-    if (summary["tokens_injected_mean"] > 0).any():  # a log axis needs a positive value
-        ax.set_yscale("log")
+        st = _style(styles_, r["strategy"])
+        ax.axhline(r["tokens_injected_mean"], ls=":", lw=1.2, color=st["color"], label=f"{r['strategy']} (no threshold)")
+    _tokens_axis(ax, "y")
     ax.set_xlabel("similarity threshold")
-    ax.set_ylabel("injected tokens per question (mean, log)")
     ax.grid(alpha=0.3, which="both")
-    ax.legend(fontsize=8)
+    _legend_outside(ax)
     ax.set_title(title, fontsize=10)
     try:
         return _save(fig, path)
@@ -80,19 +110,22 @@ def tokens_vs_threshold(summary: pd.DataFrame, title: str, path: Path, *, full_c
         plt.close(fig)
 
 
-def recall_vs_tokens(summary: pd.DataFrame, title: str, path: Path) -> Path:
+def recall_vs_tokens(summary: pd.DataFrame, title: str, path: Path, *, styles_: dict | None = None) -> Path:
     plt = _figure()
-    fig, ax = plt.subplots(figsize=(6.5, 4))
+    styles_ = styles_ or styles(list(summary["strategy"]))
+    fig, ax = plt.subplots(figsize=(8, 4))
     for name, s in summary.groupby("strategy", sort=False):
         s = s.sort_values("tokens_injected_mean")
-        ax.plot(s["tokens_injected_mean"], s["recall"], "-o" if len(s) > 1 else "D", ms=4, label=name)
-    if (summary["tokens_injected_mean"] > 0).any():
-        ax.set_xscale("log")
-    ax.set_xlabel("injected tokens per question (mean, log)")
+        st = _style(styles_, name)
+        if len(s) > 1:
+            ax.plot(s["tokens_injected_mean"], s["recall"], "-", marker=st["marker"], ms=4, color=st["color"], label=name)
+        else:  # one point (no threshold): a big hollow marker on top, so a curve through the same point does not hide it
+            ax.plot(s["tokens_injected_mean"], s["recall"], st["marker"], ms=11, mfc="none", mew=2, color=st["color"], label=name, zorder=5)
+    _tokens_axis(ax, "x")
     ax.set_ylabel("recall (macro)")
     ax.set_ylim(0, 1.02)
     ax.grid(alpha=0.3, which="both")
-    ax.legend(fontsize=8)
+    _legend_outside(ax)
     ax.set_title(title, fontsize=10)
     try:
         return _save(fig, path)
@@ -100,29 +133,39 @@ def recall_vs_tokens(summary: pd.DataFrame, title: str, path: Path) -> Path:
         plt.close(fig)
 
 
-def pareto(points: pd.DataFrame, front: pd.Series, best: pd.DataFrame, title: str, path: Path) -> Path:
-    """Recall vs injected tokens for every configuration (one marker style per embedder/store/strategy),
-    the Pareto frontier across all of them, and the recommended point(s) starred.
+def pareto(points: pd.DataFrame, front: pd.Series, best: pd.DataFrame, title: str, path: Path, *, styles_: dict | None = None) -> Path:
+    """Recall vs injected tokens for every configuration (colour and marker: its strategy's, as in every figure;
+    line style per embedder/store), the Pareto frontier across all of them with each frontier point's threshold
+    written beside it, and the recommended point(s) starred.
 
-    ``points`` columns: label, tokens_injected_mean, recall; ``front``: bool mask over ``points``.
+    ``points`` columns: label, strategy, threshold, tokens_injected_mean, recall; ``front``: bool mask over ``points``.
     """
     plt = _figure()
-    fig, ax = plt.subplots(figsize=(7.5, 4.5))
-    for label, s in points.groupby("label", sort=False):
+    styles_ = styles_ or styles(list(points["strategy"]))
+    fig, ax = plt.subplots(figsize=(9, 4.8))
+    where = [lb.rsplit("/", 1)[0] if "/" in lb else "" for lb in points["label"]]
+    dashes = {w: ls for w, ls in zip(dict.fromkeys(where), ("-", "--", "-.", ":") * 8)}
+    for (label, w), s in points.assign(_where=where).groupby(["label", "_where"], sort=False):
         s = s.sort_values("tokens_injected_mean")
-        ax.plot(s["tokens_injected_mean"], s["recall"], "-o" if len(s) > 1 else "D", ms=3, lw=1, alpha=0.7, label=label)
+        st = _style(styles_, s["strategy"].iloc[0])
+        if len(s) > 1:
+            ax.plot(s["tokens_injected_mean"], s["recall"], dashes[w], marker=st["marker"], ms=3, lw=1, alpha=0.8, color=st["color"], label=label)
+        else:
+            ax.plot(s["tokens_injected_mean"], s["recall"], st["marker"], ms=10, mfc="none", mew=2, color=st["color"], label=label, zorder=5)
     f = points[front.to_numpy(bool)].sort_values("tokens_injected_mean")
-    ax.step(f["tokens_injected_mean"], f["recall"], where="post", color="k", lw=1.5, label="Pareto frontier")
+    ax.step(f["tokens_injected_mean"], f["recall"], where="post", color="k", lw=1.5, label="Pareto frontier", zorder=4)
+    for _, r in f.iterrows():
+        if not (isinstance(r["threshold"], float) and math.isnan(r["threshold"])):
+            ax.annotate(f"{r['threshold']:.2f}", (r["tokens_injected_mean"], r["recall"]), xytext=(4, -9), textcoords="offset points",
+                        fontsize=7, color="k", zorder=6)
     if len(best):
-        ax.plot(best["tokens"], best["recall"], "*", ms=16, color="gold", mec="k", label="recommended")
-    if (points["tokens_injected_mean"] > 0).any():
-        ax.set_xscale("log")
-    ax.set_xlabel("injected tokens per question (mean, log)")
+        ax.plot(best["tokens"], best["recall"], "*", ms=16, color="gold", mec="k", label="recommended", zorder=7)
+    _tokens_axis(ax, "x")
     ax.set_ylabel("recall (macro)")
-    ax.set_ylim(0, 1.02)
+    ax.set_ylim(0, 1.05)
     ax.grid(alpha=0.3, which="both")
-    ax.legend(fontsize=7, loc="lower right")
-    ax.set_title(title, fontsize=10)
+    _legend_outside(ax, 7)
+    ax.set_title(title + " (frontier points labelled with their threshold)", fontsize=10)
     try:
         return _save(fig, path)
     finally:
@@ -148,7 +191,8 @@ def ci_curves(curves: pd.DataFrame, metric: str, title: str, path: Path) -> Path
         ax.set_ylim(0, 1)
         ax.grid(alpha=0.3)
     axes[0][0].set_ylabel("macro mean, 95 % CI (conversations resampled)")
-    axes[0][0].legend(fontsize=8)
+    if names:
+        _legend_outside(axes[0][-1])
     fig.suptitle(title, fontsize=10)
     try:
         return _save(fig, path)
@@ -216,7 +260,7 @@ def loco(folds: pd.DataFrame, metric: str, title: str, path: Path) -> Path:
 def attribution(counts: pd.DataFrame, causes: list[str], title: str, path: Path) -> Path:
     """Stacked bars: missed gold memories per strategy, split by cause."""
     plt = _figure()
-    fig, ax = plt.subplots(figsize=(7, 0.5 * len(counts) + 1.8))
+    fig, ax = plt.subplots(figsize=(9, 0.5 * len(counts) + 1.8))
     left = None
     labels = counts["label"].tolist()
     for i, c in enumerate(causes):
@@ -227,7 +271,7 @@ def attribution(counts: pd.DataFrame, causes: list[str], title: str, path: Path)
         left = vals if left is None else left + vals
     ax.set_xlabel("missed gold memories")
     ax.invert_yaxis()
-    ax.legend(fontsize=7, loc="lower right")
+    _legend_outside(ax, 7)
     ax.grid(alpha=0.3, axis="x")
     ax.set_title(title, fontsize=10)
     try:
