@@ -128,7 +128,8 @@ def recommendation_section(a: Analysis, strategies: list[dict]) -> list[str]:
     name = METRIC_NAMES[p]
     lines = ["## Recommendation", "",
              f"Objective: **{cfg.describe()}** (set in `recommend:`). Intervals are {cfg.confidence:.0%} cluster-bootstrap "
-             f"CIs ({cfg.n_resamples} resamples of whole conversations, {cfg.ci_method}, seed {cfg.seed}).", ""]
+             f"CIs ({cfg.n_resamples} resamples of whole conversations, {cfg.ci_method}, seed {cfg.seed}). "
+             "How to read this report: `docs/interpreting.md` in the recallbench repository.", ""]
     for ds, pts in rec.points.groupby("dataset", sort=False):
         best = pts[pts["best"]]
         if best.empty:
