@@ -7,7 +7,7 @@ STAMP := $(VENV)/.installed-stamp
 ARGS ?=
 
 .DEFAULT_GOAL := help
-.PHONY: help sweep test report data install clean-cache stores compare regress baseline harden load bench
+.PHONY: help sweep test report data install clean-cache stores compare regress baseline harden load bench labels
 
 help: ## List the targets
 	@grep -E '^[a-zA-Z_-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-12s %s\n", $$1, $$2}'
@@ -25,6 +25,9 @@ sweep: $(STAMP) ## Run the main sweep (LoCoMo if the data path has it, else the 
 
 test: $(STAMP) ## Run the test suite
 	$(BIN)/python -m pytest -q $(ARGS)
+
+labels: $(STAMP) ## LoCoMo original vs 2025 label-corrected release: how far the recommendation moves -> reports/latest/
+	$(BIN)/recallbench sweep -m dataset=locomo,locomo_2025 $(ARGS)
 
 report: $(STAMP) ## Rebuild report.md and plots of reports/latest (or RUN=reports/runs/<dir>)
 	$(BIN)/recallbench report $(or $(RUN),reports/latest)

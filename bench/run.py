@@ -72,6 +72,17 @@ def corpus_digest(corpus) -> str:
     return h.hexdigest()
 
 
+def turns_digest(corpus) -> str:
+    """sha256 of the conversations alone (every turn, in order), not the questions or labels: two releases of
+    one corpus that differ only in their labels share it."""
+    h = hashlib.sha256()
+    for c in corpus.conversations:
+        h.update(canonical(["c", c.conversation_id]).encode("utf-8"))
+        for t in c.turns:
+            h.update(canonical(["t", t.turn_id, t.role, t.speaker, t.text, t.timestamp, t.position, t.session]).encode("utf-8"))
+    return h.hexdigest()
+
+
 def labels_digest(corpus) -> str:
     """sha256 of what scoring depends on: every question (id, conversation, text, time, category,
     adversarial flag, answer) and its gold evidence ids, in question-id order. Two runs may be compared

@@ -22,7 +22,7 @@ from bench.analysis.recommend import CONFIG_KEYS, Recommendation, neighbours
 from bench.analysis.tables import Analysis, analyse, save
 from bench.report import plots
 from bench.report.strategies import strategy_sections
-from bench.rundir import ANALYSIS, QUESTIONS, REPORT_MD, RunDir, strategy_names
+from bench.rundir import ANALYSIS, CORPUS, META, QUESTIONS, REPORT_MD, RunDir, strategy_names
 
 log = logging.getLogger(__name__)
 
@@ -105,6 +105,34 @@ def next_knob_section(a: Analysis, strategies: list[dict]) -> list[str]:
                          usable_recall=a.cfg.usable_recall, embedders=offline_embedders())
         lines += [f"**{b['dataset']}** (at the recommendation):", "", *(body or ["- Nothing to suggest: no misses were attributed."]), ""]
     return lines if len(lines) > 2 else []
+
+
+def releases_section(run: RunDir, a: Analysis) -> list[str]:
+    """Two label releases of one corpus in the run (``bench.analysis.releases``): how far the recommendation moves."""
+    from bench.analysis.releases import moves, release_pairs
+    from bench.run import labels_digest, turns_digest
+
+    digests = {}
+    for job in run.job_dirs():
+        ds = job.meta().get("dataset") if job.has(META) else None
+        if ds and ds not in digests and job.has(CORPUS):
+            corpus = job.corpus()
+            digests[ds] = (turns_digest(corpus), labels_digest(corpus))
+    table = moves(release_pairs(digests), a.rec.best(), a.summary)
+    if table.empty:
+        return []
+    run.write_table("releases", table)
+    lines = ["## Label releases compared", "",
+             "The run holds two label releases of the same conversations (identical turns, different questions or gold). "
+             "Label noise moves the recommendation this far; `A's choice on B` scores release A's recommended setting "
+             "against release B's labels (regret = B's best F1 minus that).", "",
+             "| release A | release B | A recommends | F1 / recall on A | B recommends | F1 / recall on B | threshold shift | A's choice on B: F1 / recall | regret |",
+             "|---|---|---|---|---|---|---|---|---|"]
+    for _, r in table.iterrows():
+        lines.append(f"| {r['release_a']} | {r['release_b']} | `{r['a_choice']}` | {_fmt(r['a_f1'])} / {_fmt(r['a_recall'])} | "
+                     f"`{r['b_choice']}` | {_fmt(r['b_f1'])} / {_fmt(r['b_recall'])} | {_fmt(r['threshold_shift'], 2)} | "
+                     f"{_fmt(r['a_on_b_f1'])} / {_fmt(r['a_on_b_recall'])} | {_fmt(r['regret'])} |")
+    return lines + ["", "Table: `analysis/releases.csv`.", ""]
 
 
 def counts_note(r) -> str:
@@ -356,6 +384,7 @@ def analysis_sections(run: RunDir, a: Analysis | None, strategies: list[dict]) -
     best = rec.best()
     lines = recommendation_section(a, strategies)
     lines += next_knob_section(a, strategies)
+    lines += releases_section(run, a)
     lines += points_section(rec, a.significance, multi)
     lines += ["## Pareto frontier: recall vs injected tokens", "",
               "Every configuration and threshold of the run; the black step line is the frontier (nothing else has more recall for "
