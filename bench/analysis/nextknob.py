@@ -49,7 +49,7 @@ def next_knob(*, causes: Mapping[str, int], point: Mapping, summary: pd.DataFram
               usable_recall: float, embedders: Sequence[str] = ()) -> list[str]:
     """Markdown bullet lines for one dataset. ``causes``: missed gold memories per cause at ``point`` (the
     recommendation row: dataset, embedder, backend, strategy, threshold, recall); ``summary``: summary.csv
-    rows (one format); ``embedders``: names of offline embedders to suggest."""
+    rows (one format); ``embedders``: names of offline embedders to suggest (not those the run used)."""
     ds = point["dataset"]
     s = summary[summary["dataset"] == ds]
     lines = []
@@ -73,6 +73,10 @@ def next_knob(*, causes: Mapping[str, int], point: Mapping, summary: pd.DataFram
         at = "" if _nan(best["threshold"]) else f" ≥ {best['threshold']:.2f}"
         lines.append(f"- **Usable settings exist**: e.g. `{best['strategy']}`{at} on `{best['backend']}` reaches recall "
                      f"{best['recall']:.3f} and saves {best['token_savings']:.0%} of the tokens (usable: recall ≥ {usable_recall:.2f}).")
+        if not _nan(point.get("recall")) and point["recall"] < usable_recall:
+            lines.append(f"  The recommendation recalls only {point['recall']:.3f}: an agent would miss most of what it should "
+                         f"remember. To ship a usable recall at the fewest tokens, set `recommend.objective=min_tokens "
+                         f"recommend.min_recall={usable_recall:g}`.")
     return lines
 
 
@@ -85,10 +89,12 @@ def _measured(cause: str, point: Mapping, s: pd.DataFrame, embedders: Sequence[s
             o = others.loc[others["recall"].idxmax()]
             out.append(f"  Measured in this run: `{o['embedder']}` reaches recall {o['recall']:.3f} with `{o['strategy']}` "
                        f"(vs {point['recall']:.3f}).")
-        tryit = [e for e in embedders if e not in set(s["embedder"])]
-        if tryit:
-            out.append(f"  Try other embedders on the same data: `make sweep EMBEDDERS={','.join(tryit)}` (offline) or an API "
+        if embedders:
+            out.append(f"  Try other embedders on the same data: `make sweep EMBEDDERS={','.join(embedders)}` (offline) or an API "
                        "embedder; a threshold belongs to an embedder, so re-tune it after switching.")
+        else:
+            out.append("  Try a stronger embedder (an API embedder: see the README's Embedders); a threshold belongs to an "
+                       "embedder, so re-tune it after switching.")
     elif cause == "threshold" and not _nan(point.get("threshold")):
         lower = _same(s, point, ("embedder", "backend", "strategy"))
         lower = lower[lower["threshold"] < point["threshold"] - 1e-9].sort_values("threshold", ascending=False)
@@ -116,14 +122,15 @@ def _measured(cause: str, point: Mapping, s: pd.DataFrame, embedders: Sequence[s
     return out
 
 
-def offline_embedders() -> list[str]:
+def offline_embedders(*, exclude_targets: Sequence[str] = ()) -> list[str]:
     """Embedder plugins that run offline and give reportable numbers (configs/embedder/*.yaml whose target is not an
-    HTTP client or a plumbing-only embedder)."""
+    HTTP client or a plumbing-only embedder), leaving out those whose ``_target_`` is in ``exclude_targets`` (the
+    embedders the run already used)."""
     from bench.resources import plugin_names, shipped_config
 
     out = []
     for name in plugin_names("embedder"):
         target = str(shipped_config(f"embedder/{name}.yaml").get("_target_", ""))
-        if not any(t in target for t in ("http", "hashing", "synthetic")):
+        if not any(t in target for t in ("http", "hashing", "synthetic")) and target not in exclude_targets:
             out.append(name)
     return out

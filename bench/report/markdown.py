@@ -89,12 +89,14 @@ def _thr(t) -> str:
 METRIC_NAMES = {"f1": "F1", "f1_abstain": "F1 (abstention credited)", "recall": "recall", "tokens": "injected tokens"}
 
 
-def next_knob_section(a: Analysis, strategies: list[dict]) -> list[str]:
+def next_knob_section(run: RunDir, a: Analysis, strategies: list[dict]) -> list[str]:
     """What would help most, per dataset (``bench.analysis.nextknob``)."""
     from bench.analysis.nextknob import next_knob, offline_embedders
 
     lines = ["## What would help most", ""]
     by = a.misses_by_strategy
+    used = {str((j.settings().get("embedder") or {}).get("_target_", "")) for j in run.job_dirs() if j.settings_file()}
+    embedders = offline_embedders(exclude_targets=sorted(used))
     for _, b in a.rec.best().iterrows():
         causes = {}
         if by is not None and len(by):
@@ -102,7 +104,7 @@ def next_knob_section(a: Analysis, strategies: list[dict]) -> list[str]:
             if len(m):
                 causes = {c[: -len(" miss")]: int(m.iloc[0][c]) for c in m.columns if c.endswith(" miss")}
         body = next_knob(causes=causes, point=b.to_dict(), summary=a.summary, full_context=strategy_names(strategies, "full_context"),
-                         usable_recall=a.cfg.usable_recall, embedders=offline_embedders())
+                         usable_recall=a.cfg.usable_recall, embedders=embedders)
         lines += [f"**{b['dataset']}** (at the recommendation):", "", *(body or ["- Nothing to suggest: no misses were attributed."]), ""]
     return lines if len(lines) > 2 else []
 
@@ -383,7 +385,7 @@ def analysis_sections(run: RunDir, a: Analysis | None, strategies: list[dict]) -
     out = run_dir / ANALYSIS
     best = rec.best()
     lines = recommendation_section(a, strategies)
-    lines += next_knob_section(a, strategies)
+    lines += next_knob_section(run, a, strategies)
     lines += releases_section(run, a)
     lines += points_section(rec, a.significance, multi)
     lines += ["## Pareto frontier: recall vs injected tokens", "",
