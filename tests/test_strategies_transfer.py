@@ -1,0 +1,163 @@
+"""Thresholds that transfer: the calibrated, relative and adaptive strategies (bench.strategies.relative)
+and the out-of-fold P(relevant) they read (bench.relevance), on hand-worked fixtures."""
+
+import math
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from bench import relevance as R
+from bench.strategies import relative as X
+from bench.strategies.spec import StrategySpec
+from bench.sweep import sweep
+from bench.trace import Trace
+from bench.types import Conversation, Corpus, Hit, Hits, Question, Turn
+
+# scores chosen as exact binary fractions so every boundary below is exact
+HITS = Hits(("m1", "m2", "m3", "m4", "m5"), (0.75, 0.625, 0.5, 0.25, 0.125))
+
+
+def ids(sel):
+    return [h.id for h in sel]
+
+
+@pytest.mark.parametrize("delta, expected", [
+    (0.0, ["m1"]),                      # only the best (>= 0.75)
+    (0.125, ["m1", "m2"]),              # >= 0.625: inclusive
+    (0.25, ["m1", "m2", "m3"]),         # >= 0.5
+    (0.3, ["m1", "m2", "m3"]),          # >= 0.45
+    (1.0, ["m1", "m2", "m3", "m4", "m5"]),
+])
+def test_relative_delta_keeps_everything_within_delta_of_the_best(delta, expected):
+    assert ids(X.relative_delta(HITS, threshold=delta)) == expected
+    assert ids(X.relative_delta(list(HITS), threshold=delta)) == expected  # plain Hit tuples too
+
+
+@pytest.mark.parametrize("alpha, expected", [
+    (1.0, ["m1"]),                       # >= 0.75 (ties with the best only)
+    (0.8, ["m1", "m2"]),                 # >= 0.6
+    (0.5, ["m1", "m2", "m3"]),           # >= 0.375
+    (0.25, ["m1", "m2", "m3", "m4"]),    # >= 0.1875
+    (0.125, ["m1", "m2", "m3", "m4", "m5"]),  # >= 0.09375
+])
+def test_relative_ratio_keeps_everything_above_alpha_times_the_best(alpha, expected):
+    assert ids(X.relative_ratio(HITS, threshold=alpha)) == expected
+
+
+def test_relative_cuts_edge_cases():
+    assert ids(X.relative_delta(Hits(), threshold=0.1)) == [] and ids(X.relative_ratio(Hits(), threshold=0.5)) == []
+    negative = Hits(("a", "b"), (-0.25, -0.5))
+    assert ids(X.relative_ratio(negative, threshold=0.5)) == []  # best score <= 0: nothing to be relative to
+    assert ids(X.relative_delta(negative, threshold=0.25)) == ["a", "b"]  # -0.5 >= -0.25 - 0.25
+    with pytest.raises(ValueError, match="relative_delta: a threshold"):
+        X.relative_delta(HITS, threshold=None)
+
+
+def test_largest_gap_cuts_at_the_largest_drop_within_the_top_k():
+    # gaps after m1..m4: 0.125, 0.125, 0.25, 0.125 -> largest after m3 -> keep m1..m3
+    assert ids(X.largest_gap(HITS, k=10)) == ["m1", "m2", "m3"]
+    # k=2: gaps after m1 and m2 only: 0.125, 0.125 -> the first -> keep m1
+    assert ids(X.largest_gap(HITS, k=2)) == ["m1"]
+    # k=3: gaps 0.125, 0.125, 0.25 (the gap after m3 counts: m4 exists) -> keep m1..m3
+    assert ids(X.largest_gap(HITS, k=3)) == ["m1", "m2", "m3"]
+    drop = Hits(("a", "b", "c"), (0.9, 0.3, 0.25))
+    assert ids(X.largest_gap(drop, k=10)) == ["a"]
+    assert ids(X.largest_gap(Hits(("a",), (0.5,)), k=5)) == ["a"] and ids(X.largest_gap(Hits(), k=5)) == []
+    assert ids(X.largest_gap([Hit("a", 0.5), Hit("b", 0.1), Hit("c", 0.05)], k=5)) == ["a"]
+    with pytest.raises(ValueError, match="k must be >= 1"):
+        X.largest_gap(HITS, k=0)
+
+
+def test_calibrated_threshold_keeps_the_hits_whose_probability_passes():
+    p = [0.5, 0.25, 0.25, 0.0, 0.0]
+    assert ids(X.calibrated_threshold(HITS, threshold=0.25, calibrated=p)) == ["m1", "m2", "m3"]  # inclusive
+    assert ids(X.calibrated_threshold(HITS, threshold=0.3, calibrated=p)) == ["m1"]
+    assert ids(X.calibrated_threshold(HITS, threshold=0.0, calibrated=p)) == ["m1", "m2", "m3", "m4", "m5"]
+    assert ids(X.calibrated_threshold(HITS, threshold=0.0, calibrated=[math.nan] * 5)) == []  # undefined never passes
+    assert ids(X.calibrated_threshold(HITS, threshold=0.2, calibrated=[0.1, 0.3, 0, 0.3, 0])) == ["m2", "m4"]  # not a prefix: still right
+    with pytest.raises(ValueError, match="2 calibrated values for 5 hits"):
+        X.calibrated_threshold(HITS, threshold=0.1, calibrated=[0.1, 0.2])
+
+
+# --- bench.relevance: PAV and the out-of-fold column ----------------------------------------------------
+
+def test_isotonic_pools_adjacent_violators():
+    xs, v = R.isotonic([1, 2, 3, 4], [0, 1, 0, 1])
+    assert xs.tolist() == [1, 2, 3, 4] and v.tolist() == [0, 0.5, 0.5, 1]  # 1 then 0: pooled to 0.5
+    xs, v = R.isotonic([3, 1, 1, 2], [1, 1, 0, 0])  # ties pooled first: x=1 -> 0.5 (weight 2); x=2 -> 0 violates: (1+0)/3
+    assert xs.tolist() == [1, 2, 3] and np.allclose(v, [1 / 3, 1 / 3, 1])
+    xs, v = R.isotonic([1, 2], [1, 0], w=[3, 1])  # weighted: (3*1 + 1*0) / 4
+    assert np.allclose(v, [0.75, 0.75])
+    xs, v = R.isotonic([], [])
+    assert len(xs) == 0 and np.isnan(R.predict(xs, v, [0.5])).all()
+
+
+def test_predict_is_the_step_of_the_largest_fitted_x_not_above():
+    xs, v = np.array([1.0, 2.0, 3.0, 4.0]), np.array([0.0, 0.5, 0.5, 1.0])
+    assert R.predict(xs, v, [0.5, 1.0, 2.5, 4.0, 10.0]).tolist() == [0.0, 0.0, 0.5, 1.0, 1.0]
+
+
+def _turns(conv, n):
+    return tuple(Turn(conv, f"t{i}", "user", "u", f"{conv} turn {i}", float(i), i, 0) for i in range(1, n + 1))
+
+
+# two conversations; q_a1's gold a|t1 scores 0.9, q_b1's gold b|t1 scores 0.8; q_adv is adversarial (never fitted on)
+CORPUS = Corpus("two", (Conversation("a", _turns("a", 2)), Conversation("b", _turns("b", 3))), (
+    Question("q_a1", "a", "?", None, ("t1",)),
+    Question("q_adv", "a", "?", None, ("t2",), adversarial=True),
+    Question("q_b1", "b", "?", None, ("t1",)),
+))
+TABLE = pd.DataFrame({
+    "question_id": ["q_a1", "q_adv", "q_b1"], "conversation_id": ["a", "a", "b"], "latency_ns": [1, 1, 1],
+    "hit_ids": [["a|t1", "a|t2"], ["a|t2"], ["b|t1", "b|t2", "b|t3"]],
+    "hit_scores": [[0.9, 0.5], [0.7], [0.8, 0.6, 0.4]],
+})
+
+
+def test_out_of_fold_fits_on_the_other_conversations_only():
+    p = R.out_of_fold(TABLE, CORPUS)
+    # fold a (fitted on b: .4->0, .6->0, .8->1): .9 -> 1, .5 -> 0 (step of .4); q_adv .7 -> 0 (step of .6)
+    assert p["q_a1"].tolist() == [1.0, 0.0] and p["q_adv"].tolist() == [0.0]
+    # fold b (fitted on q_a1 only, q_adv excluded: .5->0, .9->1): .8, .6 -> 0; .4 below .5 -> the first step, 0
+    assert p["q_b1"].tolist() == [0.0, 0.0, 0.0]
+    assert R.folds(TABLE, CORPUS).tolist() == ["a", "a", "b"]
+
+
+def test_out_of_fold_without_two_conversations_uses_question_folds_and_nan_without_training_data():
+    one = Corpus("one", (Conversation("a", _turns("a", 2)),), (Question("q_a1", "a", "?", None, ("t1",)),))
+    table = TABLE.iloc[:1]
+    assert R.folds(table, one).tolist() == ["part0"]
+    assert np.isnan(R.out_of_fold(table, one)["q_a1"]).all()  # its only fold has nothing to fit on: undefined
+
+
+def test_the_sweep_feeds_the_calibrated_column_and_each_strategy_its_own_grid(tmp_path):
+    trace = Trace(TABLE, {"dataset": "two", "embedder": "fake", "backend": "exact"})
+    spec = StrategySpec("cal", X.calibrated_threshold, thresholded=True, calibrated=True, thresholds=(0.5,))
+    delta = StrategySpec("rel", X.relative_delta, thresholded=True, thresholds=(0.0, 0.25))
+    tokens = {t.key: 5 for c in CORPUS.conversations for t in c.turns}
+    rows = sweep(trace, CORPUS, [spec, delta], (0.1, 0.2, 0.3), tokens)
+    cal = rows[rows.strategy == "cal"].set_index("question_id")
+    assert cal.threshold.unique().tolist() == [0.5]  # its own grid, not the run's
+    assert cal.loc["q_a1", "n_selected"] == 1 and cal.loc["q_a1", "recall"] == 1.0
+    assert cal.loc["q_b1", "n_selected"] == 0 and cal.loc["q_b1", "f1"] == 0.0
+    rel = rows[rows.strategy == "rel"]
+    assert sorted(rel.threshold.unique()) == [0.0, 0.25]
+    # delta 0.25 on q_b1: >= 0.55 -> b|t1, b|t2
+    assert rel[(rel.threshold == 0.25) & (rel.question_id == "q_b1")].n_selected.iloc[0] == 2
+    # a given column is used as is (here: everything passes)
+    given = {q: np.ones(len(h)) for q, h in zip(TABLE.question_id, TABLE.hit_ids)}
+    rows = sweep(trace, CORPUS, [spec], (), tokens, calibrated=given)
+    assert rows.set_index("question_id").loc["q_b1", "n_selected"] == 3
+    with pytest.raises(ValueError, match="no calibrated scores for question 'q_b1'"):
+        sweep(trace, CORPUS, [spec], (), tokens, calibrated={"q_a1": np.ones(2), "q_adv": np.ones(1)})
+
+
+def test_the_cached_column_round_trips_and_is_refused_when_it_does_not_fit_the_trace(tmp_path):
+    p = R.out_of_fold(TABLE, CORPUS)
+    R.save(tmp_path / "c", p, {"key": "k"})
+    back = R.load_checked(tmp_path / "c", TABLE)
+    assert back is not None and all(np.array_equal(back[q], p[q]) for q in p)
+    other = TABLE.assign(hit_ids=[["a|t1"], ["a|t2"], ["b|t1", "b|t2", "b|t3"]], hit_scores=[[0.9], [0.7], [0.8, 0.6, 0.4]])
+    assert R.load_checked(tmp_path / "c", other) is None  # a row with another number of hits
+    assert R.trace_digest(TABLE) != R.trace_digest(TABLE.assign(hit_scores=[[0.9, 0.5], [0.7], [0.8, 0.6, 0.41]]))
