@@ -161,3 +161,75 @@ def test_the_cached_column_round_trips_and_is_refused_when_it_does_not_fit_the_t
     other = TABLE.assign(hit_ids=[["a|t1"], ["a|t2"], ["b|t1", "b|t2", "b|t3"]], hit_scores=[[0.9], [0.7], [0.8, 0.6, 0.4]])
     assert R.load_checked(tmp_path / "c", other) is None  # a row with another number of hits
     assert R.trace_digest(TABLE) != R.trace_digest(TABLE.assign(hit_scores=[[0.9, 0.5], [0.7], [0.8, 0.6, 0.41]]))
+
+
+# --- bench.analysis.transfer: the regret arithmetic, worked by hand ------------------------------------
+
+from bench.analysis import transfer as TR  # noqa: E402
+
+F1 = {  # embedder -> question -> F1 at (threshold .3, threshold .5, relative_delta .1, relative_delta .2)
+    "A": {"q1": (0.2, 0.6, 0.5, 0.4), "q2": (0.4, 0.0, 0.5, 0.4), "q3": (0.9, 0.3, 0.2, 0.6)},
+    "B": {"q1": (0.0, 0.8, 0.7, 0.1), "q2": (0.2, 0.6, 0.3, 0.1), "q3": (0.1, 0.7, 0.8, 0.4)},
+}
+SETTINGS = (("threshold", 0.3), ("threshold", 0.5), ("relative_delta", 0.1), ("relative_delta", 0.2))
+CONV = {"q1": "c1", "q2": "c1", "q3": "c2", "q_adv": "c2"}
+
+
+def transfer_rows():
+    rows = []
+    for emb, qs in F1.items():
+        for qid, values in {**qs, "q_adv": (0.0,) * 4}.items():
+            for (strategy, t), f1 in zip(SETTINGS + (("limit5", None),), values + (0.99,)):
+                rows.append({"dataset": "d", "embedder": emb, "backend": "exact", "strategy": strategy,
+                             "threshold": float("nan") if t is None else t, "question_id": qid, "conversation_id": CONV[qid],
+                             "adversarial": qid == "q_adv", "n_gold": 0 if qid == "q_adv" else 1, "f1": f1})
+    return pd.DataFrame(rows)
+
+
+FAM = TR.families([{"name": "threshold", "kind": "threshold"}, {"name": "relative_delta", "kind": "relative_delta"},
+                   {"name": "limit5", "kind": "limit"}, {"name": "thr_user", "kind": "threshold", "roles": ["user"]}])
+
+
+def test_families_are_read_from_the_kinds_of_unfiltered_strategies():
+    assert FAM == {"threshold": "cosine", "relative_delta": "relative δ"}
+
+
+def test_leave_one_conversation_out_regret_by_hand():
+    out, folds = TR.transfer(transfer_rows(), FAM)
+    loco = out[(out.protocol == "loco") & (out.embedder == "A")].set_index("family")
+    # fold c1 (train on c2 = q3): cosine picks .3 -> c1 mean (.2+.4)/2 = .3; delta picks .2 -> (.4+.4)/2 = .4; c1's best cosine .3
+    # fold c2 (train on c1): cosine .3 and .5 tie at .3 -> the first, .3 -> q3 .9; delta picks .1 (.5) -> .2; c2's best cosine .9
+    cos, rel = loco.loc["cosine"], loco.loc["relative δ"]
+    assert cos.n_folds == 2 and cos.n_questions == 3  # q_adv is not scored
+    assert cos.f1_held_out == pytest.approx(0.5) and cos.f1_hindsight == pytest.approx(0.5) and cos.regret == pytest.approx(0.0)
+    assert rel.f1_held_out == pytest.approx((0.4 * 2 + 0.2) / 3) and rel.regret == pytest.approx(0.5 - 1 / 3)
+    assert (rel.regret_min, rel.regret_max) == (pytest.approx(-0.1), pytest.approx(0.7))
+    assert (rel.param_min, rel.param_max) == (0.1, 0.2) and rel.strategy == "relative_delta"
+    assert rel.f1_best_fixed == pytest.approx(0.5) and rel.regret_vs_fixed == pytest.approx(0.5 - 1 / 3)
+    assert rel.f1_in_sample == pytest.approx(1.4 / 3)
+    f = folds[(folds.embedder == "A") & (folds.family == "relative δ")].set_index("conversation_id")
+    assert f.loc["c1", "param"] == 0.2 and f.loc["c2", "param"] == 0.1 and f.loc["c2", "regret"] == pytest.approx(0.7)
+
+
+def test_across_embedders_regret_by_hand():
+    out, _ = TR.transfer(transfer_rows(), FAM)
+    emb = out[out.protocol == "embedders"].set_index(["source", "embedder", "family"])
+    # A -> B: cosine chosen on A = .3 (A mean .5) -> B .1; B's best cosine in hindsight .5 -> .7: regret .6
+    r = emb.loc[("A", "B", "cosine")]
+    assert (r.param_min, r.f1_held_out, r.f1_hindsight, r.regret) == (0.3, pytest.approx(0.1), pytest.approx(0.7), pytest.approx(0.6))
+    # A -> B: delta chosen on A = .2 (A mean 1.4/3 > 1.2/3) -> B .2: regret .5; B's own best delta .6
+    r = emb.loc[("A", "B", "relative δ")]
+    assert (r.param_min, r.f1_held_out, r.regret, r.f1_in_sample) == (0.2, pytest.approx(0.2), pytest.approx(0.5), pytest.approx(0.6))
+    # B -> A: cosine .5 (B .7) -> A .3, A's best fixed .5: regret .2; delta .1 (B .6) -> A .4: regret .1
+    assert emb.loc[("B", "A", "cosine")].regret == pytest.approx(0.2)
+    assert emb.loc[("B", "A", "relative δ")].regret == pytest.approx(0.1)
+    assert len(emb) == 4 and list(out.columns) == TR.COLUMNS
+
+
+def test_one_conversation_or_no_cosine_reference_gives_no_loco_row():
+    rows = transfer_rows()
+    one = rows[rows.conversation_id == "c1"]
+    out, folds = TR.transfer(one[one.embedder == "A"], FAM)
+    assert out.empty and folds.empty
+    out, _ = TR.transfer(rows[rows.strategy != "threshold"], {"relative_delta": "relative δ"})
+    assert out.empty  # nothing to compare with: no raw cosine threshold in the run

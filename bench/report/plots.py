@@ -234,3 +234,32 @@ def attribution(counts: pd.DataFrame, causes: list[str], title: str, path: Path)
         return _save(fig, path)
     finally:
         plt.close(fig)
+
+
+def embedder_curves(curves: pd.DataFrame, marks: Sequence[float], title: str, path: Path, *, metric: str = "f1") -> Path:
+    """``metric`` vs similarity threshold of every embedder on one chart, one panel per strategy, with the
+    bootstrap band; ``marks`` (the seed articles' thresholds) as vertical lines.
+
+    ``curves`` columns: label (the embedder, or embedder/store), strategy, threshold, metric, metric_lo, metric_hi."""
+    plt = _figure()
+    names = list(dict.fromkeys(curves["strategy"]))
+    fig, axes = plt.subplots(1, max(len(names), 1), figsize=(5.6 * max(len(names), 1), 4), squeeze=False, sharey=True)
+    for ax, name in zip(axes[0], names):
+        for i, (label, c) in enumerate(curves[curves["strategy"] == name].groupby("label", sort=False)):
+            c = c.sort_values("threshold")
+            ax.plot(c["threshold"], c[metric], "-o", ms=3, color=f"C{i}", label=label)
+            ax.fill_between(c["threshold"], c[f"{metric}_lo"], c[f"{metric}_hi"], color=f"C{i}", alpha=0.15, lw=0)
+        for t in marks:
+            ax.axvline(t, color="k", ls=":", lw=1)
+            ax.annotate(f"{t:.2f}", (t, 0.98), xycoords=("data", "axes fraction"), fontsize=8, ha="left", va="top")
+        ax.set_title(name)
+        ax.set_xlabel("similarity threshold (dotted: the seed articles' thresholds)")
+        ax.set_xlim(0, 1)
+        ax.grid(alpha=0.3)
+    axes[0][0].set_ylabel(f"{metric} (macro, 95 % CI band)")
+    axes[0][0].legend(fontsize=7)
+    fig.suptitle(title, fontsize=10)
+    try:
+        return _save(fig, path)
+    finally:
+        plt.close(fig)
