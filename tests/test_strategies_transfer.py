@@ -8,6 +8,7 @@ import pandas as pd
 import pytest
 
 from bench import relevance as R
+from bench.analysis import transfer as TR
 from bench.strategies import relative as X
 from bench.strategies.spec import StrategySpec
 from bench.sweep import sweep
@@ -165,7 +166,6 @@ def test_the_cached_column_round_trips_and_is_refused_when_it_does_not_fit_the_t
 
 # --- bench.analysis.transfer: the regret arithmetic, worked by hand ------------------------------------
 
-from bench.analysis import transfer as TR  # noqa: E402
 
 F1 = {  # embedder -> question -> F1 at (threshold .3, threshold .5, relative_delta .1, relative_delta .2)
     "A": {"q1": (0.2, 0.6, 0.5, 0.4), "q2": (0.4, 0.0, 0.5, 0.4), "q3": (0.9, 0.3, 0.2, 0.6)},

@@ -60,7 +60,7 @@ class Settings:
     family: tuple[str, ...]  # (S,)
     f1: np.ndarray  # (Q, S)
 
-    def subset(self, questions: np.ndarray) -> "Settings":
+    def subset(self, questions: np.ndarray) -> Settings:
         pos = {q: i for i, q in enumerate(self.question_ids)}
         idx = np.array([pos[q] for q in questions], dtype=np.int64)
         return Settings(self.question_ids[idx], self.conversations[idx], self.strategies, self.thresholds, self.family, self.f1[idx])

@@ -83,7 +83,10 @@ def _ci(v, lo, hi, digits: int = 3) -> str:
 
 
 def _thr(t) -> str:
-    return "—" if t is None or (isinstance(t, float) and math.isnan(t)) else f"{t:.2f}"
+    """A threshold: two decimals, three when the grid is finer (a calibrated p of 0.015)."""
+    if t is None or (isinstance(t, float) and math.isnan(t)):
+        return "—"
+    return f"{t:.2f}" if math.isclose(t, round(t, 2), abs_tol=1e-9) else f"{t:.3f}"
 
 
 THRESHOLD_PHRASE = {"similarity": " with similarity ≥ {t}", "probability": " with calibrated P(relevant) ≥ {t}",
@@ -339,7 +342,8 @@ def embedders_section(a: Analysis, strategies: list[dict], out: Path) -> list[st
                      f"{_fmt(r['nongold_p10'], 2)} / {_fmt(r['nongold_p50'], 2)} / {_fmt(r['nongold_p90'], 2)} | {_fmt(r['auc'])} | "
                      f"{_fmt(r[f'gold_pass_{ref}'])} | {_fmt(r[f'nongold_pass_{ref}'])} | {_fmt(r[f'gold_share_above_{ref}'])} |")
     lines += ["", "| dataset | store | strategy | embedder | threshold | F1 [CI] | recall [CI] | tokens [CI] |", "|---|---|---|---|---|---|---|---|"]
-    for _, r in e.sort_values(["dataset", "backend", "strategy"], kind="stable").iterrows():
+    store_free = {r["name"] for r in strategies if r.get("uses_store") is False}  # the same for every embedder: left out
+    for _, r in e[~e["strategy"].isin(store_free)].sort_values(["dataset", "backend", "strategy"], kind="stable").iterrows():
         lines.append(f"| {r['dataset']} | {r['backend']} | {r['strategy']} | {_emb(r['embedder'], not r['for_results'])} | {_thr(r['threshold'])} | "
                      f"{_ci(r['f1'], r['f1_lo'], r['f1_hi'])} | {_ci(r['recall'], r['recall_lo'], r['recall_hi'])} | "
                      f"{_ci(r['tokens'], r['tokens_lo'], r['tokens_hi'], 0)} |")
@@ -394,6 +398,7 @@ def thresholds_transfer_section(a: Analysis) -> list[str]:
              "isotonic fit (pool adjacent violators) of gold vs non-gold candidates, fitted per embedder and store, leave one "
              "conversation out (a question is never scored by a map that saw its labels; `bench/relevance.py`). Tables: "
              "`analysis/transfer.csv`, `analysis/transfer_folds.csv`.", ""]
+    plumbing = set(a.embedders.loc[~a.embedders["for_results"], "embedder"]) if a.embedders is not None and len(a.embedders) else set()
     lo = t[t["protocol"] == "loco"]
     if len(lo):
         lines += ["### Leave one conversation out", "",
@@ -404,7 +409,7 @@ def thresholds_transfer_section(a: Analysis) -> list[str]:
                   "|---|---|---|---|---|---|---|---|---|---|"]
         for _, r in lo.iterrows():
             rng = f" [{r['regret_min']:+.3f}, {r['regret_max']:+.3f}]" if not math.isnan(r["regret_min"]) else ""
-            lines.append(f"| {r['dataset']} | {r['embedder']} | {r['backend']} | {r['family']} | {_setting(r)} | {_fmt(r['f1_held_out'])} | "
+            lines.append(f"| {r['dataset']} | {_emb(r['embedder'], r['embedder'] in plumbing)} | {r['backend']} | {r['family']} | {_setting(r)} | {_fmt(r['f1_held_out'])} | "
                          f"{_fmt(r['f1_hindsight'])} | {r['regret']:+.3f}{rng} | {_fmt(r['f1_best_fixed'])} | {r['regret_vs_fixed']:+.3f} |")
         lines.append("")
     em = t[t["protocol"] == "embedders"]
@@ -416,7 +421,8 @@ def thresholds_transfer_section(a: Analysis) -> list[str]:
                   "| dataset | store | fit on → applied to | family | setting | F1 on target | target's best cosine F1 | regret | target's own best in family |",
                   "|---|---|---|---|---|---|---|---|---|"]
         for _, r in em.iterrows():
-            lines.append(f"| {r['dataset']} | {r['backend']} | {r['source']} → {r['embedder']} | {r['family']} | {_setting(r)} | "
+            lines.append(f"| {r['dataset']} | {r['backend']} | {_emb(r['source'], r['source'] in plumbing)} → "
+                         f"{_emb(r['embedder'], r['embedder'] in plumbing)} | {r['family']} | {_setting(r)} | "
                          f"{_fmt(r['f1_held_out'])} | {_fmt(r['f1_hindsight'])} | {r['regret']:+.3f} | {_fmt(r['f1_in_sample'])} |")
         lines.append("")
     return lines

@@ -251,13 +251,13 @@ def embedder_curves(curves: pd.DataFrame, marks: Sequence[float], title: str, pa
             ax.fill_between(c["threshold"], c[f"{metric}_lo"], c[f"{metric}_hi"], color=f"C{i}", alpha=0.15, lw=0)
         for t in marks:
             ax.axvline(t, color="k", ls=":", lw=1)
-            ax.annotate(f"{t:.2f}", (t, 0.98), xycoords=("data", "axes fraction"), fontsize=8, ha="left", va="top")
+            ax.annotate(f"{t:.2f}", (t, 0.02), xycoords=("data", "axes fraction"), fontsize=8, ha="left", va="bottom")
         ax.set_title(name)
         ax.set_xlabel("similarity threshold (dotted: the seed articles' thresholds)")
         ax.set_xlim(0, 1)
         ax.grid(alpha=0.3)
     axes[0][0].set_ylabel(f"{metric} (macro, 95 % CI band)")
-    axes[0][0].legend(fontsize=7)
+    axes[0][0].legend(fontsize=7, loc="upper right")
     fig.suptitle(title, fontsize=10)
     try:
         return _save(fig, path)
