@@ -93,6 +93,14 @@ THRESHOLD_PHRASE = {"similarity": " with similarity ≥ {t}", "probability": " w
                     "delta": " with similarity ≥ (best similarity − {t})", "ratio": " with similarity ≥ {t} × best similarity"}
 
 
+def axis_labels(strategies: list[dict]) -> dict[str, str]:
+    """Strategy name -> what its threshold axis shows, for the strategies whose threshold is not a similarity."""
+    from bench.strategies.spec import THRESHOLD_ON
+
+    return {s["name"]: THRESHOLD_ON.get(s.get("threshold_on"), s.get("threshold_on")) for s in strategies
+            if (s.get("threshold_on") or "similarity") != "similarity"}
+
+
 def threshold_phrase(strategies: list[dict], name: str, t: float) -> str:
     """How a strategy's chosen threshold reads (its ``threshold_on`` in strategies.json: a similarity by default)."""
     if t is None or math.isnan(t):
@@ -449,7 +457,8 @@ def analysis_sections(run: RunDir, a: Analysis | None, strategies: list[dict]) -
     for i, ((ds, emb, be), c) in enumerate(rec.curves.groupby(["dataset", "embedder", "backend"], sort=False)):
         c = c[c["threshold"].notna()]
         if len(c):
-            fig = plots.ci_curves(c, cfg.primary if cfg.primary in ("f1", "f1_abstain") else "f1", f"{ds} / {emb} / {be}", out / f"ci_{i}_{be}.png")
+            fig = plots.ci_curves(c, cfg.primary if cfg.primary in ("f1", "f1_abstain") else "f1", f"{ds} / {emb} / {be}", out / f"ci_{i}_{be}.png",
+                                  xlabels=axis_labels(strategies))
             lines += [f"![{fig.stem}]({ANALYSIS}/{fig.name})", ""]
     lines += significance_section(a.significance, rec, multi)
     lines += transfer_section(rec, multi)
@@ -488,8 +497,8 @@ def write_report(run_dir: Path, settings=None) -> Path:
         title = f"{ds} / {emb} / {be}"
         tag = f"{i}_{be}"
         figures.append((title, [
-            plots.quality_vs_threshold(g, title, run_dir / f"quality_vs_threshold_{tag}.png"),
-            plots.tokens_vs_threshold(g, title, run_dir / f"tokens_vs_threshold_{tag}.png",
+            plots.quality_vs_threshold(g, title, run_dir / f"quality_vs_threshold_{tag}.png", xlabels=axis_labels(strategies)),
+            plots.tokens_vs_threshold(g[~g["strategy"].isin(axis_labels(strategies))], title, run_dir / f"tokens_vs_threshold_{tag}.png",
                                       full_context=strategy_names(strategies, "full_context")),
             plots.recall_vs_tokens(g, title, run_dir / f"recall_vs_tokens_{tag}.png"),
         ]))

@@ -4,7 +4,7 @@ calibration histograms/ECDFs, LOCO folds, miss attribution. PNG files, written a
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 import pandas as pd
@@ -31,7 +31,9 @@ def _save(fig, path: Path) -> Path:
     return path
 
 
-def quality_vs_threshold(summary: pd.DataFrame, title: str, path: Path) -> Path:
+def quality_vs_threshold(summary: pd.DataFrame, title: str, path: Path, *, xlabels: Mapping[str, str] | None = None) -> Path:
+    """Precision, recall and F1 vs threshold, one panel per strategy (``xlabels``: strategy -> what its
+    threshold is, when not a similarity)."""
     plt = _figure()
     swept = summary[summary["threshold"].notna()]
     names = list(dict.fromkeys(swept["strategy"]))
@@ -41,7 +43,7 @@ def quality_vs_threshold(summary: pd.DataFrame, title: str, path: Path) -> Path:
         for col, style in (("precision", "-o"), ("recall", "-s"), ("f1", "-^")):
             ax.plot(s["threshold"], s[col], style, ms=3, label=col)
         ax.set_title(name)
-        ax.set_xlabel("similarity threshold")
+        ax.set_xlabel((xlabels or {}).get(name, "similarity threshold"))
         ax.set_ylim(0, 1)
         ax.grid(alpha=0.3)
     axes[0][0].set_ylabel("macro average over questions")
@@ -129,7 +131,7 @@ def pareto(points: pd.DataFrame, front: pd.Series, best: pd.DataFrame, title: st
         plt.close(fig)
 
 
-def ci_curves(curves: pd.DataFrame, metric: str, title: str, path: Path) -> Path:
+def ci_curves(curves: pd.DataFrame, metric: str, title: str, path: Path, *, xlabels: Mapping[str, str] | None = None) -> Path:
     """``metric`` and recall vs threshold with their 95 % bootstrap bands, one panel per strategy;
     the chosen threshold is a dashed line."""
     plt = _figure()
@@ -144,7 +146,7 @@ def ci_curves(curves: pd.DataFrame, metric: str, title: str, path: Path) -> Path
             ax.axvline(t, color="k", ls="--", lw=1)
             ax.annotate(f"chosen {t:.2f}", (t, 0.95), fontsize=8, ha="left")
         ax.set_title(name)
-        ax.set_xlabel("similarity threshold")
+        ax.set_xlabel((xlabels or {}).get(name, "similarity threshold"))
         ax.set_ylim(0, 1)
         ax.grid(alpha=0.3)
     axes[0][0].set_ylabel("macro mean, 95 % CI (conversations resampled)")
