@@ -155,7 +155,11 @@ def analyse(run: RunDir, settings: RecommendConfig | None = None) -> Analysis | 
     rows = one_format(run.questions())
     summary = one_format(run.summary())
     cfg = settings or load_settings(run)
-    rec = recommend(rows, cfg, source=str(run.file(QUESTIONS)))
+    flags = summary.drop_duplicates("embedder").set_index("embedder")["for_results"].astype(bool).to_dict() \
+        if "for_results" in summary else {}
+    plumbing = frozenset(e for e, ok in flags.items() if not ok)
+    # beside a real embedder, a plumbing one (hashing, synthetic) is compared but never recommended
+    rec = recommend(rows, cfg, source=str(run.file(QUESTIONS)), never_best=plumbing if len(plumbing) < len(flags) else frozenset())
     best = rec.best()
     inputs_note, attr_note, misses, by_strategy, by_category = "", "", None, None, None
     try:
@@ -177,8 +181,6 @@ def analyse(run: RunDir, settings: RecommendConfig | None = None) -> Analysis | 
     records = run.strategies()
     not_similarity = frozenset(r["name"] for r in records if r.get("threshold_on", "similarity") != "similarity")
     cals = tuple(calibrations(jobs, best, not_similarity))
-    flags = summary.drop_duplicates("embedder").set_index("embedder")["for_results"].astype(bool).to_dict() \
-        if "for_results" in summary else {}
     moved, folds = transfer_.transfer(rows, transfer_.families(records))
     return Analysis(cfg=cfg, rows=rows, summary=summary, rec=rec, significance=significance(rows, rec), pareto=pareto(summary),
                     calibrations=cals, misses=misses, misses_by_strategy=by_strategy,

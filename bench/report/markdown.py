@@ -506,8 +506,13 @@ def write_report(run_dir: Path, settings=None) -> Path:
     best = best_by_f1(summary[summary["threshold"].notna()])
     main_cols = ["backend", "strategy", "threshold", "n_questions", "precision", "recall", "f1", "micro_f1", "hit_rate", "empty_rate", "tokens_injected_mean", "token_savings"]
     lines = ["# recallbench report", ""]
-    if not summary.get("for_results", pd.Series([True])).all():
+    flags = summary.get("for_results", pd.Series([True] * len(summary), dtype=bool)).astype(bool)
+    if not flags.any():
         lines += ["> **Plumbing run**: this used a test-only embedder (hashing). Do not quote these numbers.", ""]
+    elif not flags.all():
+        names = ", ".join(f"`{e}`" for e in dict.fromkeys(summary.loc[~flags, "embedder"]))
+        lines += [f"> **Plumbing embedder**: {names} is test-only: shown beside the others for comparison, never recommended; "
+                  "do not quote its numbers.", ""]
     lines += analysis_sections(run, a, strategies)
     lines += ["## Runs", ""]
     for j in jobs:
