@@ -9,7 +9,7 @@ the swept similarity threshold (None for strategies without one, which still acc
 no randomness, no mutation: the same inputs give the same subset.
 
 A strategy that has more to report than the hits returns a ``Selection`` (hits + the route a router
-took, the tier of each hit, the state a stateful policy hands to the next question). Two extra
+took, the tier of each hit, the state a stateful policy hands to the next question). Extra
 inputs are supplied by the sweep only when the strategy asks for them: ``tokens`` (memory key ->
 injected tokens, ``needs_tokens``), ``state`` (``stateful``; see ``bench.strategies.tiers``) and
 ``calibrated`` (``calibrated``: per hit, in the hits' order, the out-of-fold calibrated probability that
