@@ -15,7 +15,7 @@ order:
   not a similarity, ``threshold_on`` delta/ratio/probability: returned but not kept by that cut);
 - ``cap``: returned and above the threshold, but below the strategy's top-k cut (``k``);
 - ``decay/tier``: returned, above the threshold and within the cap, yet dropped by the strategy's
-  own policy (decay floor, tiers, routing).
+  own policy (decay floor, tiers, routing, the adaptive largest-gap cut).
 
 Selections are re-derived by replaying the run's own strategies through ``bench.sweep.sweep``
 (pure) with a recorder around each strategy function, at one threshold per strategy (the

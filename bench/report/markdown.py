@@ -289,7 +289,7 @@ def attribution_section(a: Analysis, run_dir: Path) -> list[str]:
              f"Each missed gold memory gets one cause, in this order: filter (hidden by the strategy's filter), embedding "
              f"(not in the exact top-{top_n} by cosine), store (in the exact top-{top_n} but not returned by the store), "
              "threshold (returned, below the threshold), cap (above the threshold, below the top-k cut), decay/tier (dropped by the "
-             "strategy's own policy: decay floor, tiers, routing or budget caps). `unreturned` = not returned and no exact rank available. Strategies that ignore the store are not listed.", ""]
+             "strategy's own policy: decay floor, tiers, routing, budget caps or the adaptive largest-gap cut). `unreturned` = not returned and no exact rank available. Strategies that ignore the store are not listed.", ""]
     if misses.empty:
         return lines + ["No misses to attribute.", ""]
     causes = [f"{c} miss" for c in attribution.CAUSES]
