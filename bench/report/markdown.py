@@ -137,8 +137,8 @@ def recommendation_section(a: Analysis, strategies: list[dict]) -> list[str]:
         n_excl = b.get("n_excluded", 0)
         n_excl = 0 if n_excl is None or math.isnan(n_excl) else int(n_excl)
         if not math.isnan(b["threshold_share"]):
-            lines.append(f"- **How sure**: bootstrap resamples choose {b['threshold']:.2f} in {b['threshold_share']:.0%} of cases "
-                         f"({cfg.confidence:.0%} range of the chosen threshold {b['threshold_lo']:.2f}–{b['threshold_hi']:.2f}); "
+            lines.append(f"- **How sure**: bootstrap resamples choose {_thr(b['threshold'])} in {b['threshold_share']:.0%} of cases "
+                         f"({cfg.confidence:.0%} range of the chosen threshold {_thr(b['threshold_lo'])}–{_thr(b['threshold_hi'])}); "
                          f"{b['n_questions']} scored questions (+{b['n_adversarial']} adversarial"
                          + (f"; {n_excl} without gold excluded" if n_excl else "")
                          + f") in {b['n_conversations']} conversations."
