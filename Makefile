@@ -5,6 +5,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-stamp
 ARGS ?=
+EMBEDDERS ?=
 
 .DEFAULT_GOAL := help
 .PHONY: help sweep test report data install clean-cache stores compare regress baseline harden load bench labels
@@ -20,8 +21,8 @@ $(STAMP): pyproject.toml
 
 install: $(STAMP) ## Create .venv and install recallbench (editable, every store extra, test tools; no-op when done)
 
-sweep: $(STAMP) ## Run the main sweep (LoCoMo if the data path has it, else the demo corpus) -> reports/latest/
-	$(BIN)/recallbench sweep $(ARGS)
+sweep: $(STAMP) ## Run the main sweep (LoCoMo if the data path has it, else the demo corpus) -> reports/latest/; EMBEDDERS=a,b compares embedders
+	$(BIN)/recallbench sweep $(if $(EMBEDDERS),-m embedder=$(EMBEDDERS)) $(ARGS)
 
 test: $(STAMP) ## Run the test suite
 	$(BIN)/python -m pytest -q $(ARGS)

@@ -71,7 +71,8 @@ def trace_dirname(roles: Sequence[str] | None) -> str:
 def strategy_record(spec, node: Mapping) -> dict:
     """What strategies.json keeps of one strategy: what it is (kind, params, roles, flags) and its plain config."""
     return {"name": spec.name, "kind": spec.kind, "roles": list(spec.roles) if spec.roles else None, "params": spec.params,
-            "thresholded": spec.thresholded, "uses_store": spec.uses_store, "config": dict(node)}
+            "thresholded": spec.thresholded, "uses_store": spec.uses_store, "threshold_on": spec.threshold_on,
+            "thresholds": list(spec.thresholds) if spec.thresholds else None, "config": dict(node)}
 
 
 def strategy_names(strategies: Sequence[Mapping], kind: str, *, roles: Sequence[str] | None = None, **params) -> list[str]:

@@ -20,7 +20,6 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from decimal import Decimal
 from operator import attrgetter
 
 import numpy as np
@@ -28,7 +27,7 @@ import pandas as pd
 
 from bench import metrics
 from bench.formats import TokenTable, check_formats
-from bench.strategies.spec import Selection, StrategySpec
+from bench.strategies.spec import Selection, StrategySpec, threshold_grid  # noqa: F401  (threshold_grid: re-exported)
 from bench.trace import Trace
 from bench.types import Corpus, Hits, memory_key
 from bench.visibility import Visibility
@@ -36,20 +35,6 @@ from bench.visibility import Visibility
 _ID = attrgetter("id")
 SUMMARY_KEYS = ["dataset", "embedder", "backend", "strategy", "threshold", "format"]
 NAN = float("nan")
-
-
-def threshold_grid(start: float | str, stop: float | str, step: float | str) -> tuple[float, ...]:
-    """Inclusive grid of exact decimals, e.g. (0.10, 0.90, 0.05) -> 17 values."""
-    a, b, s = Decimal(str(start)), Decimal(str(stop)), Decimal(str(step))
-    if s <= 0 or a > b:
-        raise ValueError(f"threshold grid: need start <= stop and step > 0 (got {start}, {stop}, {step})")
-    out, x = [], a
-    while x <= b:
-        if not Decimal(0) <= x <= Decimal(1):
-            raise ValueError(f"threshold {x} outside [0, 1]")
-        out.append(float(x))
-        x += s
-    return tuple(out)
 
 
 @dataclass(frozen=True)
@@ -82,8 +67,14 @@ def sweep(
     embedder: str | None = None,
     formats: Sequence[str] = ("A",),
     format_tokens: TokenTable | None = None,
+    calibrated: Mapping[str, np.ndarray] | None = None,
 ) -> pd.DataFrame:
     """One row per (strategy, threshold, format, question).
+
+    A strategy with its own threshold grid (``StrategySpec.thresholds``) is swept over it instead of
+    ``thresholds``. Strategies that read ``calibrated`` get, per question, the out-of-fold P(relevant) of
+    each hit (``calibrated``: question_id -> array aligned with the trace's hits; computed here from the
+    trace and the corpus's labels by ``bench.relevance.out_of_fold`` when not given).
 
     Injected and full-context tokens of every format are priced by ``format_tokens``
     (``bench.formats.token_table``), which equals the tiktoken count of the rendered text exactly:
@@ -124,13 +115,23 @@ def sweep(
         ctx.append(_Ctx(q, view[0], frozenset(memory_key(q.conversation_id, e) for e in q.evidence),
                         Hits(tuple(rec.hit_ids), tuple(np.asarray(rec.hit_scores, dtype=float).tolist())), float(rec.latency_ns), view[1]))
 
+    probs = None
+    if any(s.calibrated for s in strategies):
+        if calibrated is None:
+            from bench.relevance import out_of_fold
+
+            calibrated = out_of_fold(trace.table, corpus)
+        try:
+            probs = [calibrated[c.question.question_id] for c in ctx]
+        except KeyError as e:
+            raise ValueError(f"sweep: no calibrated scores for question {e.args[0]!r} (field question_id)") from None
     cols: dict[str, list] = {c: [] for c in ("strategy", "kind", "threshold", "qi", "n_selected", "n_correct", "latency_ns",
                                              "depth_saturated", "route", "l1_selected", "l1_correct")}
     tok: dict[str, list] = {f: [] for f in formats}
     order = replay_order([c.question for c in ctx])
     for spec in strategies:
         kind = spec.kind
-        for t in thresholds if spec.thresholded else (None,):
+        for t in (spec.thresholds or thresholds) if spec.thresholded else (None,):
             state: dict[str, object] = {}
             results: list[Selection | None] = [None] * len(ctx)
             for i in order if spec.stateful else range(len(ctx)):
@@ -138,6 +139,8 @@ def sweep(
                 kw = {"question": c.question, "eligible": c.eligible, "threshold": t}
                 if spec.needs_tokens:
                     kw["tokens"] = token_counts
+                if spec.calibrated:
+                    kw["calibrated"] = probs[i]
                 if spec.stateful:
                     kw["state"] = state.get(c.question.conversation_id)
                 sel = _as_selection(spec.fn(c.hits, **kw))

@@ -169,3 +169,18 @@ def test_counts_per_group():
     assert by_cat.loc["single-hop", "missed"] == 4 and by_cat.loc["temporal", "filter miss"] == 1
     empty = A.counts(m.iloc[0:0])
     assert empty.empty and "embedding miss" in empty.columns
+
+
+def test_a_threshold_that_is_not_a_similarity_misses_by_threshold():
+    from bench.strategies import relative as X
+
+    # relative_delta at delta .15 on q1 (hits t2 .8, t3 .7, t0 .5, t4 .3): keeps >= .65 -> t2, t3. The replay runs the
+    # asked delta, not the strategy's own grid. Gold t0 returned, not kept -> "threshold" (a delta is not a similarity:
+    # .5 >= .15 must not count as passing); t1 not returned, exact rank 2 -> "store"; t4 exact rank 5 > 4 -> "embedding".
+    rel = StrategySpec("rel", X.relative_delta, thresholded=True, thresholds=(0.0, 0.25))
+    assert rel.threshold_on == "delta"
+    seen = A.replay(TRACE, CORPUS, [rel], [0.15], TOKENS)
+    assert seen[("rel", 0.15)]["q1"] == ("c1|t2", "c1|t3")
+    m = A.attribute(TRACE, CORPUS, rel, 0.15, seen[("rel", 0.15)], A.gold_ranks(TRACE.table), top_n=4)
+    assert dict(zip(m[m.question_id == "q1"].memory, m[m.question_id == "q1"].cause)) == {
+        "c1|t0": "threshold", "c1|t1": "store", "c1|t4": "embedding"}

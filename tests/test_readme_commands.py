@@ -48,7 +48,8 @@ def test_every_fence_says_what_it_holds():
 def test_the_readmes_show_the_commands_we_promise():
     commands = "\n".join(body for _, _, body in SHELL_BLOCKS)
     for must in ("make sweep", "make test", "-m strategy='glob(*)'", "dataset=own dataset.path=$HOME/my-data", "recallbench data check",
-                 "recallbench sweep", "recallbench report", "python -m bench ", "pip install .", "make stores"):
+                 "recallbench sweep", "recallbench report", "python -m bench ", "pip install .", "make stores",
+                 "make sweep EMBEDDERS=", "experiment=transfer"):
         assert must in commands, must
     first = SHELL_BLOCKS[0][2].splitlines()
     assert [ln.split("#")[0].strip() for ln in first] == ["make sweep", "make test"]  # the README's first two commands

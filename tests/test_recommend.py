@@ -288,3 +288,15 @@ def test_questions_without_gold_are_not_in_the_grid_and_counts_agree_with_the_su
     assert set(thr["n_questions"]) == {3}
     cats = rec.categories[rec.categories["strategy"] == "thr"].set_index("category")
     assert "open-domain" not in cats.index  # q5's category has no scored question
+
+
+def test_a_plumbing_embedder_is_compared_but_never_recommended():
+    # a second embedder "fake" whose thr@0.5 doubles every F1 (q1 1.0 stays 1.0 ... better than anything of "emb")
+    fake = ROWS.assign(embedder="fake", f1=ROWS["f1"].where(ROWS["strategy"] != "thr", ROWS["f1"] * 2).clip(upper=1.0))
+    rows = pd.concat([ROWS, fake], ignore_index=True)
+    cfg = RecommendConfig.defaults(n_resamples=20)
+    assert recommend(rows, cfg).best().iloc[0]["embedder"] == "fake"
+    rec = recommend(rows, cfg, never_best=frozenset({"fake"}))
+    best = rec.best()
+    assert len(best) == 1 and best.iloc[0]["embedder"] == "emb" and best.iloc[0]["strategy"] == "lim"  # the fixture's own best
+    assert (rec.points["embedder"] == "fake").sum() == 2  # still measured: its points are there

@@ -56,7 +56,7 @@ def specs(names):
 def test_every_strategy_config_composes_and_sweeps(name):
     (spec,) = specs([name])
     rows = sweep(trace(spec.roles), CORPUS, [spec], (0.5, 0.75), TOKENS)
-    assert len(rows) == 3 * (2 if spec.thresholded else 1)
+    assert len(rows) == 3 * (len(spec.thresholds or (0.5, 0.75)) if spec.thresholded else 1)  # its own grid, else the run's
     assert set(rows["strategy"]) == {spec.name}
     s = summarise(rows)
     assert s["n_questions"].iloc[0] == 2 and not s["recall"].isna().all()
@@ -116,6 +116,10 @@ DECLARED = {
     "bm25_5": ("bm25", False, False, False, False),
     "rrf5": ("rrf", False, True, False, False),
     "dual_tier": ("dual_tier", True, True, True, False),
+    "calibrated": ("calibrated_threshold", True, True, False, False),
+    "relative_delta": ("relative_delta", True, True, False, False),
+    "relative_ratio": ("relative_ratio", True, True, False, False),
+    "adaptive10": ("largest_gap", False, True, False, False),
 }
 
 
@@ -124,7 +128,8 @@ def test_inputs_come_from_the_function_and_the_yaml_holds_only_name_roles_and_pa
     assert got == DECLARED
     for name in CONFIGS:
         node = yaml.safe_load((REPO / "configs" / "strategy" / f"{name}.yaml").read_text())
-        assert set(node) <= {"name", "roles", "fn"}, f"{name}.yaml: {sorted(set(node) - {'name', 'roles', 'fn'})}"
+        allowed = {"name", "roles", "fn", "thresholds"}  # thresholds: a strategy's own grid (delta, alpha, p)
+        assert set(node) <= allowed, f"{name}.yaml: {sorted(set(node) - allowed)}"
 
 
 PLAIN = {"name": "hyb", "fn": {"_target_": "bench.strategies.vector.hybrid", "_partial_": True, "k": 3}}
@@ -146,7 +151,11 @@ def test_load_spec_reads_the_declaration_through_the_partial():
 @pytest.mark.parametrize("node, fn, message", [
     ({**PLAIN, "thresholded": False}, None, "strategy hyb: field 'thresholded' is False but its function bench.strategies.vector.hybrid declares True"),
     ({**PLAIN, "stateful": "yes"}, None, "field 'stateful' is 'yes' but its function"),
-    ({**PLAIN, "color": 1}, None, r"strategy hyb: unknown field\(s\) color \(allowed: name, fn, roles\)"),
+    ({**PLAIN, "color": 1}, None, r"strategy hyb: unknown field\(s\) color \(allowed: name, fn, roles, thresholds\)"),
+    ({**PLAIN, "thresholds": {"start": 0.5, "stop": 0.1, "step": 0.1}}, None, r"strategy hyb: field 'thresholds': threshold grid: need start <= stop"),
+    ({**PLAIN, "thresholds": [0.1, 0.2]}, None, "strategy hyb: field 'thresholds' must be a mapping with start, stop and step"),
+    ({"name": "lim", "fn": {"_target_": "bench.strategies.vector.limit", "_partial_": True}, "thresholds": {"start": 0, "stop": 1, "step": 0.5}},
+     None, "strategy lim: field 'thresholds' is set but its function sweeps no threshold"),
     ({**PLAIN, "roles": ["robot"]}, None, "field 'roles' must be a non-empty list"),
     ({"fn": PLAIN["fn"]}, None, "field 'name' must be a non-empty string"),
     ({"name": "mine"}, functools.partial(undeclared), r"strategy mine: function .*undeclared declares no inputs \(decorate it with "

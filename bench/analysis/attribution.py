@@ -11,10 +11,11 @@ order:
 - ``unreturned``: the store did not return it and its exact rank is unknown (a trace written before
   ``gold_exact_ranks`` existed), so embedding and store cannot be told apart;
 - ``store``: in the exact top-N but the store did not return it (ANN miss, short result);
-- ``threshold``: returned, but its similarity is below the strategy's threshold;
+- ``threshold``: returned, but its similarity is below the strategy's threshold (for a threshold that is
+  not a similarity, ``threshold_on`` delta/ratio/probability: returned but not kept by that cut);
 - ``cap``: returned and above the threshold, but below the strategy's top-k cut (``k``);
 - ``decay/tier``: returned, above the threshold and within the cap, yet dropped by the strategy's
-  own policy (decay floor, tiers, routing).
+  own policy (decay floor, tiers, routing, the adaptive largest-gap cut).
 
 Selections are re-derived by replaying the run's own strategies through ``bench.sweep.sweep``
 (pure) with a recorder around each strategy function, at one threshold per strategy (the
@@ -104,6 +105,8 @@ def attribute(
     roles = tuple(spec.roles) if getattr(spec, "roles", None) else None
     cap_k = spec.params.get("k") if hasattr(spec, "params") else None
     t = threshold if spec.thresholded else None
+    # a threshold that is not a similarity (delta, alpha, P(relevant)): a returned gold memory it did not keep fell below the cut
+    cut = math.inf if t is not None and getattr(spec, "threshold_on", "similarity") != "similarity" else t
     out = []
     for rec in trace.table.itertuples(index=False):
         q = questions.get(rec.question_id)
@@ -121,11 +124,11 @@ def attribute(
         for g in missed:
             r = ids.index(g) if g in ids else None  # first occurrence, as a store's hits have no duplicates
             score = float(scores[r]) if r is not None else NAN
-            passes = r is not None and (t is None or score >= t)
+            passes = r is not None and (cut is None or score >= cut)
             # 0-based position among the hits that pass the threshold (None when g itself does not pass)
-            rank_passing = (r if t is None else int(np.count_nonzero(scores[:r] >= t))) if passes else None
+            rank_passing = (r if cut is None else int(np.count_nonzero(scores[:r] >= cut))) if passes else None
             cause = classify(visible_=g in vis, uses_store=spec.uses_store, exact_rank=qranks.get(g), top_n=top_n,
-                             store_rank=r, store_score=score, threshold=t, cap_k=cap_k, rank_passing=rank_passing)
+                             store_rank=r, store_score=score, threshold=cut, cap_k=cap_k, rank_passing=rank_passing)
             out.append({
                 "dataset": trace.meta.get("dataset"), "embedder": embedder or trace.meta.get("embedder"),
                 "backend": trace.meta.get("backend"), "strategy": spec.name, "threshold": NAN if t is None else t,
@@ -176,7 +179,7 @@ def replay(trace: Trace, corpus: Corpus, specs: Sequence, thresholds: Sequence[f
         for attr in ("func", "args", "keywords"):
             if hasattr(fn, attr):
                 setattr(wrapped, attr, getattr(fn, attr))
-        return dataclasses.replace(spec, fn=wrapped)
+        return dataclasses.replace(spec, fn=wrapped, thresholds=None)  # at the thresholds asked for, not its own grid
 
     sweep(trace, corpus, [recorder(s) for s in specs], tuple(thresholds), token_counts, **sweep_kwargs)
     return seen

@@ -516,8 +516,12 @@ class Recommendation:
         return self.points[self.points["best"]]
 
 
-def recommend(rows: pd.DataFrame, cfg: RecommendConfig | None = None, *, source: str = QUESTIONS) -> Recommendation:
-    """Choose an operating point for every configuration in ``rows`` and the best one per dataset."""
+def recommend(rows: pd.DataFrame, cfg: RecommendConfig | None = None, *, source: str = QUESTIONS,
+              never_best: frozenset = frozenset()) -> Recommendation:
+    """Choose an operating point for every configuration in ``rows`` and the best one per dataset.
+
+    Configurations of the embedders in ``never_best`` (plumbing embedders beside real ones) get their
+    operating points like every other but are never the dataset's best."""
     cfg = cfg or RecommendConfig.defaults()
     grids = build_grids(one_format(rows), source=source)
     points, curves, locos, folds, cats = [], [], [], [], []
@@ -535,6 +539,9 @@ def recommend(rows: pd.DataFrame, cfg: RecommendConfig | None = None, *, source:
     pts = pd.DataFrame(points)
     pts["best"] = False
     for _, d in pts.groupby("dataset", sort=False):
+        d = d[~d["embedder"].isin(list(never_best))]
+        if d.empty:
+            continue
         means = np.full((1, len(METRICS), len(d)), NAN)
         for m in METRICS:
             means[0, M[m]] = d[m].to_numpy(np.float64)

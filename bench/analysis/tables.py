@@ -4,7 +4,8 @@
 ``recommend:`` settings, and for calibration and miss attribution each job's corpus snapshot, traces
 and strategies; it returns an ``Analysis``: the recommendation (``bench.analysis.recommend``), the
 significance of the recommendation against every other configuration, the Pareto frontier, score
-calibration per (dataset, embedder, store, role filter) and the attributed misses with their counts.
+calibration per (dataset, embedder, store, role filter), the attributed misses with their counts, the
+embedders compared (``bench.analysis.embedders``) and the thresholds that transfer (``bench.analysis.transfer``).
 ``save`` writes its tables into the run's ``analysis/`` folder. Rendering (markdown, HTML, figures)
 is ``bench.report``'s; nothing here draws or formats.
 """
@@ -18,7 +19,8 @@ from dataclasses import dataclass
 
 import pandas as pd
 
-from bench.analysis import attribution, calibration, stats
+from bench.analysis import attribution, calibration, embedders, stats
+from bench.analysis import transfer as transfer_
 from bench.analysis.recommend import (
     CONFIG_KEYS,
     Recommendation,
@@ -67,6 +69,9 @@ class Analysis:
     verdicts: pd.DataFrame  # one per dataset: use / too little data / none, and the power estimate (bench.analysis.verdict)
     inputs_note: str = ""  # why calibration and attribution are missing ("" when the corpus and traces were read)
     attribution_note: str = ""  # why attribution alone is missing
+    embedders: pd.DataFrame | None = None  # embedders.table: per embedder and strategy, operating point and score bands
+    transfer: pd.DataFrame | None = None  # transfer.transfer: each family's F1 regret (LOCO; across embedders)
+    transfer_folds: pd.DataFrame | None = None  # its LOCO folds
 
     @property
     def multi_embedder(self) -> bool:
@@ -117,9 +122,10 @@ def pareto(summary: pd.DataFrame) -> pd.DataFrame:
     return pd.concat(parts) if parts else summary.assign(frontier=pd.Series(dtype=bool))
 
 
-def calibrations(jobs, best: pd.DataFrame) -> list[ScoreCalibration]:
+def calibrations(jobs, best: pd.DataFrame, not_similarity: frozenset = frozenset()) -> list[ScoreCalibration]:
     """Score calibration of every trace of ``jobs`` (``attribution.JobInputs``); jobs of a multirun share
-    traces: one per (dataset, embedder, store, role filter). The recommended threshold is marked."""
+    traces: one per (dataset, embedder, store, role filter). The recommended threshold is marked, unless
+    the recommended strategy is in ``not_similarity`` (its threshold is a delta, an alpha or a probability)."""
     out, done = [], set()
     for ji, job in enumerate(jobs):
         gold = {q.question_id: [f"{q.conversation_id}|{e}" for e in q.evidence] for q in job.corpus.questions}
@@ -134,7 +140,7 @@ def calibrations(jobs, best: pd.DataFrame) -> list[ScoreCalibration]:
             cal = calibration.calibrate(split)
             b = best[(best["dataset"] == ds) & (best["embedder"] == job.embedder) & (best["backend"] == be)]
             marks = {f"reference {REFERENCE_THRESHOLD:.2f}": REFERENCE_THRESHOLD}
-            if len(b) and not math.isnan(b.iloc[0]["threshold"]):
+            if len(b) and not math.isnan(b.iloc[0]["threshold"]) and b.iloc[0]["strategy"] not in not_similarity:
                 marks = {f"recommended {b.iloc[0]['threshold']:.2f}": float(b.iloc[0]["threshold"]), **marks}
             text = calibration.describe(cal, split, thresholds=sorted(set(marks.values())))
             out.append(ScoreCalibration(ds, job.embedder, be, roles, ji, ti, split, cal, marks, text))
@@ -151,7 +157,11 @@ def analyse(run: RunDir, settings: RecommendConfig | None = None) -> Analysis | 
     rows = one_format(run.questions())
     summary = one_format(run.summary())
     cfg = settings or load_settings(run)
-    rec = recommend(rows, cfg, source=str(run.file(QUESTIONS)))
+    flags = summary.drop_duplicates("embedder").set_index("embedder")["for_results"].astype(bool).to_dict() \
+        if "for_results" in summary else {}
+    plumbing = frozenset(e for e, ok in flags.items() if not ok)
+    # beside a real embedder, a plumbing one (hashing, synthetic) is compared but never recommended
+    rec = recommend(rows, cfg, source=str(run.file(QUESTIONS)), never_best=plumbing if len(plumbing) < len(flags) else frozenset())
     best = rec.best()
     inputs_note, attr_note, misses, by_strategy, by_category = "", "", None, None, None
     try:
@@ -170,19 +180,27 @@ def analyse(run: RunDir, settings: RecommendConfig | None = None) -> Analysis | 
         except Exception as e:  # noqa: BLE001
             log.warning("attribution skipped: %s: %s", type(e).__name__, e)
             misses, attr_note = None, f"Not available: {type(e).__name__}: {e}"
+    records = run.strategies()
+    not_similarity = frozenset(r["name"] for r in records if r.get("threshold_on", "similarity") != "similarity")
+    cals = tuple(calibrations(jobs, best, not_similarity))
+    moved, folds = transfer_.transfer(rows, transfer_.families(records))
     sig = significance(rows, rec)
     verdicts = verdict_table(rec.points, sig, min_stable_share=cfg.min_stable_share, alpha=cfg.alpha, metric=ROW_METRIC[cfg.primary])
     return Analysis(cfg=cfg, rows=rows, summary=summary, rec=rec, significance=sig, pareto=pareto(summary),
-                    calibrations=tuple(calibrations(jobs, best)), misses=misses, misses_by_strategy=by_strategy,
-                    misses_by_category=by_category, verdicts=verdicts, inputs_note=inputs_note, attribution_note=attr_note)
+                    calibrations=cals, misses=misses, misses_by_strategy=by_strategy,
+                    misses_by_category=by_category, verdicts=verdicts, inputs_note=inputs_note, attribution_note=attr_note,
+                    embedders=embedders.table(rec.points, cals, flags), transfer=moved, transfer_folds=folds)
 
 
 def save(run: RunDir, a: Analysis) -> None:
     """The analysis tables into the run's ``analysis/`` folder (CSV; the misses as parquet)."""
     rec = a.rec
     for name, df in (("recommendation", rec.points), ("curves", rec.curves), ("loco", rec.loco), ("loco_folds", rec.loco_folds),
-                     ("categories", rec.categories), ("transfer", rec.transfer), ("verdict", a.verdicts)):
+                     ("categories", rec.categories), ("transfer_datasets", rec.transfer), ("verdict", a.verdicts)):
         run.write_table(name, df)
+    for name, df in (("embedders", a.embedders), ("transfer", a.transfer), ("transfer_folds", a.transfer_folds)):
+        if df is not None:
+            run.write_table(name, df)
     sig = a.significance
     if len(sig):
         run.write_table("significance", sig.assign(a=sig["a"].map(json.dumps, na_action="ignore"),

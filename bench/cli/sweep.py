@@ -170,6 +170,26 @@ def get_trace(cfg: DictConfig, job: Job, embedder, roles: tuple[str, ...] | None
     return trace
 
 
+def get_calibrated(cfg: DictConfig, job: Job, trace) -> tuple[dict, dict]:
+    """The out-of-fold P(relevant) of every hit of ``trace`` (``bench.relevance``), from the cache when its
+    key matches: the trace's content (ids and scores), the corpus (labels) and the fitting code. Returns
+    (question_id -> array, the cache record for meta.json)."""
+    from bench import relevance
+
+    key = run.Key("relevance", {"trace_sha256": relevance.trace_digest(trace.table), "corpus_sha256": job.corpus_sha,
+                                "method": relevance.METHOD, "code": run.code_digest("relevance")})
+    cached = Path(cfg.paths.cache) / "relevance" / key.digest
+    probs = relevance.load_checked(cached, trace.table) if cached.exists() else None
+    if probs is not None:
+        return probs, {**key.describe(), "status": "hit"}
+    probs = relevance.out_of_fold(trace.table, job.corpus)
+    try:
+        relevance.save(cached, probs, key.describe())
+    except OSError as exc:
+        _warn_fault(f"could not write the relevance cache {cached}: {error_line(exc)}")
+    return probs, {**key.describe(), "status": "miss"}
+
+
 def run_job(cfg: DictConfig, out_dir: Path, job: Job | None = None) -> pd.DataFrame:
     """Run one job into ``out_dir``; returns its summary table."""
     from collections import Counter
@@ -197,12 +217,17 @@ def run_job(cfg: DictConfig, out_dir: Path, job: Job | None = None) -> pd.DataFr
 
     out_dir.mkdir(parents=True, exist_ok=True)
     out = RunDir(out_dir)
-    parts, metas, by_format = [], [], []
+    parts, metas, by_format, fitted = [], [], [], []
     for roles in dict.fromkeys(s.roles for s in strategies):
         trace = get_trace(cfg, job, embedder, roles)
         trace.save(out.trace_dir(roles))
         specs = [s for s in strategies if s.roles == roles]
-        parts.append(sweep(trace, corpus, specs, grid, token_counts, embedder=embedder.model_id, formats=formats, format_tokens=table))
+        probs = None
+        if any(s.calibrated for s in specs):  # derived from the trace and the labels, before the sweep
+            probs, record = get_calibrated(cfg, job, trace)
+            fitted.append(record)
+        parts.append(sweep(trace, corpus, specs, grid, token_counts, embedder=embedder.model_id, formats=formats, format_tokens=table,
+                           calibrated=probs))
         by_format += format_tokens_table(trace, corpus, specs, token_counts, table, embedder=embedder.model_id)
         metas.append(trace.meta)
     rows = pd.concat(parts, ignore_index=True)
@@ -220,7 +245,7 @@ def run_job(cfg: DictConfig, out_dir: Path, job: Job | None = None) -> pd.DataFr
             "defects": dict(Counter(d.kind for d in corpus.defects)), "defects_summary": defect_summary(corpus.defects),
             "embed_cache": {"hits": getattr(embedder, "hits", None), "misses": getattr(embedder, "misses", None)},
             "caches": {"job": {**job.key.describe(), "status": "miss"}, "traces": [m.get("cache") for m in metas],
-                       "embeddings": embed_cache}}
+                       "embeddings": embed_cache, **({"relevance": fitted} if fitted else {})}}
     out.write_meta(redact(meta))
     out.write_results(rows, summary)  # summary.csv last: a job directory with it is complete
     return summary

@@ -83,7 +83,30 @@ def _ci(v, lo, hi, digits: int = 3) -> str:
 
 
 def _thr(t) -> str:
-    return "—" if t is None or (isinstance(t, float) and math.isnan(t)) else f"{t:.2f}"
+    """A threshold: two decimals, three when the grid is finer (a calibrated p of 0.015)."""
+    if t is None or (isinstance(t, float) and math.isnan(t)):
+        return "—"
+    return f"{t:.2f}" if math.isclose(t, round(t, 2), abs_tol=1e-9) else f"{t:.3f}"
+
+
+THRESHOLD_PHRASE = {"similarity": " with similarity ≥ {t}", "probability": " with calibrated P(relevant) ≥ {t}",
+                    "delta": " with similarity ≥ (best similarity − {t})", "ratio": " with similarity ≥ {t} × best similarity"}
+
+
+def axis_labels(strategies: list[dict]) -> dict[str, str]:
+    """Strategy name -> what its threshold axis shows, for the strategies whose threshold is not a similarity."""
+    from bench.strategies.spec import THRESHOLD_ON
+
+    return {s["name"]: THRESHOLD_ON.get(s.get("threshold_on"), s.get("threshold_on")) for s in strategies
+            if (s.get("threshold_on") or "similarity") != "similarity"}
+
+
+def threshold_phrase(strategies: list[dict], name: str, t: float) -> str:
+    """How a strategy's chosen threshold reads (its ``threshold_on`` in strategies.json: a similarity by default)."""
+    if t is None or math.isnan(t):
+        return " (no similarity threshold)"
+    on = next((s.get("threshold_on") or "similarity" for s in strategies if s.get("name") == name), "similarity")
+    return THRESHOLD_PHRASE.get(on, THRESHOLD_PHRASE["similarity"]).format(t=f"{t:.2f}" if on == "similarity" else f"{t:.3g}")
 
 
 METRIC_NAMES = {"f1": "F1", "f1_abstain": "F1 (abstention credited)", "recall": "recall", "tokens": "injected tokens"}
@@ -166,7 +189,7 @@ def recommendation_section(a: Analysis, strategies: list[dict]) -> list[str]:
             lines += [f"**{ds}**: no configuration meets the constraints ({cfg.describe()}). Relax them.", ""]
             continue
         b = best.iloc[0]
-        setting = f" with similarity ≥ {b['threshold']:.2f}" if not math.isnan(b["threshold"]) else " (no similarity threshold)"
+        setting = threshold_phrase(strategies, b["strategy"], b["threshold"])
         full = summary[(summary["dataset"] == ds) & summary["strategy"].isin(full_context)]["tokens_injected_mean"]
         full_txt = f"; full context: {full.iloc[0]:.0f}" if len(full) else ""
         measured = (f"F1 {_ci(b['f1'], b['f1_lo'], b['f1_hi'])}, recall {_ci(b['recall'], b['recall_lo'], b['recall_hi'])}, "
@@ -183,8 +206,8 @@ def recommendation_section(a: Analysis, strategies: list[dict]) -> list[str]:
         n_excl = b.get("n_excluded", 0)
         n_excl = 0 if n_excl is None or math.isnan(n_excl) else int(n_excl)
         if not math.isnan(b["threshold_share"]):
-            lines.append(f"- **How sure**: bootstrap resamples choose {b['threshold']:.2f} in {b['threshold_share']:.0%} of cases "
-                         f"({cfg.confidence:.0%} range of the chosen threshold {b['threshold_lo']:.2f}–{b['threshold_hi']:.2f}); "
+            lines.append(f"- **How sure**: bootstrap resamples choose {_thr(b['threshold'])} in {b['threshold_share']:.0%} of cases "
+                         f"({cfg.confidence:.0%} range of the chosen threshold {_thr(b['threshold_lo'])}–{_thr(b['threshold_hi'])}); "
                          f"{b['n_questions']} scored questions (+{b['n_adversarial']} adversarial"
                          + (f"; {n_excl} without gold excluded" if n_excl else "")
                          + f") in {b['n_conversations']} conversations."
@@ -341,7 +364,7 @@ def attribution_section(a: Analysis, run_dir: Path) -> list[str]:
              f"Each missed gold memory gets one cause, in this order: filter (hidden by the strategy's filter), embedding "
              f"(not in the exact top-{top_n} by cosine), store (in the exact top-{top_n} but not returned by the store), "
              "threshold (returned, below the threshold), cap (above the threshold, below the top-k cut), decay/tier (dropped by the "
-             "strategy's own policy: decay floor, tiers, routing or budget caps). `unreturned` = not returned and no exact rank available. Strategies that ignore the store are not listed.", ""]
+             "strategy's own policy: decay floor, tiers, routing, budget caps or the adaptive largest-gap cut). `unreturned` = not returned and no exact rank available. Strategies that ignore the store are not listed.", ""]
     if misses.empty:
         return lines + ["No misses to attribute.", ""]
     causes = [f"{c} miss" for c in attribution.CAUSES]
@@ -376,6 +399,118 @@ def calibration_section(a: Analysis, out: Path) -> list[str]:
     return lines if a.calibrations else lines + [a.inputs_note or "No trace found in the run directory.", ""]
 
 
+def _emb(embedder: str, plumbing: bool) -> str:
+    return f"{embedder} (plumbing)" if plumbing else embedder
+
+
+def embedders_section(a: Analysis, strategies: list[dict], out: Path) -> list[str]:
+    """Embedders compared (a run with more than one embedder): score bands, each strategy's operating point
+    per embedder, and the F1-vs-threshold curves of every embedder on one chart with the seed thresholds."""
+    e = a.embedders
+    if e is None or e.empty or not a.multi_embedder:
+        return []
+    ref = "0.70"
+    lines = ["## Embedders compared", "",
+             "A similarity threshold belongs to an embedder: the same number keeps different memories under different models. "
+             "Per embedder (same corpus, same store): where its gold and non-gold candidates score (the unfiltered trace), AUC, "
+             f"and what the often-quoted {ref} keeps (“> 0.7 usually indicates high relevance”: the last column is the share "
+             f"of candidates scoring ≥ {ref} that are gold); then each strategy's operating point "
+             f"({a.cfg.describe()}, {a.cfg.confidence:.0%} cluster-bootstrap CIs). Table: `analysis/embedders.csv`."
+             + (" Embedders marked *plumbing* are test-only (hashing, synthetic): never quote their numbers." if not e["for_results"].all() else ""),
+             "", "| dataset | store | embedder | gold p10 / p50 / p90 | non-gold p10 / p50 / p90 | AUC | gold ≥ 0.70 | non-gold ≥ 0.70 | gold share of ≥ 0.70 |",
+             "|---|---|---|---|---|---|---|---|---|"]
+    for _, r in e.drop_duplicates(["dataset", "backend", "embedder"]).iterrows():
+        lines.append(f"| {r['dataset']} | {r['backend']} | {_emb(r['embedder'], not r['for_results'])} | "
+                     f"{_fmt(r['gold_p10'], 2)} / {_fmt(r['gold_p50'], 2)} / {_fmt(r['gold_p90'], 2)} | "
+                     f"{_fmt(r['nongold_p10'], 2)} / {_fmt(r['nongold_p50'], 2)} / {_fmt(r['nongold_p90'], 2)} | {_fmt(r['auc'])} | "
+                     f"{_fmt(r[f'gold_pass_{ref}'])} | {_fmt(r[f'nongold_pass_{ref}'])} | {_fmt(r[f'gold_share_above_{ref}'])} |")
+    lines += ["", "| dataset | store | strategy | embedder | threshold | F1 [CI] | recall [CI] | tokens [CI] |", "|---|---|---|---|---|---|---|---|"]
+    store_free = {r["name"] for r in strategies if r.get("uses_store") is False}  # the same for every embedder: left out
+    for _, r in e[~e["strategy"].isin(store_free)].sort_values(["dataset", "backend", "strategy"], kind="stable").iterrows():
+        lines.append(f"| {r['dataset']} | {r['backend']} | {r['strategy']} | {_emb(r['embedder'], not r['for_results'])} | {_thr(r['threshold'])} | "
+                     f"{_ci(r['f1'], r['f1_lo'], r['f1_hi'])} | {_ci(r['recall'], r['recall_lo'], r['recall_hi'])} | "
+                     f"{_ci(r['tokens'], r['tokens_lo'], r['tokens_hi'], 0)} |")
+    lines.append("")
+    names = strategy_names(strategies, "threshold") + strategy_names(strategies, "hybrid")
+    curves = a.rec.curves[a.rec.curves["strategy"].isin(names) & a.rec.curves["threshold"].notna()]
+    plumbing = set(e.loc[~e["for_results"], "embedder"])
+    thr = strategy_names(strategies, "threshold")
+    for i, ((ds, be), c) in enumerate(curves.groupby(["dataset", "backend"], sort=False)):
+        c = c.assign(label=[_emb(x, x in plumbing) for x in c["embedder"]])
+        fig = plots.embedder_curves(c, SEED_THRESHOLDS, f"{ds} / {be}: F1 vs threshold per embedder", out / f"embedders_{i}_{be}.png")
+        lines += [f"![{fig.stem}]({ANALYSIS}/{fig.name})", ""]
+        at = c[c["strategy"].isin(thr) & c["threshold"].round(2).isin(SEED_THRESHOLDS)]
+        if len(at):
+            seeds = sorted(SEED_THRESHOLDS, reverse=True)
+            lines += [f"At the seed articles' thresholds ({ds} / {be}, strategy `{at['strategy'].iloc[0]}`): F1 / recall.", "",
+                      "| embedder | " + " | ".join(f"≥ {t:.2f}" for t in seeds) + " |", "|---|" + "---|" * len(seeds)]
+            at = at[at["strategy"] == at["strategy"].iloc[0]]
+            for label, g in at.groupby("label", sort=False):
+                cells = []
+                for t in seeds:
+                    h = g[g["threshold"].round(2) == t]
+                    cells.append(f"{_fmt(h['f1'].iloc[0])} / {_fmt(h['recall'].iloc[0])}" if len(h) else "n/a")
+                lines.append(f"| {label} | " + " | ".join(cells) + " |")
+            lines.append("")
+    return lines
+
+
+SETTING = {"cosine": "cos ≥ ", "calibrated": "P ≥ ", "relative δ": "δ = ", "relative α": "α = "}
+
+
+def _setting(r) -> str:
+    lo, hi = r["param_min"], r["param_max"]
+    if isinstance(lo, float) and math.isnan(lo):
+        return f"`{r['strategy']}`"
+    rng = f"{lo:.3g}" if math.isclose(lo, hi) else f"{lo:.3g}–{hi:.3g}"
+    return SETTING.get(r["family"], "") + rng
+
+
+def thresholds_transfer_section(a: Analysis) -> list[str]:
+    """Each family of cuts (raw cosine, calibrated, relative, adaptive): chosen on training data, scored on
+    held-out data, its F1 regret against the best fixed cosine threshold chosen in hindsight."""
+    t = a.transfer
+    if t is None or t.empty or set(t["family"]) <= {"cosine"}:
+        return []
+    lines = ["## Thresholds that transfer", "",
+             "Each family of cuts chooses its setting on training data (highest macro F1) and is scored on held-out data: "
+             "a raw cosine threshold, a calibrated probability (`P(relevant) ≥ p`), relative cuts (`≥ top1 − δ`, `≥ α·top1`) and "
+             "an adaptive per-question cut (largest score gap within the top k). **Regret** = F1 of the best fixed cosine threshold "
+             "chosen in hindsight on the held-out data minus the family's held-out F1 (negative: it beats every fixed cosine "
+             "threshold). The calibrated family **needs labelled data**: P(relevant) is the store's similarity mapped through an "
+             "isotonic fit (pool adjacent violators) of gold vs non-gold candidates, fitted per embedder and store, leave one "
+             "conversation out (a question is never scored by a map that saw its labels; `bench/relevance.py`). Tables: "
+             "`analysis/transfer.csv`, `analysis/transfer_folds.csv`.", ""]
+    plumbing = set(a.embedders.loc[~a.embedders["for_results"], "embedder"]) if a.embedders is not None and len(a.embedders) else set()
+    lo = t[t["protocol"] == "loco"]
+    if len(lo):
+        lines += ["### Leave one conversation out", "",
+                  "Per fold: choose on every other conversation, score the held-out one; hindsight = the held-out conversation's own "
+                  "best cosine threshold (pooled over folds, question-weighted); `best single cosine` = one threshold for all "
+                  "conversations chosen in hindsight.", "",
+                  "| dataset | embedder | store | family | setting chosen (over folds) | held-out F1 | hindsight F1 | regret [fold range] | best single cosine F1 | regret vs it |",
+                  "|---|---|---|---|---|---|---|---|---|---|"]
+        for _, r in lo.iterrows():
+            rng = f" [{r['regret_min']:+.3f}, {r['regret_max']:+.3f}]" if not math.isnan(r["regret_min"]) else ""
+            lines.append(f"| {r['dataset']} | {_emb(r['embedder'], r['embedder'] in plumbing)} | {r['backend']} | {r['family']} | {_setting(r)} | {_fmt(r['f1_held_out'])} | "
+                         f"{_fmt(r['f1_hindsight'])} | {r['regret']:+.3f}{rng} | {_fmt(r['f1_best_fixed'])} | {r['regret_vs_fixed']:+.3f} |")
+        lines.append("")
+    em = t[t["protocol"] == "embedders"]
+    if len(em):
+        lines += ["### Across embedders", "",
+                  "The setting chosen on one embedder's run (all its questions) applied to another's (the questions both hold); "
+                  "hindsight = the target embedder's best fixed cosine threshold. The calibrated family's p is applied to the "
+                  "target's own calibrated scores (labels of the target needed).", "",
+                  "| dataset | store | fit on → applied to | family | setting | F1 on target | target's best cosine F1 | regret | target's own best in family |",
+                  "|---|---|---|---|---|---|---|---|---|"]
+        for _, r in em.iterrows():
+            lines.append(f"| {r['dataset']} | {r['backend']} | {_emb(r['source'], r['source'] in plumbing)} → "
+                         f"{_emb(r['embedder'], r['embedder'] in plumbing)} | {r['family']} | {_setting(r)} | "
+                         f"{_fmt(r['f1_held_out'])} | {_fmt(r['f1_hindsight'])} | {r['regret']:+.3f} | {_fmt(r['f1_in_sample'])} |")
+        lines.append("")
+    return lines
+
+
 def analysis_sections(run: RunDir, a: Analysis | None, strategies: list[dict]) -> list[str]:
     """Recommendation, operating points, Pareto frontier, significance, transfer, per category,
     calibration and miss attribution, rendered from ``a`` (figures written into the run's analysis/ folder)."""
@@ -388,6 +523,7 @@ def analysis_sections(run: RunDir, a: Analysis | None, strategies: list[dict]) -
     lines += next_knob_section(run, a, strategies)
     lines += releases_section(run, a)
     lines += points_section(rec, a.significance, multi)
+    lines += embedders_section(a, strategies, out)
     lines += ["## Pareto frontier: recall vs injected tokens", "",
               "Every configuration and threshold of the run; the black step line is the frontier (nothing else has more recall for "
               "as few tokens); the star is the recommendation.", ""]
@@ -399,7 +535,8 @@ def analysis_sections(run: RunDir, a: Analysis | None, strategies: list[dict]) -
     for i, ((ds, emb, be), c) in enumerate(rec.curves.groupby(["dataset", "embedder", "backend"], sort=False)):
         c = c[c["threshold"].notna()]
         if len(c):
-            fig = plots.ci_curves(c, cfg.primary if cfg.primary in ("f1", "f1_abstain") else "f1", f"{ds} / {emb} / {be}", out / f"ci_{i}_{be}.png")
+            fig = plots.ci_curves(c, cfg.primary if cfg.primary in ("f1", "f1_abstain") else "f1", f"{ds} / {emb} / {be}", out / f"ci_{i}_{be}.png",
+                                  xlabels=axis_labels(strategies))
             lines += [f"![{fig.stem}]({ANALYSIS}/{fig.name})", ""]
     lines += significance_section(a.significance, rec, multi)
     lines += transfer_section(rec, multi)
@@ -410,6 +547,7 @@ def analysis_sections(run: RunDir, a: Analysis | None, strategies: list[dict]) -
             fig = plots.loco(f.reset_index(drop=True), METRIC_NAMES[cfg.primary], f"LOCO: {b['dataset']} / {_label(b, multi)}",
                              out / f"loco_{i}.png")
             lines += [f"![{fig.stem}]({ANALYSIS}/{fig.name})", ""]
+    lines += thresholds_transfer_section(a)
     lines += category_section(rec, multi)
     lines += calibration_section(a, out)
     if a.misses is not None:
@@ -438,8 +576,8 @@ def write_report(run_dir: Path, settings=None) -> Path:
         title = f"{ds} / {emb} / {be}"
         tag = f"{i}_{be}"
         figures.append((title, [
-            plots.quality_vs_threshold(g, title, run_dir / f"quality_vs_threshold_{tag}.png"),
-            plots.tokens_vs_threshold(g, title, run_dir / f"tokens_vs_threshold_{tag}.png",
+            plots.quality_vs_threshold(g, title, run_dir / f"quality_vs_threshold_{tag}.png", xlabels=axis_labels(strategies)),
+            plots.tokens_vs_threshold(g[~g["strategy"].isin(axis_labels(strategies))], title, run_dir / f"tokens_vs_threshold_{tag}.png",
                                       full_context=strategy_names(strategies, "full_context"), styles_=styles),
             plots.recall_vs_tokens(g, title, run_dir / f"recall_vs_tokens_{tag}.png", styles_=styles),
         ]))
@@ -447,8 +585,13 @@ def write_report(run_dir: Path, settings=None) -> Path:
     best = best_by_f1(summary[summary["threshold"].notna()])
     main_cols = ["backend", "strategy", "threshold", "n_questions", "precision", "recall", "f1", "micro_f1", "hit_rate", "empty_rate", "tokens_injected_mean", "token_savings"]
     lines = ["# recallbench report", ""]
-    if not summary.get("for_results", pd.Series([True])).all():
+    flags = summary.get("for_results", pd.Series([True] * len(summary), dtype=bool)).astype(bool)
+    if not flags.any():
         lines += ["> **Plumbing run**: this used a test-only embedder (hashing). Do not quote these numbers.", ""]
+    elif not flags.all():
+        names = ", ".join(f"`{e}`" for e in dict.fromkeys(summary.loc[~flags, "embedder"]))
+        lines += [f"> **Plumbing embedder**: {names} is test-only: shown beside the others for comparison, never recommended; "
+                  "do not quote its numbers.", ""]
     lines += analysis_sections(run, a, strategies)
     lines += ["## Runs", ""]
     for j in jobs:

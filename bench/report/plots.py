@@ -4,7 +4,7 @@ calibration histograms/ECDFs, LOCO folds, miss attribution. PNG files, written a
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 import pandas as pd
@@ -31,7 +31,9 @@ def _save(fig, path: Path) -> Path:
     return path
 
 
-def quality_vs_threshold(summary: pd.DataFrame, title: str, path: Path) -> Path:
+def quality_vs_threshold(summary: pd.DataFrame, title: str, path: Path, *, xlabels: Mapping[str, str] | None = None) -> Path:
+    """Precision, recall and F1 vs threshold, one panel per strategy (``xlabels``: strategy -> what its
+    threshold is, when not a similarity)."""
     plt = _figure()
     swept = summary[summary["threshold"].notna()]
     names = list(dict.fromkeys(swept["strategy"]))
@@ -41,7 +43,7 @@ def quality_vs_threshold(summary: pd.DataFrame, title: str, path: Path) -> Path:
         for col, style in (("precision", "-o"), ("recall", "-s"), ("f1", "-^")):
             ax.plot(s["threshold"], s[col], style, ms=3, label=col)
         ax.set_title(name)
-        ax.set_xlabel("similarity threshold")
+        ax.set_xlabel((xlabels or {}).get(name, "similarity threshold"))
         ax.set_ylim(0, 1)
         ax.grid(alpha=0.3)
     axes[0][0].set_ylabel("macro average over questions")
@@ -172,7 +174,7 @@ def pareto(points: pd.DataFrame, front: pd.Series, best: pd.DataFrame, title: st
         plt.close(fig)
 
 
-def ci_curves(curves: pd.DataFrame, metric: str, title: str, path: Path) -> Path:
+def ci_curves(curves: pd.DataFrame, metric: str, title: str, path: Path, *, xlabels: Mapping[str, str] | None = None) -> Path:
     """``metric`` and recall vs threshold with their 95 % bootstrap bands, one panel per strategy;
     the chosen threshold is a dashed line."""
     plt = _figure()
@@ -187,7 +189,7 @@ def ci_curves(curves: pd.DataFrame, metric: str, title: str, path: Path) -> Path
             ax.axvline(t, color="k", ls="--", lw=1)
             ax.annotate(f"chosen {t:.2f}", (t, 0.95), fontsize=8, ha="left")
         ax.set_title(name)
-        ax.set_xlabel("similarity threshold")
+        ax.set_xlabel((xlabels or {}).get(name, "similarity threshold"))
         ax.set_ylim(0, 1)
         ax.grid(alpha=0.3)
     axes[0][0].set_ylabel("macro mean, 95 % CI (conversations resampled)")
@@ -274,6 +276,35 @@ def attribution(counts: pd.DataFrame, causes: list[str], title: str, path: Path)
     _legend_outside(ax, 7)
     ax.grid(alpha=0.3, axis="x")
     ax.set_title(title, fontsize=10)
+    try:
+        return _save(fig, path)
+    finally:
+        plt.close(fig)
+
+
+def embedder_curves(curves: pd.DataFrame, marks: Sequence[float], title: str, path: Path, *, metric: str = "f1") -> Path:
+    """``metric`` vs similarity threshold of every embedder on one chart, one panel per strategy, with the
+    bootstrap band; ``marks`` (the seed articles' thresholds) as vertical lines.
+
+    ``curves`` columns: label (the embedder, or embedder/store), strategy, threshold, metric, metric_lo, metric_hi."""
+    plt = _figure()
+    names = list(dict.fromkeys(curves["strategy"]))
+    fig, axes = plt.subplots(1, max(len(names), 1), figsize=(5.6 * max(len(names), 1), 4), squeeze=False, sharey=True)
+    for ax, name in zip(axes[0], names):
+        for i, (label, c) in enumerate(curves[curves["strategy"] == name].groupby("label", sort=False)):
+            c = c.sort_values("threshold")
+            ax.plot(c["threshold"], c[metric], "-o", ms=3, color=f"C{i}", label=label)
+            ax.fill_between(c["threshold"], c[f"{metric}_lo"], c[f"{metric}_hi"], color=f"C{i}", alpha=0.15, lw=0)
+        for t in marks:
+            ax.axvline(t, color="k", ls=":", lw=1)
+            ax.annotate(f"{t:.2f}", (t, 0.02), xycoords=("data", "axes fraction"), fontsize=8, ha="left", va="bottom")
+        ax.set_title(name)
+        ax.set_xlabel("similarity threshold (dotted: the seed articles' thresholds)")
+        ax.set_xlim(0, 1)
+        ax.grid(alpha=0.3)
+    axes[0][0].set_ylabel(f"{metric} (macro, 95 % CI band)")
+    axes[0][0].legend(fontsize=7, loc="upper right")
+    fig.suptitle(title, fontsize=10)
     try:
         return _save(fig, path)
     finally:

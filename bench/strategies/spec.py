@@ -9,19 +9,25 @@ the swept similarity threshold (None for strategies without one, which still acc
 no randomness, no mutation: the same inputs give the same subset.
 
 A strategy that has more to report than the hits returns a ``Selection`` (hits + the route a router
-took, the tier of each hit, the state a stateful policy hands to the next question). Two extra
+took, the tier of each hit, the state a stateful policy hands to the next question). Extra
 inputs are supplied by the sweep only when the strategy asks for them: ``tokens`` (memory key ->
-injected tokens, ``needs_tokens``) and ``state`` (``stateful``; see ``bench.strategies.tiers``).
+injected tokens, ``needs_tokens``), ``state`` (``stateful``; see ``bench.strategies.tiers``) and
+``calibrated`` (``calibrated``: per hit, in the hits' order, the out-of-fold calibrated probability that
+the hit is relevant, ``bench.relevance``; derived from the trace and the labels before the sweep).
 
 What a strategy reads is declared next to its function with ``@strategy(...)`` (``Inputs``:
-``thresholded``, ``uses_store``, ``stateful``, ``needs_tokens``); its YAML in ``configs/strategy/``
-gives only its name, its role filter and its parameters.
+``thresholded``, ``uses_store``, ``stateful``, ``needs_tokens``, ``calibrated``, and ``threshold_on``: what
+the swept threshold is compared with, ``similarity`` unless said otherwise); its YAML in
+``configs/strategy/`` gives only its name, its role filter, its parameters and, for a strategy whose
+threshold is not a similarity, its own threshold grid (``thresholds: {start, stop, step}``; default:
+the run's ``thresholds``).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from decimal import Decimal
 from typing import Any
 
 from bench.types import ROLES, Hit
@@ -51,14 +57,22 @@ class Inputs:
     uses_store: bool = True  # False: a baseline that ignores the trace (full context, recency, keyword, BM25)
     stateful: bool = False  # replayed in time order; fn takes ``state=`` and returns a Selection with the next state
     needs_tokens: bool = False  # fn takes ``tokens=`` (memory key -> injected tokens, format A)
+    calibrated: bool = False  # fn takes ``calibrated=`` (per hit: out-of-fold P(relevant), bench.relevance)
+    threshold_on: str = "similarity"  # what the threshold is compared with (THRESHOLD_ON)
 
 
-INPUT_FIELDS = ("thresholded", "uses_store", "stateful", "needs_tokens")
+INPUT_FIELDS = ("thresholded", "uses_store", "stateful", "needs_tokens", "calibrated")
+# what a swept threshold can mean; only a ``similarity`` threshold may be drawn on a similarity axis
+THRESHOLD_ON = {"similarity": "similarity threshold", "probability": "calibrated P(relevant) >= p",
+                "delta": "delta below the best score", "ratio": "alpha x the best score"}
 
 
-def strategy(*, thresholded: bool, uses_store: bool = True, stateful: bool = False, needs_tokens: bool = False):
+def strategy(*, thresholded: bool, uses_store: bool = True, stateful: bool = False, needs_tokens: bool = False,
+             calibrated: bool = False, threshold_on: str = "similarity"):
     """Declare a strategy function's inputs next to it: ``@strategy(thresholded=True)`` sets ``fn.inputs``."""
-    declared = Inputs(thresholded, uses_store, stateful, needs_tokens)
+    if threshold_on not in THRESHOLD_ON:
+        raise ValueError(f"strategy: threshold_on must be one of {sorted(THRESHOLD_ON)} (got {threshold_on!r})")
+    declared = Inputs(thresholded, uses_store, stateful, needs_tokens, calibrated, threshold_on)
 
     def declare(fn: Callable) -> Callable:
         fn.inputs = declared
@@ -89,6 +103,14 @@ class StrategySpec:
     roles: tuple[str, ...] | None = None  # role filter pushed down to the store (its own trace)
     stateful: bool = False  # replayed in time order; fn takes ``state=`` and returns a Selection with the next state
     needs_tokens: bool = False  # fn takes ``tokens=`` (memory key -> injected tokens, format A)
+    calibrated: bool = False  # fn takes ``calibrated=`` (per hit: out-of-fold P(relevant), bench.relevance)
+    thresholds: tuple[float, ...] | None = None  # its own threshold grid (YAML ``thresholds``); None: the run's
+
+    @property
+    def threshold_on(self) -> str:
+        """What its threshold is compared with (``similarity``, ``probability``, ``delta``, ``ratio``)."""
+        inputs = inputs_of(self.fn)
+        return inputs.threshold_on if inputs is not None else "similarity"
 
     @property
     def kind(self) -> str:
@@ -101,7 +123,35 @@ class StrategySpec:
         return dict(getattr(self.fn, "keywords", {}) or {})
 
 
-CONFIG_FIELDS = ("name", "fn", "roles")  # a strategy config: its name, its function with parameters, its role filter
+CONFIG_FIELDS = ("name", "fn", "roles", "thresholds")  # a strategy config: name, function with parameters, role filter, own grid
+
+
+def threshold_grid(start: float | str, stop: float | str, step: float | str) -> tuple[float, ...]:
+    """Inclusive grid of exact decimals, e.g. (0.10, 0.90, 0.05) -> 17 values."""
+    a, b, s = Decimal(str(start)), Decimal(str(stop)), Decimal(str(step))
+    if s <= 0 or a > b:
+        raise ValueError(f"threshold grid: need start <= stop and step > 0 (got {start}, {stop}, {step})")
+    out, x = [], a
+    while x <= b:
+        if not Decimal(0) <= x <= Decimal(1):
+            raise ValueError(f"threshold {x} outside [0, 1]")
+        out.append(float(x))
+        x += s
+    return tuple(out)
+
+
+def _own_grid(name: str, node: Mapping, thresholded: bool) -> tuple[float, ...] | None:
+    grid = node.get("thresholds")
+    if grid is None:
+        return None
+    if not thresholded:
+        raise ValueError(f"strategy {name}: field 'thresholds' is set but its function sweeps no threshold")
+    if not isinstance(grid, Mapping) or set(grid) != {"start", "stop", "step"}:
+        raise ValueError(f"strategy {name}: field 'thresholds' must be a mapping with start, stop and step (got {grid!r})")
+    try:
+        return threshold_grid(grid["start"], grid["stop"], grid["step"])
+    except (ArithmeticError, ValueError) as e:
+        raise ValueError(f"strategy {name}: field 'thresholds': {e}") from None
 
 
 def spec_from_config(node: Mapping, fn: Callable) -> StrategySpec:
@@ -128,7 +178,8 @@ def spec_from_config(node: Mapping, fn: Callable) -> StrategySpec:
     if roles is not None and (not roles or not set(roles) <= set(ROLES)):
         raise ValueError(f"strategy {name}: field 'roles' must be a non-empty list of {ROLES} or null, got {roles!r}")
     return StrategySpec(name=name, fn=fn, thresholded=inputs.thresholded, uses_store=inputs.uses_store,
-                        roles=tuple(roles) if roles else None, stateful=inputs.stateful, needs_tokens=inputs.needs_tokens)
+                        roles=tuple(roles) if roles else None, stateful=inputs.stateful, needs_tokens=inputs.needs_tokens,
+                        calibrated=inputs.calibrated, thresholds=_own_grid(name, node, inputs.thresholded))
 
 
 def load_spec(node: Mapping) -> StrategySpec:
