@@ -104,7 +104,7 @@ def job_settings(cfg: DictConfig) -> dict:
     out = {k: v for k, v in plain.items() if k not in JOB_KEY_IGNORES}
     for node in ("embedder", "backend"):
         if isinstance(out.get(node), dict):
-            out[node] = {k: v for k, v in out[node].items() if k not in ("progress", *run.STORE_PLACE_FIELDS)}
+            out[node] = {k: v for k, v in out[node].items() if k not in ("progress", "price_per_mtok", *run.STORE_PLACE_FIELDS)}
     return out
 
 
