@@ -176,6 +176,7 @@ def run_job(cfg: DictConfig, out_dir: Path, job: Job | None = None) -> pd.DataFr
     from bench import formats as F
     from bench import tokens
     from bench.data.card import dataset_card, defect_summary
+    from bench.embedders import coverage
     from bench.embedders.cache import CachedEmbedder
     from bench.strategies.spec import load_spec
     from bench.sweep import format_tokens_table, summarise, sweep, threshold_grid
@@ -210,13 +211,14 @@ def run_job(cfg: DictConfig, out_dir: Path, job: Job | None = None) -> pd.DataFr
 
     embed_cache = {"key": embedder.dir.name, "inputs": inner.identity, "hits": embedder.hits, "misses": embedder.misses} \
         if isinstance(embedder, CachedEmbedder) else {"status": "not cached", "inputs": inner.identity}
+    readable = coverage.measure(inner, [t.text for t in corpus.turns()] + [q.text for q in corpus.questions])
     out.write_card(dataset_card(corpus))
     out.write_corpus(corpus)  # what the report reads: never the dataset files again
     out.write_strategies(redact([strategy_record(s, n) for s, n in zip(strategies, nodes)]))
     meta = {**metas[0], "traces": metas, "tokens_encoding": cfg.tokens.encoding, "thresholds": list(grid),
             "strategies": [s.name for s in strategies], "formats": list(formats), "format_tokens": by_format,
             "corpus_sha256": job.corpus_sha, "embedder_identity": inner.identity, "overrides": _overrides(),
-            "defects": dict(Counter(d.kind for d in corpus.defects)), "defects_summary": defect_summary(corpus.defects),
+            "coverage": readable, "defects": dict(Counter(d.kind for d in corpus.defects)), "defects_summary": defect_summary(corpus.defects),
             "embed_cache": {"hits": getattr(embedder, "hits", None), "misses": getattr(embedder, "misses", None)},
             "caches": {"job": {**job.key.describe(), "status": "miss"}, "traces": [m.get("cache") for m in metas],
                        "embeddings": embed_cache}}
@@ -320,6 +322,12 @@ def finish_run(run_dir: Path, latest: Path | None) -> None:
             log.warning("%s: %s (listed in the report's dataset card)", m.get("dataset"), m.get("defects_summary"))
         else:
             log.info("%s: no label defects", m.get("dataset"))
+    from bench.embedders.coverage import warning_line
+
+    for (dataset, _), m in {(m.get("dataset"), m.get("embedder")): m for m in RunDir(run_dir).jobs()}.items():
+        line = warning_line(m.get("coverage") or {}, dataset)  # one line per (dataset, embedder) a model cannot read
+        if line:
+            log.warning(line)
 
 
 def _finish(run_dir: Path, cfg) -> None:

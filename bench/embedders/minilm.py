@@ -145,6 +145,15 @@ class MiniLMEmbedder(TwoSided):
         norms = np.linalg.norm(pooled, axis=1, keepdims=True)
         return (pooled / np.clip(norms, 1e-12, None)).astype(np.float32)
 
+    def unknown_chars(self, texts: Sequence[str]) -> list[int]:
+        """Per text, the characters covered by ``[UNK]`` tokens (the whole text: no truncation), for
+        ``bench.embedders.coverage``."""
+        tok = load_tokenizer()
+        tok.no_truncation()
+        tok.no_padding()
+        unk = tok.token_to_id("[UNK]")
+        return [sum(end - start for i, (start, end) in zip(e.ids, e.offsets) if i == unk) for e in tok.encode_batch(list(texts))]
+
     def embed(self, texts: Sequence[str]) -> np.ndarray:
         for i, t in enumerate(texts):
             if not isinstance(t, str):
