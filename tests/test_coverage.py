@@ -67,3 +67,19 @@ def test_minilm_counts_unk_characters():
 
     # "我擅长什么？" -> [我, [UNK] x4, ？] (tests/test_embedders_minilm.py); an emoji is one [UNK] character
     assert MiniLMEmbedder().unknown_chars(["我擅长什么？", "hello 😀", "café"]) == [4, 1, 0]
+
+
+def test_report_section_and_console_line():
+    from bench.report.markdown import coverage_section
+
+    rec = C.measure(Reads(), ["我擅长什么？", "I like tea"])
+    api = {"embedder": "http:x", "threshold": 0.05, "measured": False, "reason": "not measured: remote"}
+    lines = coverage_section([{"dataset": "demo", "embedder": "fake", "coverage": rec},
+                              {"dataset": "demo", "embedder": "fake", "coverage": rec},  # another store: listed once
+                              {"dataset": "demo", "embedder": "http:x", "coverage": api}, {"dataset": "demo", "embedder": "old"}])
+    assert lines[0] == "## Can the embedder read this corpus?"
+    rows = [ln for ln in lines if ln.startswith("| demo")]
+    assert rows == ["| demo | fake | en | 1 | 8 | 0.0% |", "| demo | fake | zh | 1 | 6 | 83.3% |",
+                    "| demo | http:x | all | | | not measured: remote |"]
+    assert [ln for ln in lines if ln.startswith("**Warning:**")] == [f"**Warning:** {C.warning_line(rec, 'demo')}."]
+    assert coverage_section([{"dataset": "demo", "embedder": "old"}]) == []  # runs from before the check: no section

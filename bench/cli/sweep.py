@@ -195,6 +195,7 @@ def run_job(cfg: DictConfig, out_dir: Path, job: Job | None = None) -> pd.DataFr
     table = F.token_table(corpus.turns(), lambda texts: tokens.count_tokens_many(texts, cfg.tokens.encoding), F.FORMATS)
     token_counts = dict(table.memory["A"])  # "role: message" lines
 
+    readable = coverage.measure(inner, [t.text for t in corpus.turns()] + [q.text for q in corpus.questions])  # warned by finish_run
     est = None
     if hasattr(inner, "price_per_mtok"):  # a paid API: what embedding the uncached texts will cost, before it starts
         from bench.embedders.cost import corpus_estimate, estimate_line
@@ -217,14 +218,14 @@ def run_job(cfg: DictConfig, out_dir: Path, job: Job | None = None) -> pd.DataFr
 
     embed_cache = {"key": embedder.dir.name, "inputs": inner.identity, "hits": embedder.hits, "misses": embedder.misses} \
         if isinstance(embedder, CachedEmbedder) else {"status": "not cached", "inputs": inner.identity}
-    readable = coverage.measure(inner, [t.text for t in corpus.turns()] + [q.text for q in corpus.questions])
     out.write_card(dataset_card(corpus))
     out.write_corpus(corpus)  # what the report reads: never the dataset files again
     out.write_strategies(redact([strategy_record(s, n) for s, n in zip(strategies, nodes)]))
     meta = {**metas[0], "traces": metas, "tokens_encoding": cfg.tokens.encoding, "thresholds": list(grid),
             "strategies": [s.name for s in strategies], "formats": list(formats), "format_tokens": by_format,
             "corpus_sha256": job.corpus_sha, "embedder_identity": inner.identity, "overrides": _overrides(),
-            "coverage": readable, "embedding_cost_estimate": est, "defects": dict(Counter(d.kind for d in corpus.defects)), "defects_summary": defect_summary(corpus.defects),
+            "coverage": readable, "embedding_cost_estimate": est,
+            "defects": dict(Counter(d.kind for d in corpus.defects)), "defects_summary": defect_summary(corpus.defects),
             "embed_cache": {"hits": getattr(embedder, "hits", None), "misses": getattr(embedder, "misses", None)},
             "caches": {"job": {**job.key.describe(), "status": "miss"}, "traces": [m.get("cache") for m in metas],
                        "embeddings": embed_cache}}
