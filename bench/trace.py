@@ -31,7 +31,7 @@ from tqdm.auto import tqdm
 
 from bench.backends.base import Backend
 from bench.backends.session import INGEST_BATCH, open_session
-from bench.embedders.base import Embedder
+from bench.embedders.base import Embedder, embed_side
 from bench.output import redact, write_atomic
 from bench.run import sha256_file
 from bench.types import Corpus, MemoryBatch, Turn, memory_key
@@ -111,14 +111,15 @@ def batches(turns: Sequence[Turn], vectors: np.ndarray, size: int) -> Iterator[M
         )
 
 
-def embed_texts(embedder: Embedder, texts: Sequence[str], *, chunk: int = EMBED_CHUNK, progress: bool = False,
+def embed_texts(embedder: Embedder, texts: Sequence[str], *, side: str, chunk: int = EMBED_CHUNK, progress: bool = False,
                 desc: str = "embed") -> np.ndarray:
-    """float32 (len(texts), dim): ``embedder.embed`` over chunks of ``chunk`` texts, into one array."""
+    """float32 (len(texts), dim): ``embedder.embed_documents`` or ``embed_queries`` (``side``) over chunks of ``chunk``
+    texts, into one array."""
     n = len(texts)
     out: np.ndarray | None = None
     with tqdm(total=n, desc=desc, unit="text", disable=not progress or n <= chunk) as bar:
         for lo in range(0, n, chunk):
-            part = np.asarray(embedder.embed(list(texts[lo : lo + chunk])), dtype=np.float32)
+            part = np.asarray(embed_side(embedder, side, list(texts[lo : lo + chunk])), dtype=np.float32)
             if out is None:
                 out = np.empty((n, part.shape[1]), dtype=np.float32)
             out[lo : lo + len(part)] = part
@@ -127,11 +128,11 @@ def embed_texts(embedder: Embedder, texts: Sequence[str], *, chunk: int = EMBED_
 
 
 def embed_corpus(corpus: Corpus, embedder: Embedder, *, progress: bool = False) -> tuple[np.ndarray, np.ndarray, dict]:
-    """Vectors for every turn and every question (in corpus order) and timing stats."""
+    """Vectors for every turn (embedded as documents) and every question (as queries), in corpus order, and timing stats."""
     turns, questions = corpus.turns(), corpus.questions
     t0 = time.perf_counter()
-    tv = embed_texts(embedder, [t.text for t in turns], progress=progress, desc="embed turns")
-    qv = embed_texts(embedder, [q.text for q in questions], progress=progress, desc="embed questions")
+    tv = embed_texts(embedder, [t.text for t in turns], side="documents", progress=progress, desc="embed turns")
+    qv = embed_texts(embedder, [q.text for q in questions], side="queries", progress=progress, desc="embed questions")
     stats = {"embed_seconds": time.perf_counter() - t0, "n_texts": len(turns) + len(questions)}
     for name in ("hits", "misses"):
         if hasattr(embedder, name):

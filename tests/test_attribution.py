@@ -19,6 +19,7 @@ import pytest
 from bench import types as T
 from bench.analysis import attribution as A
 from bench.backends.exact import ExactBackend
+from bench.embedders.base import TwoSided
 from bench.strategies import vector as V
 from bench.strategies.spec import StrategySpec
 from bench.trace import Trace, build_trace
@@ -84,7 +85,7 @@ def test_classify_order(kwargs, cause):
     assert A.classify(**{**base, **kwargs}) == cause
 
 
-class FakeEmbedder:
+class FakeEmbedder(TwoSided):
     """Texts of the fixture -> its hand-made 2-d vectors."""
 
     model_id = "fake-2d"

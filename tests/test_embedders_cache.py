@@ -6,13 +6,13 @@ import logging
 import numpy as np
 import pytest
 
-from bench.embedders.base import Embedder
+from bench.embedders.base import Embedder, TwoSided
 from bench.embedders.cache import CachedEmbedder, model_dir_name, text_key
 
 FAKE_ID = {"model_id": "fake/v1", "dim": 4}  # CountingEmbedder()'s identity
 
 
-class CountingEmbedder:
+class CountingEmbedder(TwoSided):
     """Fake inner embedder: vector = one-hot-ish from the text length, records every call."""
 
     for_results = True
@@ -36,13 +36,13 @@ def test_second_call_embeds_nothing(tmp_path):
     c = CachedEmbedder(inner, tmp_path)
     assert isinstance(c, Embedder)
     assert (c.model_id, c.dim, c.for_results) == ("fake/v1", 4, True)
-    v1 = c.embed(["a", "bb", "ccc"])
+    v1 = c.embed_documents(["a", "bb", "ccc"])
     # len 1 -> e1, len 2 -> e2, len 3 -> e3
     np.testing.assert_array_equal(v1, np.eye(4, dtype=np.float32)[[1, 2, 3]])
     assert inner.calls == [["a", "bb", "ccc"]]
     assert (c.hits, c.misses, c.embedded) == (0, 3, 3)
     assert c.last_embed_seconds > 0.0
-    v2 = c.embed(["ccc", "a"])
+    v2 = c.embed_documents(["ccc", "a"])
     np.testing.assert_array_equal(v2, v1[[2, 0]])
     assert len(inner.calls) == 1  # nothing re-embedded
     assert (c.hits, c.misses, c.embedded) == (2, 3, 3)
@@ -53,18 +53,18 @@ def test_second_call_embeds_nothing(tmp_path):
 def test_only_misses_are_embedded_and_order_kept(tmp_path):
     inner = CountingEmbedder()
     c = CachedEmbedder(inner, tmp_path)
-    c.embed(["a", "bb"])
-    v = c.embed(["bb", "dddd", "a", "eeeee"])
+    c.embed_documents(["a", "bb"])
+    v = c.embed_documents(["bb", "dddd", "a", "eeeee"])
     assert inner.calls[-1] == ["dddd", "eeeee"]
     np.testing.assert_array_equal(v, np.eye(4, dtype=np.float32)[[2, 0, 1, 1]])
 
 
 def test_survives_a_new_instance(tmp_path):
-    CachedEmbedder(CountingEmbedder(), tmp_path).embed(["x", "yy"])
+    CachedEmbedder(CountingEmbedder(), tmp_path).embed_documents(["x", "yy"])
     inner = CountingEmbedder()
     c = CachedEmbedder(inner, tmp_path)
     assert len(c) == 2
-    v = c.embed(["yy", "x"])
+    v = c.embed_documents(["yy", "x"])
     assert inner.calls == []
     np.testing.assert_array_equal(v, np.eye(4, dtype=np.float32)[[2, 1]])
     shards = list((tmp_path / model_dir_name("fake/v1", FAKE_ID)).glob("shard-*.npz"))
@@ -73,20 +73,20 @@ def test_survives_a_new_instance(tmp_path):
 
 
 def test_different_model_ids_do_not_collide(tmp_path):
-    CachedEmbedder(CountingEmbedder("fake/v1"), tmp_path).embed(["x"])
+    CachedEmbedder(CountingEmbedder("fake/v1"), tmp_path).embed_documents(["x"])
     # ids that sanitise to the same string still get different directories
     assert model_dir_name("a/b", {"model_id": "a/b"}) != model_dir_name("a_b", {"model_id": "a_b"})
     other = CountingEmbedder("fake:v1")
     c = CachedEmbedder(other, tmp_path)
     assert len(c) == 0
-    c.embed(["x"])
+    c.embed_documents(["x"])
     assert other.calls == [["x"]]
 
 
 def test_duplicates_embedded_once(tmp_path):
     inner = CountingEmbedder()
     c = CachedEmbedder(inner, tmp_path)
-    v = c.embed(["same", "other1", "same", "same"])
+    v = c.embed_documents(["same", "other1", "same", "same"])
     assert inner.calls == [["same", "other1"]]
     assert (c.hits, c.misses, c.embedded) == (0, 4, 2)
     np.testing.assert_array_equal(v[0], v[2])
@@ -94,7 +94,7 @@ def test_duplicates_embedded_once(tmp_path):
 
 
 def test_partial_temp_file_and_corrupt_shard_are_ignored(tmp_path, caplog):
-    CachedEmbedder(CountingEmbedder(), tmp_path).embed(["x"])
+    CachedEmbedder(CountingEmbedder(), tmp_path).embed_documents(["x"])
     d = tmp_path / model_dir_name("fake/v1", FAKE_ID)
     good = next(d.glob("shard-*.npz")).read_bytes()
     (d / ".tmp-crashed.npz").write_bytes(good[: len(good) // 2])  # crash before os.replace
@@ -107,16 +107,16 @@ def test_partial_temp_file_and_corrupt_shard_are_ignored(tmp_path, caplog):
 
 
 def test_shard_of_wrong_dim_is_skipped(tmp_path):
-    CachedEmbedder(CountingEmbedder(dim=4), tmp_path).embed(["x"])
+    CachedEmbedder(CountingEmbedder(dim=4), tmp_path).embed_documents(["x"])
     c = CachedEmbedder(CountingEmbedder(dim=8), tmp_path)  # same id, different dim: skip, re-embed
     assert len(c) == 0
-    assert c.embed(["x"]).shape == (1, 8)
+    assert c.embed_documents(["x"]).shape == (1, 8)
 
 
 def test_empty_input(tmp_path):
     inner = CountingEmbedder()
     c = CachedEmbedder(inner, tmp_path)
-    assert c.embed([]).shape == (0, 4)
+    assert c.embed_documents([]).shape == (0, 4)
     assert inner.calls == []
     assert not (tmp_path / model_dir_name("fake/v1", FAKE_ID)).exists()
 
@@ -130,7 +130,7 @@ def test_garbage_from_inner_is_not_cached(tmp_path):
 
     c = CachedEmbedder(Bad(), tmp_path)
     with pytest.raises(ValueError, match="non-finite vector for item 1"):
-        c.embed(["a", "b"])
+        c.embed_documents(["a", "b"])
     assert len(c) == 0
     assert not list(tmp_path.rglob("shard-*.npz"))
 
@@ -139,19 +139,19 @@ def test_garbage_from_inner_is_not_cached(tmp_path):
             return 2 * super().embed(texts)
 
     with pytest.raises(ValueError, match="norm 2.0000 for item 0"):
-        CachedEmbedder(Unnormalised("u"), tmp_path).embed(["a"])
+        CachedEmbedder(Unnormalised("u"), tmp_path).embed_documents(["a"])
 
 
 def test_compact_merges_shards(tmp_path):
     c = CachedEmbedder(CountingEmbedder(), tmp_path)
     for t in ["a", "bb", "ccc"]:
-        c.embed([t])
+        c.embed_documents([t])
     d = tmp_path / model_dir_name("fake/v1", FAKE_ID)
     assert len(list(d.glob("shard-*.npz"))) == 3
     c.compact()
     assert len(list(d.glob("shard-*.npz"))) == 1
     inner = CountingEmbedder()
-    v = CachedEmbedder(inner, tmp_path).embed(["ccc", "a", "bb"])
+    v = CachedEmbedder(inner, tmp_path).embed_documents(["ccc", "a", "bb"])
     assert inner.calls == []
     np.testing.assert_array_equal(v, np.eye(4, dtype=np.float32)[[3, 1, 2]])
 
@@ -186,25 +186,61 @@ class LearnsDim(CountingEmbedder):
 
 def test_inner_that_learns_its_dim(tmp_path):
     c = CachedEmbedder(LearnsDim(), tmp_path)  # constructing must not need the dim
-    assert c.embed([]).shape == (0, 0)
+    assert c.embed_documents([]).shape == (0, 0)
     with pytest.raises(RuntimeError, match="dimension unknown"):
         _ = c.dim
-    c.embed(["a"])
+    c.embed_documents(["a"])
     assert c.dim == 4
     inner = LearnsDim()
     again = CachedEmbedder(inner, tmp_path)
     assert again.dim == 4  # from the cached vectors, before the inner embedder knows
-    np.testing.assert_array_equal(again.embed(["a"]), [[0, 1, 0, 0]])
+    np.testing.assert_array_equal(again.embed_documents(["a"]), [[0, 1, 0, 0]])
     assert inner.calls == []
 
 
 def test_same_model_name_with_another_identity_does_not_reuse_vectors(tmp_path):
     """The key is the full identity: the same model name served by another endpoint is another cache."""
-    CachedEmbedder(CountingEmbedder("http:m", endpoint="http://127.0.0.1:1/v1"), tmp_path).embed(["x"])
+    CachedEmbedder(CountingEmbedder("http:m", endpoint="http://127.0.0.1:1/v1"), tmp_path).embed_documents(["x"])
     again = CountingEmbedder("http:m", endpoint="http://127.0.0.1:1/v1")
     assert len(CachedEmbedder(again, tmp_path)) == 1  # same identity: cached
     other = CountingEmbedder("http:m", endpoint="http://127.0.0.1:2/v1")
     c = CachedEmbedder(other, tmp_path)
     assert len(c) == 0
-    c.embed(["x"])
+    c.embed_documents(["x"])
     assert other.calls == [["x"]]
+
+
+class Prefixed(CountingEmbedder):
+    """An asymmetric model: vector = one-hot of len(prefix + text) % 4, prefixes as e5's."""
+
+    query_prefix = "q: "  # len 3
+    document_prefix = "doc: "  # len 5
+
+
+def test_sides_are_keyed_by_what_the_model_sees(tmp_path):
+    inner = Prefixed("pre/v1")
+    c = CachedEmbedder(inner, tmp_path)
+    assert (c.query_prefix, c.document_prefix) == ("q: ", "doc: ")
+    d = c.embed_documents(["ab"])  # the model sees "doc: ab": len 7 -> e3
+    q = c.embed_queries(["ab"])  # "q: ab": len 5 -> e1; not the document's vector
+    np.testing.assert_array_equal(d, [[0, 0, 0, 1]])
+    np.testing.assert_array_equal(q, [[0, 1, 0, 0]])
+    assert inner.calls == [["doc: ab"], ["q: ab"]]
+    assert (c.hits, c.misses) == (0, 2)
+    # keys are sha256 of prefix + text: the same text as a query again is a hit, on a new instance too
+    again = CachedEmbedder(Prefixed("pre/v1"), tmp_path)
+    np.testing.assert_array_equal(again.embed_queries(["ab"]), q)
+    np.testing.assert_array_equal(again.embed_documents(["ab"]), d)
+    assert again.inner.calls == [] and again.hits == 2
+    assert c.uncached("queries", ["ab", "cd", "cd"]) == ["q: cd"]  # the model inputs still to embed, deduplicated
+    assert c.uncached("documents", ["ab"]) == []
+
+
+def test_a_symmetric_model_shares_one_vector_between_the_sides(tmp_path):
+    inner = CountingEmbedder()
+    c = CachedEmbedder(inner, tmp_path)
+    v = c.embed_documents(["abc"])
+    np.testing.assert_array_equal(c.embed_queries(["abc"]), v)
+    assert inner.calls == [["abc"]] and c.hits == 1
+    with pytest.raises(ValueError, match="side must be 'documents' or 'queries'"):
+        c.uncached("memories", ["abc"])

@@ -236,3 +236,64 @@ def test_identity_names_the_endpoint_not_the_key():
     assert a["endpoint"] == "http://127.0.0.1:1/v1/embeddings" and b["endpoint"] == "http://127.0.0.1:2/v1/embeddings"
     assert len({str(sorted(x.items())) for x in (a, b, q)}) == 3 and "deployment" not in str(q)
     assert a["model"] == "m" and a["dim"] == 3 and a["dimensions"] is None
+
+
+def embedder_yaml(name: str) -> dict:
+    import yaml
+
+    from bench.resources import configs_dir
+
+    cfg = yaml.safe_load((configs_dir() / "embedder" / f"{name}.yaml").read_text())
+    cfg.pop("_target_")
+    return cfg
+
+
+QWEN_INSTRUCTION = "Instruct: Given a question, retrieve relevant memories from a conversation\nQuery: "
+
+
+def test_qwen3_queries_carry_the_instruction_and_documents_do_not(server, key, tmp_path):
+    from bench.embedders.cache import CachedEmbedder
+
+    cfg = embedder_yaml("qwen3_openrouter")
+    assert (cfg["query_prefix"], cfg["document_prefix"], cfg["dim"]) == (QWEN_INSTRUCTION, "", 4096)
+    e = HTTPEmbedder(**{**cfg, "base_url": server.base_url, "api_key_env": KEY_ENV, "dim": 3, "progress": False})
+    c = CachedEmbedder(e, tmp_path)
+    q = c.embed_queries(["what do I like?"])
+    d = c.embed_documents(["what do I like?"])
+    assert [r["json"]["input"] for r in server.requests] == [[QWEN_INSTRUCTION + "what do I like?"], ["what do I like?"]]
+    # the server's vector is [len, 1, 0]: the instruction makes the query's text longer, so the vectors differ
+    assert not np.allclose(q, d)
+    assert e.identity["query_prefix"] == QWEN_INSTRUCTION and e.identity["document_prefix"] == ""
+    bare = HTTPEmbedder(**{**cfg, "base_url": server.base_url, "api_key_env": KEY_ENV, "dim": 3, "query_prefix": ""})
+    assert e.model_id.startswith("http:qwen/qwen3-embedding-8b+prefix:") and bare.model_id == "http:qwen/qwen3-embedding-8b"
+    c.embed_queries(["what do I like?"])
+    assert len(server.requests) == 2  # cached per side
+
+
+def test_the_other_api_configs():
+    small = embedder_yaml("openai_3_small")
+    assert (small["model"], small["dim"], small["api_key_env"], small["price_per_mtok"]) == ("text-embedding-3-small", 1536, "OPENAI_API_KEY", 0.02)
+    generic = embedder_yaml("openai_compatible")
+    assert generic["api_key_env"] == "EMBEDDINGS_API_KEY" and generic["price_per_mtok"] is None
+    with pytest.raises(ValueError, match="price_per_mtok must be a number >= 0"):
+        HTTPEmbedder(model="m", base_url="http://127.0.0.1:1/v1", api_key_env=None, price_per_mtok=-1)
+    with pytest.raises(ValueError, match="query_prefix must be a string"):
+        HTTPEmbedder(model="m", base_url="http://127.0.0.1:1/v1", api_key_env=None, query_prefix=None)
+
+
+def test_cost_estimate_counts_uncached_model_inputs(server, key, tmp_path):
+    from bench.embedders.cache import CachedEmbedder
+    from bench.embedders.cost import corpus_estimate, estimate, estimate_line
+
+    # arithmetic: 1,500,000 tokens at $0.02/M = $0.03
+    assert estimate_line(estimate(3, 1_500_000, 0.02)) == "embedding 3 texts, ~1,500,000 tokens, ~$0.0300 at $0.02/M"
+    assert estimate_line(estimate(3, 10, None)).endswith("(no price set: embedder.price_per_mtok, US$ per million tokens)")
+    e = HTTPEmbedder(model="qwen", base_url=server.base_url, api_key_env=KEY_ENV, dim=3, progress=False,
+                     query_prefix=QWEN_INSTRUCTION, price_per_mtok=0.01)
+    c = CachedEmbedder(e, tmp_path)
+    c.embed_documents(["good morning"])  # cached: not counted again
+    # cl100k: "hello world" 2 tokens (documents, twice -> once); the query "hello world" with the instruction 18 tokens
+    # (16 for the instruction, " hello", " world"); "good morning" is cached. 2 texts, 20 tokens, 20 / 1e6 * 0.01 $
+    est = corpus_estimate(c, e.price_per_mtok, ["hello world", "good morning", "hello world"], ["hello world"])
+    assert est == {"texts": 2, "tokens": 20, "price_per_mtok": 0.01, "usd": pytest.approx(2e-7)}
+    assert corpus_estimate(e, 0.01, ["good morning"], [])["tokens"] == 2  # not a cache: every input

@@ -54,8 +54,8 @@ def test_nearest_neighbour_english(emb):
         "She plays the violin beautifully",
         "Pizza is my favourite food",
     ]
-    q = emb.embed(["How do I reset my password?"])[0]
-    sims = emb.embed(cands) @ q
+    q = emb.embed_queries(["How do I reset my password?"])[0]
+    sims = emb.embed_documents(cands) @ q
     assert int(np.argmax(sims)) == 0
     # measured: 0.678 vs next best 0.069: a wide margin
     assert sims[0] > 0.6
@@ -68,7 +68,7 @@ def test_chinese_is_mostly_unknown_tokens(emb, tok):
     # another Chinese sentence sharing "我" (0.927), not its English translation (0.101).
     assert tok.encode("我擅长什么？").tokens == ["[CLS]", "我", "[UNK]", "[UNK]", "[UNK]", "[UNK]", "？", "[SEP]"]
     cands = ["What am I good at?", "我喜欢吃苹果", "I forgot my login credentials"]
-    sims = emb.embed(cands) @ emb.embed(["我擅长什么？"])[0]
+    sims = emb.embed_documents(cands) @ emb.embed_queries(["我擅长什么？"])[0]
     assert int(np.argmax(sims)) == 1
     assert sims[1] > 0.85
     assert sims[0] < 0.3

@@ -4,6 +4,7 @@ import numpy as np
 import pytest
 
 from bench.backends.exact import ExactBackend
+from bench.embedders.base import TwoSided
 from bench.trace import (
     TRACE_COLUMNS,
     Trace,
@@ -23,7 +24,7 @@ VEC = {
 }
 
 
-class FakeEmbedder:
+class FakeEmbedder(TwoSided):
     model_id = "fake-2d"
     identity = {"model_id": "fake-2d"}
     dim = 2
@@ -148,7 +149,7 @@ def test_role_filter_pushed_down():
 
 def test_embed_texts_in_chunks():
     e = FakeEmbedder()
-    out = embed_texts(e, ["a0", "a1", "a2", "a3", "a4"], chunk=2)
+    out = embed_texts(e, ["a0", "a1", "a2", "a3", "a4"], side="documents", chunk=2)
     assert e.calls == [2, 2, 1]
     np.testing.assert_array_equal(out, np.array([VEC[k] for k in ["a0", "a1", "a2", "a3", "a4"]], dtype=np.float32))
 

@@ -83,13 +83,13 @@ def test_bad_parameters_name_the_field(field, kwargs):
 def test_embedder_clusters_gold_near_its_question(small):
     e = SyntheticEmbedder(dim=64, topics=50)
     turns = [t for c in small.conversations for t in c.turns]
-    tv = e.embed([t.text for t in turns])
+    tv = e.embed_documents([t.text for t in turns])
     assert tv.dtype == np.float32 and tv.shape == (50, 64)
     np.testing.assert_allclose(np.linalg.norm(tv, axis=1), 1.0, atol=1e-5)
-    np.testing.assert_array_equal(tv, SyntheticEmbedder(dim=64, topics=50).embed([t.text for t in turns]))  # deterministic
+    np.testing.assert_array_equal(tv, SyntheticEmbedder(dim=64, topics=50).embed_documents([t.text for t in turns]))  # deterministic
     row = {t.key: i for i, t in enumerate(turns)}
     q = next(q for q in small.questions if not q.adversarial)
-    sims = tv @ e.embed([q.text])[0]
+    sims = tv @ e.embed_queries([q.text])[0]
     gold = [row[memory_key(q.conversation_id, ev)] for ev in q.evidence]
     others = [i for i in range(50) if i not in gold]
     assert sims[gold].min() > 0.55 and sims[gold].min() > sims[others].max()  # planted gold ranks first
@@ -98,7 +98,7 @@ def test_embedder_clusters_gold_near_its_question(small):
 def test_embedder_formula_hand_checked():
     # With noise 0 and fact weight 0 a vector is exactly its topic centre; topic = crc32 % topics without a marker.
     e = SyntheticEmbedder(dim=16, noise=0.0, fact_weight=0.0, topics=7)
-    v = e.embed(["[topic 3] a", "[topic 3][fact 9] b", "plain text"])
+    v = e.embed_documents(["[topic 3] a", "[topic 3][fact 9] b", "plain text"])
     np.testing.assert_allclose(v[0], e._centres[3], atol=1e-6)
     np.testing.assert_allclose(v[1], e._centres[3], atol=1e-6)
     np.testing.assert_allclose(v[2], e._centres[zlib.crc32(b"plain text") % 7], atol=1e-6)

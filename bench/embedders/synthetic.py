@@ -12,11 +12,12 @@ from collections.abc import Sequence
 import numpy as np
 
 from bench.data.synthetic import MARK
+from bench.embedders.base import TwoSided, sides_identity
 
 _TABLE = 1024  # rows per random table; a jitter/fact vector mixes one row of each of two tables
 
 
-class SyntheticEmbedder:
+class SyntheticEmbedder(TwoSided):
     """Deterministic clustered vectors for the marked texts of ``generate`` (no model). Plumbing only."""
 
     for_results = False
@@ -45,7 +46,7 @@ class SyntheticEmbedder:
         from bench.run import code_digest
 
         return {"embedder": "synthetic", "model_id": self.model_id, "dim": self.dim, "noise": self.noise, "fact_weight": self.fact_weight,
-                "topics": self.topics, "seed": self.seed, "code": code_digest("embedders/synthetic", "data/synthetic")}
+                "topics": self.topics, "seed": self.seed, **sides_identity(self), "code": code_digest("embedders/synthetic", "data/synthetic")}
 
     def __repr__(self) -> str:
         return f"SyntheticEmbedder({self.model_id})"

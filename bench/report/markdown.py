@@ -557,6 +557,30 @@ def analysis_sections(run: RunDir, a: Analysis | None, strategies: list[dict]) -
     return lines
 
 
+def coverage_section(jobs: list[dict]) -> list[str]:
+    """Can the embedder read this corpus? Unknown-token share per language (``bench.embedders.coverage``)."""
+    from bench.embedders.coverage import warning_line
+
+    seen = {(j.get("dataset"), j.get("embedder")): j.get("coverage") for j in jobs if j.get("coverage")}
+    if not seen:
+        return []
+    lines = ["## Can the embedder read this corpus?", "",
+             ("Share of each language's characters (non-whitespace; language by script: CJK -> zh) that the embedder's "
+              "tokenizer maps to unknown tokens. Above the threshold, the model does not see that text."), "",
+             "| dataset | embedder | language | texts | characters | unknown share |", "|---|---|---|---:|---:|---:|"]
+    warnings = []
+    for (ds, emb), rec in seen.items():
+        if not rec.get("measured"):
+            lines.append(f"| {ds} | {emb} | all | | | {rec.get('reason', 'not measured')} |")
+            continue
+        for lang, v in rec["languages"].items():
+            share = v["unknown_share"]
+            lines.append(f"| {ds} | {emb} | {lang} | {v['texts']:,} | {v['chars']:,} | {'n/a' if math.isnan(share) else f'{share:.1%}'} |")
+        if warning_line(rec, ds):
+            warnings += [f"**Warning:** {warning_line(rec, ds)}.", ""]
+    return [*lines, "", *warnings]
+
+
 def write_report(run_dir: Path, settings=None) -> Path:
     """Write report.md, report.html, the analysis tables (CSV) and every figure into ``run_dir``
     (``settings``: a RecommendConfig instead of the run's ``recommend:`` block)."""
@@ -592,6 +616,9 @@ def write_report(run_dir: Path, settings=None) -> Path:
         names = ", ".join(f"`{e}`" for e in dict.fromkeys(summary.loc[~flags, "embedder"]))
         lines += [f"> **Plumbing embedder**: {names} is test-only: shown beside the others for comparison, never recommended; "
                   "do not quote its numbers.", ""]
+    cover = coverage_section(jobs)
+    for w in (w for w in cover if w.startswith("**Warning:**")):  # also on top: nothing below means much for that language
+        lines += [f"> {w}", ""]
     lines += analysis_sections(run, a, strategies)
     lines += ["## Runs", ""]
     for j in jobs:
@@ -608,6 +635,7 @@ def write_report(run_dir: Path, settings=None) -> Path:
               "without gold are left out of every quality column and counted in `n_excluded` in summary.csv). Precision is undefined (NaN) when nothing is recalled; "
               "`precision_n` in summary.csv says how many questions it covers. F1 = 0 when a question has gold and nothing is recalled. "
               "Macro = mean over questions; micro = pooled counts.", ""]
+    lines += cover
     lines += ["## Best threshold by F1 per strategy", "", _table(best, main_cols), ""]
     fixed = summary[summary["threshold"].isna()]
     if len(fixed):

@@ -132,7 +132,8 @@ def warm_embeddings(overrides: Sequence[str], cache_dir: Path) -> int:
     cfg = compose(overrides)
     corpus = build(cfg.dataset)
     emb = CachedEmbedder(build(cfg.embedder), cache_dir)
-    emb.embed([t.text for t in corpus.turns()] + [q.text for q in corpus.questions])
+    emb.embed_documents([t.text for t in corpus.turns()])
+    emb.embed_queries([q.text for q in corpus.questions])
     return emb.embedded
 
 
@@ -462,7 +463,7 @@ def p3_embedding(texts: Sequence[str], *, repeats: int = 5) -> Ratio:
 
     def cold() -> float:
         with tempfile.TemporaryDirectory(prefix="rb-emb-") as tmp:  # an empty cache every time
-            return throughput(CachedEmbedder(inner, tmp).embed, texts)
+            return throughput(CachedEmbedder(inner, tmp).embed_documents, texts)
 
     for i in range(repeats):  # interleaved, alternating which goes first: drift and load swings hit both
         if i % 2 == 0:

@@ -125,7 +125,7 @@ def _mixed_ok(corpus) -> bool:
     from bench.tokens import count_tokens_many
 
     text = corpus.turns()[1].text
-    v = HashingEmbedder(dim=64).embed([text])
+    v = HashingEmbedder(dim=64).embed_documents([text])
     return text == MIXED and bool(np.isfinite(v).all()) and count_tokens_many([text], "cl100k_base")[0] > 0
 
 
@@ -347,7 +347,7 @@ def observe(case: Case, d: Path, *, http: str = "") -> Observation:
 
             emb = HTTPEmbedder(model="m", base_url=f"{http}/{case.mode}/v1", api_key_env=None, dim=32, max_retries=0,
                                progress=False)
-            emb.embed(["alpha", "beta", "gamma"])
+            emb.embed_documents(["alpha", "beta", "gamma"])
             return Observation("ok")
         else:
             raise ValueError(f"unknown case layer {case.layer!r}")

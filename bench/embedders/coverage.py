@@ -1,0 +1,76 @@
+"""Can this model read your data? The share of a corpus's characters its tokenizer maps to unknown tokens.
+
+Counting rule (once, here): a text's language is decided by script: ``zh`` when it holds a CJK
+ideograph, else ``en`` when every letter is Latin, else ``other``. Its characters are its
+non-whitespace characters; its unknown characters are those the embedder's tokenizer maps to an
+unknown token (``embedder.unknown_chars(texts)``, one count per text: MiniLM counts the characters
+covered by ``[UNK]``, USE and e5 their unigram tokenizer's unknown pieces, one character each).
+Per language, ``unknown_share`` = unknown characters / characters (NaN when the language has no
+characters). An embedder without ``unknown_chars`` (an API's tokenizer is remote) is "not
+measured", never 0.
+
+A share above ``WARN_SHARE`` (5 %) in any language gives one warning line: the model sees that
+language's text partly as unknown tokens, so its similarities (and every threshold) there say little.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Sequence
+
+WARN_SHARE = 0.05
+_CJK = re.compile("[\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\U00020000-\U0002ffff]")
+
+
+def language(text: str) -> str:
+    """``zh`` (holds a CJK ideograph), ``en`` (every letter Latin) or ``other``."""
+    if _CJK.search(text):
+        return "zh"
+    return "en" if all(c < "\u0250" for c in text if c.isalpha()) else "other"
+
+
+def n_chars(text: str) -> int:
+    """Non-whitespace characters."""
+    return sum(1 for c in text if not c.isspace())
+
+
+def coverage(texts: Sequence[str], unknown: Sequence[int]) -> dict[str, dict]:
+    """Per language (sorted): texts, chars, unknown_chars and unknown_share, from each text's unknown-character count."""
+    if len(texts) != len(unknown):
+        raise ValueError(f"coverage: {len(texts)} texts but {len(unknown)} unknown counts")
+    out: dict[str, dict] = {}
+    for text, u in zip(texts, unknown):
+        row = out.setdefault(language(text), {"texts": 0, "chars": 0, "unknown_chars": 0})
+        row["texts"] += 1
+        row["chars"] += n_chars(text)
+        row["unknown_chars"] += int(u)
+    for row in out.values():
+        row["unknown_share"] = row["unknown_chars"] / row["chars"] if row["chars"] else math.nan
+    return dict(sorted(out.items()))
+
+
+def measure(embedder, texts: Sequence[str]) -> dict:
+    """The run's coverage record: ``{"embedder", "threshold", "measured", "languages" | "reason"}``."""
+    record = {"embedder": embedder.model_id, "threshold": WARN_SHARE}
+    count = getattr(embedder, "unknown_chars", None)
+    if count is None:
+        return {**record, "measured": False, "reason": "not measured: this embedder's tokenizer is not reachable from Python"}
+    return {**record, "measured": True, "languages": coverage(texts, count(list(texts)))}
+
+
+def flagged(record: dict) -> dict[str, dict]:
+    """The languages of a coverage record whose unknown share is above its threshold."""
+    langs = record.get("languages") or {}
+    return {k: v for k, v in langs.items() if v["unknown_share"] > record.get("threshold", WARN_SHARE)}
+
+
+def warning_line(record: dict, dataset: str) -> str:
+    """One plain line when a language is over the threshold, else ""."""
+    bad = flagged(record)
+    if not bad:
+        return ""
+    parts = "; ".join(f"{k}: {v['unknown_share']:.1%} of {v['chars']:,} characters in {v['texts']:,} texts" for k, v in bad.items())
+    return (f"embedder {record['embedder']} cannot read part of {dataset}: its tokenizer maps {parts} to unknown tokens "
+            f"(warning above {record['threshold']:.0%}); its similarities there say little, try a multilingual embedder "
+            "(embedder=e5_small or embedder=use_m3)")
