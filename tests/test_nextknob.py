@@ -43,7 +43,7 @@ def test_a_usable_setting_is_named():
     lines = next_knob(causes={}, point=POINT, **{**KW, "summary": good})
     assert lines == ["- **Usable settings exist**: e.g. `threshold` ≥ 0.20 on `seekdb` reaches recall 0.750 and saves 60% of the tokens "
                      "(usable: recall ≥ 0.70).",
-                     "  The recommendation recalls only 0.190: an agent would miss most of what it should remember. To ship a usable "
+                     "  The recommendation recalls only 0.190: an agent would miss 81% of the gold memories. To ship a usable "
                      "recall at the fewest tokens, set `recommend.objective=min_tokens recommend.min_recall=0.7`."]
 
 

@@ -29,16 +29,16 @@ def test_more_data_by_hand():
 
 def test_a_stable_choice_against_a_significantly_worse_runner_up_is_a_use():
     v = verdict(BEST, sig(True, lo=0.01, p_holm=0.01), **KW)
-    assert (v.kind, v.headline, v.reasons) == ("use", "use `hybrid5` ≥ 0.40 on `seekdb` / `minilm`", ())
+    assert (v.kind, v.headline, v.reasons) == ("use", "use `hybrid5` at 0.40 on `seekdb` / `minilm`", ())
     assert verdict(BEST, None, **KW).kind == "use"  # nothing else feasible
 
 
 def test_unstable_threshold_or_indistinct_runner_up_is_too_little_data():
     v = verdict({**BEST, "threshold_share": 0.19}, sig(False), **KW)
     assert v.kind == "too_little_data"
-    assert v.headline == "too little data to choose between `hybrid5` ≥ 0.40 on `seekdb` / `minilm` and `threshold` ≥ 0.35"
+    assert v.headline == "too little data to choose between `hybrid5` at 0.40 on `seekdb` / `minilm` and `threshold` at 0.35"
     assert v.reasons == ("0.40 is chosen in only 19% of bootstrap resamples (a stable choice: ≥ 60%)",
-                         "the runner-up `threshold` ≥ 0.35 is not significantly worse (f1 difference +0.025 [+0.000, +0.070], Holm p 0.38 ≥ 0.05)",
+                         "the runner-up `threshold` at 0.35 is not significantly worse (f1 difference +0.025 [+0.000, +0.070], Holm p 0.38 ≥ 0.05)",
                          "about 5 more conversations (~22 labelled questions) like these would make the observed difference significant, if it holds")
     assert (v.more_conversations, v.more_questions) == (5.0, 22.0)
     only_unstable = verdict({**BEST, "threshold_share": 0.5}, sig(True, lo=0.01, p_holm=0.01), **KW)

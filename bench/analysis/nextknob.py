@@ -74,8 +74,8 @@ def next_knob(*, causes: Mapping[str, int], point: Mapping, summary: pd.DataFram
         lines.append(f"- **Usable settings exist**: e.g. `{best['strategy']}`{at} on `{best['backend']}` reaches recall "
                      f"{best['recall']:.3f} and saves {best['token_savings']:.0%} of the tokens (usable: recall ≥ {usable_recall:.2f}).")
         if not _nan(point.get("recall")) and point["recall"] < usable_recall:
-            lines.append(f"  The recommendation recalls only {point['recall']:.3f}: an agent would miss most of what it should "
-                         f"remember. To ship a usable recall at the fewest tokens, set `recommend.objective=min_tokens "
+            lines.append(f"  The recommendation recalls only {point['recall']:.3f}: an agent would miss {1 - point['recall']:.0%} of the "
+                         f"gold memories. To ship a usable recall at the fewest tokens, set `recommend.objective=min_tokens "
                          f"recommend.min_recall={usable_recall:g}`.")
     return lines
 

@@ -38,8 +38,8 @@ def _nan(x) -> bool:
 
 
 def point_label(p: Mapping, like: Mapping | None = None) -> str:
-    """`strategy` ≥ t on `store` / `embedder`; the store and embedder only where they differ from ``like``'s."""
-    at = "" if _nan(p.get("threshold")) else f" ≥ {p['threshold']:.2f}"
+    """`strategy` at t on `store` / `embedder`; the store and embedder only where they differ from ``like``'s."""
+    at = "" if _nan(p.get("threshold")) else f" at {p['threshold']:.2f}"
     where = [f"`{p[k]}`" for k in ("backend", "embedder") if like is None or p.get(k) != like.get(k)]
     return f"`{p['strategy']}`{at}" + (f" on {' / '.join(where)}" if where else "")
 

@@ -131,7 +131,9 @@ def prepare(cfg: DictConfig) -> Job:
         log.warning("%s: %s (see %s)", corpus.name, defect_summary(corpus.defects), CARD)
         if cfg.get("strict", False):
             raise ValueError(f"strict=true: {corpus.name} ({corpus.source}) has {defect_summary(corpus.defects)}")
-    embedder = build(cfg.embedder)
+    from bench.embedders.auto import resolve
+
+    embedder = resolve(build(cfg.embedder), [t.text for t in corpus.turns()] + [q.text for q in corpus.questions])
     sha = run.corpus_digest(corpus)
     return Job(corpus, sha, embedder, run.job_key(settings=job_settings(cfg), corpus_sha=sha, embedder=embedder.identity))
 

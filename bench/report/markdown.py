@@ -20,6 +20,7 @@ import pandas as pd
 
 from bench.analysis.recommend import CONFIG_KEYS, Recommendation, neighbours
 from bench.analysis.tables import Analysis, analyse, save
+from bench.analysis.verdict import runner_up
 from bench.report import plots
 from bench.report.strategies import strategy_sections
 from bench.rundir import ANALYSIS, CORPUS, META, QUESTIONS, REPORT_MD, RunDir, strategy_names
@@ -223,8 +224,7 @@ def recommendation_section(a: Analysis, strategies: list[dict]) -> list[str]:
                          f"on itself would gain {r['mean_regret']:.3f} on average.")
         s = sig[sig["dataset"] == ds] if len(sig) else sig
         if len(s):
-            s = s.reindex(s["mean_b"].sub(s["mean_a"]).abs().sort_values().index)
-            r = s.iloc[0]
+            r = runner_up(s)  # the one the verdict names
             verdict = "significant" if r["significant"] else "not significant"
             at = "" if math.isnan(r["b"]["threshold"]) else f" at {r['b']['threshold']:.2f}"
             lines.append(f"- **Runner-up**: `{r['b']['strategy']}` on `{r['b']['backend']}`{at} "

@@ -131,7 +131,9 @@ def warm_embeddings(overrides: Sequence[str], cache_dir: Path) -> int:
 
     cfg = compose(overrides)
     corpus = build(cfg.dataset)
-    emb = CachedEmbedder(build(cfg.embedder), cache_dir)
+    from bench.embedders.auto import resolve
+
+    emb = CachedEmbedder(resolve(build(cfg.embedder), [t.text for t in corpus.turns()] + [q.text for q in corpus.questions]), cache_dir)
     emb.embed_documents([t.text for t in corpus.turns()])
     emb.embed_queries([q.text for q in corpus.questions])
     return emb.embedded
