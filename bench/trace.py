@@ -184,6 +184,8 @@ def build_trace(
     meta = {
         "dataset": corpus.name,
         "backend": backend.name,
+        "layout": getattr(backend, "layout", "shared"),  # bench.backends.layout
+        "collections": getattr(backend, "n_collections", 1),
         "capabilities": {k: (sorted(v) if isinstance(v, frozenset) else v) for k, v in vars_of(backend.capabilities).items()},
         "embedder": embedder.model_id,
         "depth": depth,
