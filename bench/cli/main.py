@@ -25,6 +25,7 @@ COMMANDS = {
     "bench": ("bench.tools.perf", "performance ratios P1-P5 with their targets and PASS/FAIL"),
     "data": ("bench.cli.data", "corpora: check (dataset card), convert (to the own format), fetch (verify, download)"),
     "load": ("bench.tools.load", "concurrent search load on every local store and the real seekdb/chroma servers"),
+    "ray": ("bench.tools.ray_run", "a multirun on a Ray cluster (a local head on loopback is started and stopped when none runs)"),
 }
 
 EXAMPLES = (
