@@ -25,6 +25,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import secrets
 import signal
 import socket
 import subprocess
@@ -138,7 +139,10 @@ def multirun_cmd(address: str | None, overrides: Sequence[str], *, launcher: str
     ``root`` (default: the current directory)."""
     cmd = [sys.executable, "-m", "bench", "-m", f"hydra/launcher={launcher}", f"paths.root={root or work_dir()}"]
     if launcher == "ray":
-        cmd.append(f"hydra.launcher.ray.init.address={address}")
+        # A Ray worker resolves the job's config itself, in an environment of its own: ${now:} and ${rb.run_id:}
+        # would name another sweep directory per job. The directory is fixed here, once, for the driver and the jobs.
+        stamp = f"{time.strftime('%Y-%m-%d_%H-%M-%S')}_{secrets.token_hex(3)}"
+        cmd += [f"hydra.launcher.ray.init.address={address}", f"hydra.sweep.dir='${{paths.reports}}/runs/{stamp}'"]
     return cmd + list(overrides)
 
 
