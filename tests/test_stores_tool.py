@@ -14,7 +14,7 @@ def data():
 
 
 def test_synthetic_layout_of_the_data(data):
-    vecs, conv, roles, ts, qv, qconv = data
+    vecs, conv, _roles, _ts, _qv, qconv = data
     assert vecs.shape == (300, 16) and np.allclose(np.linalg.norm(vecs, axis=1), 1.0, atol=1e-5)
     assert sorted(set(conv)) == ["c0", "c1", "c2"] and (conv == "c1").sum() == 100  # row i -> c{i % 3}
     assert qconv[:4] == ["c0", "c1", "c2", "c0"]

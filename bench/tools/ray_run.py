@@ -50,8 +50,8 @@ def ray_binary() -> str:
     """The ``ray`` command of this environment; one line naming the extra when it is missing."""
     exe = Path(sys.executable).with_name("ray")
     try:
-        import ray  # noqa: F401
         import hydra_plugins.hydra_ray_launcher  # noqa: F401
+        import ray  # noqa: F401
     except ImportError as exc:
         raise RuntimeError(f"Ray is not installed ({exc.name}): pip install 'recallbench[ray]'") from None
     return str(exe) if exe.exists() else "ray"
@@ -96,7 +96,7 @@ def local_head(port: int = PORT, *, num_cpus: int = NUM_CPUS, log_file: Path | N
     try:
         deadline = time.monotonic() + START_TIMEOUT_S
         status = [cmd[0], "status", f"--address={address}"]
-        while subprocess.run(status, capture_output=True, env=env).returncode != 0:
+        while subprocess.run(status, capture_output=True, env=env, check=False).returncode != 0:
             if head.poll() is not None:
                 raise RuntimeError(f"ray start exited with {head.returncode} (log: {log_file})")
             if time.monotonic() > deadline:
@@ -167,7 +167,7 @@ def main(argv: list[str] | None = None) -> int:
             address, _ = stack.enter_context(local_head(args.port, num_cpus=args.num_cpus, log_file=logs / "head.log"))
         cmd = multirun_cmd(address, overrides)
         log.info("multirun: %s", " ".join(cmd[2:]))
-        return subprocess.run(cmd).returncode
+        return subprocess.run(cmd, check=False).returncode
 
 
 if __name__ == "__main__":
