@@ -252,7 +252,7 @@ def main(argv: list[str] | None = None) -> int:
     lines = ["# Store comparison", "", "Every store gets the same vectors, filters and queries. Latency is the store call only "
              "(top-10, warm-up discarded); the exact store is a numpy cosine scan of the same vectors in RAM.", ""]
     lines += [f"Skipped {r}." for r in skipped] + ([""] if skipped else [])
-    with tempfile.TemporaryDirectory(prefix="rb-compare-") as tmp, started_servers(stores, Path(tmp)) as servers:
+    with tempfile.TemporaryDirectory(prefix="rb-compare-", ignore_cleanup_errors=True) as tmp, started_servers(stores, Path(tmp)) as servers:
         overrides = {name: info.overrides() for name, info in servers.items()}
         if not args.no_locomo:
             loc = locomo_part(stores, out=out, overrides=overrides, data_dir=os.environ.get("BENCH_DATA_DIR"), layouts=layouts,
