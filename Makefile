@@ -8,7 +8,7 @@ ARGS ?=
 EMBEDDERS ?=
 
 .DEFAULT_GOAL := help
-.PHONY: help sweep test report data install clean-cache stores compare regress baseline harden load bench labels
+.PHONY: help sweep test report data install clean-cache stores compare regress baseline harden load bench labels ray
 
 help: ## List the targets
 	@grep -E '^[a-zA-Z_-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-12s %s\n", $$1, $$2}'
@@ -56,5 +56,9 @@ harden: $(STAMP) ## Hardening suite: bad input, planted secrets, store faults, s
 load: $(STAMP) ## 8 threads x 1,000 queries on every local store and the real seekdb/chroma servers
 	$(BIN)/recallbench load $(ARGS)
 
-bench: $(STAMP) ## Performance ratios P1-P5 with targets and PASS/FAIL, measured in one run
+bench: $(STAMP) ## Performance ratios P1-P5 and PL (store layout) with targets and PASS/FAIL, measured in one run
 	$(BIN)/recallbench bench $(ARGS)
+
+ray: $(STAMP) ## A LoCoMo multirun on Ray: starts a local head on loopback when none runs, stops what it started
+	$(BIN)/python -m pip install -q -e '.[ray]'
+	$(BIN)/recallbench ray $(ARGS)

@@ -145,7 +145,7 @@ class Key:
 
 # Store settings that say where a store writes, not what it computes.
 STORE_PLACE_FIELDS = ("path", "collection")
-TRACE_CODE = ("trace", "types", "backends/base")
+TRACE_CODE = ("trace", "types", "backends/base", "backends/layout")  # layout: a store's per-conversation collections
 
 
 def trace_key(*, corpus_sha: str, embedder: Mapping, backend: Mapping, depth: int, roles, warmup: int) -> Key:

@@ -33,7 +33,7 @@ from bench.types import Corpus, Hits, memory_key
 from bench.visibility import Visibility
 
 _ID = attrgetter("id")
-SUMMARY_KEYS = ["dataset", "embedder", "backend", "strategy", "threshold", "format"]
+SUMMARY_KEYS = ["dataset", "embedder", "backend", "layout", "strategy", "threshold", "format"]
 NAN = float("nan")
 
 
@@ -211,6 +211,7 @@ def _frame(trace: Trace, ctx: list[_Ctx], cols: dict, tok: dict, embedder: str |
         part["tokens_full"] = np.asarray([c.full[f] for c in ctx], dtype=np.int64)[qi] if len(ctx) else np.zeros(0, np.int64)
         parts.append(part)
     out = pd.concat(parts, ignore_index=True)
+    out.insert(0, "layout", trace.meta.get("layout", "shared"))  # bench.backends.layout: shared | per_conversation
     out.insert(0, "backend", trace.meta["backend"])
     out.insert(0, "embedder", embedder or trace.meta["embedder"])
     out.insert(0, "dataset", trace.meta["dataset"])

@@ -168,6 +168,7 @@ def build_trace(
         ingest = session.ingest(batches(turns, tv, batch_size), total=-(-len(turns) // batch_size), progress=progress)
         timed = session.search_all(qv, wheres, k=depth, warmup=warmup, progress=progress)
         index_bytes = disk_bytes(getattr(backend, "path", None))
+        collections = getattr(backend, "n_collections", 1)  # bench.backends.layout: one per conversation, or 1
     hit_ids = [h.ids for h in timed.hits]  # columnar Hits: two references per question
     hit_scores = [h.scores for h in timed.hits]
     lat, loop_ns, store_ns = timed.latency_ns, timed.loop_ns, timed.store_ns
@@ -185,6 +186,8 @@ def build_trace(
     meta = {
         "dataset": corpus.name,
         "backend": backend.name,
+        "layout": getattr(backend, "layout", "shared"),  # bench.backends.layout
+        "collections": collections,
         "capabilities": {k: (sorted(v) if isinstance(v, frozenset) else v) for k, v in vars_of(backend.capabilities).items()},
         "embedder": embedder.model_id,
         "depth": depth,

@@ -1,4 +1,5 @@
-"""The backend contract, checked for EVERY configs/backend/*.yaml (found by glob: a new store is picked up).
+"""The backend contract, checked for EVERY configs/backend/*.yaml (found by glob: a new store is picked up),
+in both store layouts (``backend.layout``: shared, per_conversation; bench/backends/layout.py).
 
 A store whose capabilities name a local server gets it from the one starter
 (``bench.backends.servers.started_servers``, through the session fixture ``local_servers``); for
@@ -31,6 +32,7 @@ from bench.backends.base import (
     Capabilities,
 )
 from bench.backends.exact import ExactBackend
+from bench.backends.layout import LAYOUTS, PER_CONVERSATION, sub_collection
 from bench.resources import plugin_names
 from bench.types import Hits, MemoryBatch, Where, memory_key
 from bench.visibility import admits
@@ -118,8 +120,8 @@ def server_overrides(request, name: str) -> dict:
         return {}  # no server needed
 
 
-def instantiate(name: str, stores_dir: Path, overrides: dict, collection: str):
-    kwargs = dict(overrides)
+def instantiate(name: str, stores_dir: Path, overrides: dict, collection: str, layout: str = "shared"):
+    kwargs = {**overrides, "layout": layout}
     if "path" in catalog.backend_config(name):
         kwargs.setdefault("path", str(stores_dir / name))
     kwargs["collection"] = collection
@@ -140,12 +142,12 @@ def open_or_skip(backend) -> None:
 class Maker:
     """Creates backends for one config; drops and closes every one at teardown."""
 
-    def __init__(self, name: str, overrides: dict, stores_dir: Path) -> None:
-        self.name, self.overrides, self.stores_dir = name, overrides, stores_dir
+    def __init__(self, name: str, overrides: dict, stores_dir: Path, layout: str = "shared") -> None:
+        self.name, self.overrides, self.stores_dir, self.layout = name, overrides, stores_dir, layout
         self.made: list = []
 
     def new(self, collection: str | None = None):
-        b = instantiate(self.name, self.stores_dir, self.overrides, collection or unique_collection())
+        b = instantiate(self.name, self.stores_dir, self.overrides, collection or unique_collection(), self.layout)
         self.made.append(b)
         return b
 
@@ -166,10 +168,10 @@ def exact():
     return ref
 
 
-@pytest.fixture(scope="module", params=CONFIGS)
+@pytest.fixture(scope="module", params=[(n, lay) for n in CONFIGS for lay in LAYOUTS], ids=lambda p: "-".join(p))
 def maker(request, tmp_path_factory):
-    name = request.param
-    m = Maker(name, server_overrides(request, name), tmp_path_factory.mktemp(f"stores_{name}"))
+    name, layout = request.param
+    m = Maker(name, server_overrides(request, name), tmp_path_factory.mktemp(f"stores_{name}_{layout}"), layout)
     yield m
     m.cleanup()
 
@@ -372,3 +374,19 @@ def test_drop_then_open_is_empty(maker):
     b.open(dim=DIM, metric="cosine")
     assert b.search(QUERIES[0], k=5, where=Where()) == []
     assert b.search(VECTORS[3], k=5, where=Where(conversation_id="conv-0")) == []
+
+
+
+def test_layout_is_what_it_says(loaded):
+    """shared: one collection; per_conversation: one per conversation (3 here) holding only that conversation's rows,
+    named so that every store takes the name unchanged (list_collections returns it as given)."""
+    if loaded.layout != PER_CONVERSATION:
+        assert loaded.layout == "shared" and not hasattr(loaded, "n_collections")
+        return
+    assert loaded.n_collections == N_CONV
+    names = [sub_collection(loaded.collection, f"conv-{c}") for c in range(N_CONV)]
+    assert set(names) <= set(loaded.list_collections())
+    for c, name in enumerate(names):
+        got = loaded._subs[name].search(QUERIES[0], k=100, where=Where())  # all of it: 60 rows
+        assert len(got) == PER_CONV if loaded.capabilities.exact else len(got) > 0
+        assert {CONVS[ROW[i]] for i in got.ids} == {f"conv-{c}"}

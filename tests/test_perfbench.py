@@ -99,6 +99,25 @@ def test_p4_adapter_ratio_on_the_exact_store(tiny, tmp_path):
     assert r.value > 0 and r.details["queries"] == len(corpus.questions) and r.details["same_result_sizes_of_20"] == 12
 
 
+def test_layout_ratio_hand_worked():
+    """PL's formula: p50 of the per-conversation query times / p50 of the unfiltered ones."""
+    assert P.filtered_over_unfiltered([3, 1, 2], [4, 1, 9, 2]) == pytest.approx(2 / 3)  # medians 2 and (2+4)/2 = 3
+    assert P.filtered_over_unfiltered([5, 5, 100], [10, 10]) == pytest.approx(0.5)  # a median, not a mean: the 100 is noise
+    assert math.isnan(P.filtered_over_unfiltered([], [1])) and math.isnan(P.filtered_over_unfiltered([1], []))
+
+
+def test_pl_layout_on_the_exact_store(tiny, tmp_path):
+    """Both layouts of one store side by side: the per-conversation query returns what the shared filtered one does."""
+    corpus, tv, qv = tiny
+    main, info = P.pl_layout("exact", corpus, tv, qv, stores_dir=tmp_path, k=20)
+    assert (main.key, main.op, main.limit, main.info) == ("PL/exact", "<=", 1.3, False)
+    assert info.key == "PL/exact/shared" and info.info
+    assert main.value > 0 and main.details["k"] == 20
+    assert main.details["ingest"]["per_conversation"]["collections"] == 3  # 120 memories / 40 per conversation
+    assert main.details["ingest"]["shared"]["collections"] == 1
+    assert main.details["same_ids_as_shared_filtered_of_20"] == 12  # every one of the 12 questions
+
+
 def test_p2_on_a_small_corpus():
     loop, info = P.p2_harness(600, depth=50, questions_per_conversation=20)
     assert loop.key == "P2" and loop.unit == "%" and loop.limit == 5.0 and loop.value >= 0

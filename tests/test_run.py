@@ -62,11 +62,12 @@ def test_trace_key_ignores_where_a_store_writes_but_not_what_it_computes():
     k = run.trace_key(backend={**store, "path": "/x", "collection": "a"}, **kw).digest
     assert k == run.trace_key(backend={**store, "path": "/y", "collection": "b"}, **kw).digest
     others = [run.trace_key(backend={**store, "ef_search": 64}, **kw),
+              run.trace_key(backend={**store, "layout": "per_conversation"}, **kw),  # bench.backends.layout
               run.trace_key(backend=store, **{**kw, "depth": 11}),
               run.trace_key(backend=store, **{**kw, "roles": ("user",)}),
               run.trace_key(backend=store, **{**kw, "embedder": {"model_id": "m", "endpoint": "http://b/v1"}}),
               run.trace_key(backend=store, **{**kw, "corpus_sha": "d"})]
-    assert k not in {o.digest for o in others} and len({o.digest for o in others}) == 5
+    assert k not in {o.digest for o in others} and len({o.digest for o in others}) == 6
     inputs = run.trace_key(backend=store, **kw).describe()["inputs"]
     assert inputs["code"] == run.code_digest(*run.TRACE_CODE, "backends/exact")  # the store adapter's own code counts
 

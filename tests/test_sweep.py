@@ -244,11 +244,11 @@ def test_kind_column_is_the_strategy_functions_name():
     specs = [StrategySpec("top2", functools.partial(V.limit, k=2), thresholded=False), SPECS[1], SPECS[2],
              StrategySpec("router", _router, thresholded=False)]
     rows = sweep(TRACE, CORPUS, specs, (0.5,), TOKENS)
-    assert list(rows.columns[:7]) == ["dataset", "embedder", "backend", "strategy", "kind", "threshold", "format"]
+    assert list(rows.columns[:8]) == ["dataset", "embedder", "backend", "layout", "strategy", "kind", "threshold", "format"]
     assert dict(zip(rows["strategy"], rows["kind"])) == {"top2": "limit", "threshold": "threshold",
                                                          "full_context": "full_context", "router": "_router"}
     s = summarise(rows)
-    assert list(s.columns[:5]) == ["dataset", "embedder", "backend", "strategy", "kind"]
+    assert list(s.columns[:6]) == ["dataset", "embedder", "backend", "layout", "strategy", "kind"]
     # a route's own rows keep the router's kind
     assert dict(zip(s["strategy"], s["kind"])) == {"top2": "limit", "threshold": "threshold", "full_context": "full_context",
                                                    "router": "_router", "router/first": "_router", "router/second": "_router"}

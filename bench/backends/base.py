@@ -13,6 +13,11 @@ descending, without duplicates; ``best_first`` does that ordering for stores tha
 Its store client is an optional extra: the adapter imports it lazily with ``import_client``, which
 raises ``BackendUnavailable`` with one line naming the store and the fix when it is missing.
 Opening, filling, timing and cleaning up a store is done in one place: ``bench.backends.session``.
+
+Store layout (``layout: shared | per_conversation`` in every store YAML) is applied by
+``bench.backends.layout.build_store``: ``per_conversation`` builds one store of the same config per
+conversation. For that, every store also implements ``list_collections() -> list[str]``: the names of
+the collections its place (path, server, index) holds, connecting if needed and creating nothing.
 """
 
 from __future__ import annotations

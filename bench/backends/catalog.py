@@ -21,7 +21,7 @@ from pathlib import Path
 import yaml
 
 from bench.backends.base import CLOUD, EMBEDDED, LOCAL_SERVER, Capabilities
-from bench.plugins import instantiate
+from bench.backends.layout import build_store
 from bench.resources import configs_dir, plugin_names
 
 __all__ = ["CLOUD", "EMBEDDED", "LOCAL_SERVER", "backend_config", "capabilities", "load_backend", "runnable_stores",
@@ -59,7 +59,7 @@ def _resolve(value, stores_dir: str, where: str):
 def load_backend(name: str, *, stores_dir, **overrides):
     """``configs/backend/<name>.yaml`` built with ``${paths.stores}`` = ``stores_dir`` and keyword overrides."""
     node = _resolve(backend_config(name), str(stores_dir), f"configs/backend/{name}.yaml")
-    return instantiate(node, **overrides)
+    return build_store(node, **overrides)
 
 
 def capabilities(name: str) -> Capabilities:

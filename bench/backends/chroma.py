@@ -337,6 +337,16 @@ class ChromaBackend:
         self._pending = []
         self._disconnect()
 
+    def list_collections(self) -> list[str]:
+        """Names of the collections this client (path or server) holds (connects if needed; creates nothing)."""
+        was_connected = self._client is not None
+        self._connect()
+        try:
+            return [c.name if hasattr(c, "name") else str(c) for c in self._client.list_collections()]
+        finally:
+            if not was_connected:
+                self._disconnect()
+
     def drop(self) -> None:
         NotFoundError = _client("chromadb.errors").NotFoundError  # noqa: N806
 

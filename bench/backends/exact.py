@@ -93,6 +93,10 @@ class ExactBackend:
         top = np.argsort(-sims, kind="stable")[:k]
         return self._ids[rows[top]].tolist(), sims[top].tolist()
 
+    def list_collections(self) -> list[str]:
+        """Nothing outlives an instance (in RAM only)."""
+        return []
+
     def close(self) -> None:
         self._chunks = []
 

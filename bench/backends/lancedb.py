@@ -217,6 +217,14 @@ class LanceDBBackend:
         self._table = self._db = None
         self._written = set()
 
+    def list_collections(self) -> list[str]:
+        """Names of the tables in ``path`` (creates nothing when the directory does not exist)."""
+        if not os.path.isdir(self.path):
+            return []
+        db = self._connect()
+        names = db.list_tables() if hasattr(db, "list_tables") else db.table_names()
+        return list(getattr(names, "tables", names))
+
     def drop(self) -> None:
         """Delete the table and its files. Idempotent; works after close()."""
         if not os.path.isdir(self.path):

@@ -239,6 +239,22 @@ class PineconeBackend:
         if index is not None:
             index.close()
 
+    def list_collections(self) -> list[str]:
+        """The index's namespaces that hold vectors ([] when no key or index is configured)."""
+        index = self._index
+        if index is not None:
+            return [n for n, s in index.describe_index_stats().namespaces.items() if s.vector_count]
+        key = os.environ.get(self.api_key_env, "")
+        if not key or not (self.host or self.index_name):
+            return []
+        self._key = key
+        pc = _client("pinecone").Pinecone(api_key=key, timeout=self.timeout_s)
+        index = pc.index(host=self.host) if self.host else pc.index(name=self.index_name)
+        try:
+            return [n for n, s in index.describe_index_stats().namespaces.items() if s.vector_count]
+        finally:
+            index.close()
+
     def drop(self, timeout_s: float = 60.0) -> None:
         """Delete every vector in the namespace and wait until the namespace reads empty. Idempotent."""
         index = self._index

@@ -437,6 +437,16 @@ class SeekdbBackend:
         self._probes = []
         self._disconnect()
 
+    def list_collections(self) -> list[str]:
+        """Names of the collections this client's database holds (connects if needed; creates nothing)."""
+        was_connected = self._client is not None
+        self._connect()
+        try:
+            return [c.name if hasattr(c, "name") else str(c) for c in self._client.list_collections()]
+        finally:
+            if not was_connected:
+                self._disconnect()
+
     def drop(self) -> None:
         was_open = self._col is not None
         try:

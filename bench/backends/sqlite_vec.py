@@ -198,6 +198,10 @@ class SqliteVecBackend:
         if conn is not None:
             conn.close()
 
+    def list_collections(self) -> list[str]:
+        """Collections with a file in ``path`` (file stems: a collection's name when it needed no cleaning)."""
+        return sorted(f.stem for f in self.path.glob("*.db")) if self.path.is_dir() else []
+
     def drop(self) -> None:
         self.close()
         for suffix in ("", "-journal", "-wal", "-shm"):

@@ -22,9 +22,10 @@ COMMANDS = {
     "stores": ("bench.tools.stores", "every local store side by side (LoCoMo and synthetic scale) -> reports/compare/"),
     "regress": ("bench.tools.regress", "CI regression gate against reports/baseline/ (--write-baseline rewrites it)"),
     "harden": ("bench.tools.harden.run", "bad input, planted secrets, store faults and a short load, with figures"),
-    "bench": ("bench.tools.perf", "performance ratios P1-P5 with their targets and PASS/FAIL"),
+    "bench": ("bench.tools.perf", "performance ratios P1-P5 and PL with their targets and PASS/FAIL"),
     "data": ("bench.cli.data", "corpora: check (dataset card), convert (to the own format), fetch (verify, download)"),
     "load": ("bench.tools.load", "concurrent search load on every local store and the real seekdb/chroma servers"),
+    "ray": ("bench.tools.ray_run", "a multirun on a Ray cluster (a local head on loopback is started and stopped when none runs)"),
 }
 
 EXAMPLES = (

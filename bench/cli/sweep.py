@@ -25,6 +25,7 @@ from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf
 
 from bench import run
+from bench.backends.layout import build_store
 from bench.cli.config import build, redacted_yaml, strategy_nodes, to_plain
 from bench.output import (
     check_env_name,
@@ -161,7 +162,7 @@ def get_trace(cfg: DictConfig, job: Job, embedder, roles: tuple[str, ...] | None
     if backend_cfg.get("path"):  # an embedded store: a directory of this process's own
         run.remove_stale_store_dirs(Path(backend_cfg["path"]).parent)
         place["path"] = str(run.private_store_dir(backend_cfg["path"]))
-    backend = build(cfg.backend, **place)  # build_trace opens it and drops and closes it (bench.backends.session)
+    backend = build_store(backend_cfg, **place)  # build_trace opens it and drops and closes it (bench.backends.session)
     trace = build_trace(job.corpus, embedder, backend, depth=depth, roles=roles, warmup=int(cfg.warmup),
                         progress=bool(cfg.progress))
     trace.meta.update(trace_key=key.digest, dataset_source=job.corpus.source, cache={**key.describe(), "status": status})

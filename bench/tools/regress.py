@@ -568,6 +568,7 @@ def measure_latency(run_dir: Path, cfg: GateConfig, stores_dir: Path) -> pd.Data
     embeddings from the cache) and time it."""
     from contextlib import ExitStack
 
+    from bench.backends.layout import build_store
     from bench.backends.session import INGEST_BATCH, open_session
     from bench.embedders.cache import CachedEmbedder
     from bench.plugins import instantiate as build
@@ -591,7 +592,7 @@ def measure_latency(run_dir: Path, cfg: GateConfig, stores_dir: Path) -> pd.Data
                 kw = {"collection": f"rb_regress_{i}"}
                 if "path" in c["backend"]:
                     kw["path"] = str(Path(stores_dir) / f"job{i}")
-                session = stack.enter_context(open_session(build(c["backend"], **kw), dim=embedder.dim))
+                session = stack.enter_context(open_session(build_store(c["backend"], **kw), dim=embedder.dim))
                 session.ingest(batches(turns, tv, INGEST_BATCH))
                 if session.backend.name in by_name:
                     raise RegressError(f"{run_dir}: two jobs use the same store name; the latency pass needs one job per store")

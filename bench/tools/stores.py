@@ -8,6 +8,9 @@ Two parts, both written to ``reports/compare/``:
    per-query latency p50/p99 (top-10, unfiltered and conversation-filtered; warm-up discarded),
    recall@10 against the exact numpy scan, and the latency ratio to that scan.
 The seed article's figures are printed beside ours, labelled as quoted, not measured.
+Each store runs in each store layout (``--layouts``, default both; ``bench.backends.layout``): one
+shared collection filtered by conversation, or a collection per conversation; the tables have a
+``layout`` column, and ingest time includes creating the per-conversation collections.
 
 The stores are every ``configs/backend/*.yaml`` that runs here (``bench.backends.catalog``): embedded
 ones and local servers (started by ``bench.backends.servers.started_servers``); cloud stores are
@@ -29,6 +32,7 @@ import numpy as np
 import pandas as pd
 
 from bench.backends.catalog import load_backend, split_runnable
+from bench.backends.layout import LAYOUTS, SHARED, check_layout
 from bench.backends.servers import started_servers
 from bench.backends.session import INGEST_BATCH, open_session
 from bench.cli.common import entry, parser, reports_dir, setup_logging
@@ -70,12 +74,13 @@ def synthetic_batches(vecs, conv, roles, ts, size: int = INGEST_BATCH):
                           conversation_ids=tuple(conv[sl]), roles=tuple(roles[sl]), timestamps=tuple(float(x) for x in ts[sl]))
 
 
-def bench_store(name: str, data, *, stores_dir: Path, k: int, warmup: int, overrides: dict, progress: bool) -> dict:
+def bench_store(name: str, data, *, stores_dir: Path, k: int, warmup: int, overrides: dict, progress: bool,
+                layout: str = SHARED) -> dict:
     vecs, conv, roles, ts, qv, qconv = data
     n, dim = vecs.shape
-    row = {"store": name, "n": n, "dim": dim}
+    row = {"store": name, "layout": layout, "n": n, "dim": dim}
     try:
-        backend = load_backend(name, stores_dir=stores_dir, collection=f"cmp_{n}_{dim}", **overrides)
+        backend = load_backend(name, stores_dir=stores_dir, collection=f"cmp_{n}_{dim}", **{**overrides, "layout": layout})
         with open_session(backend, dim=dim, fresh=True) as s:
             ingest = s.ingest(synthetic_batches(vecs, conv, roles, ts), total=-(-n // INGEST_BATCH), progress=progress)
             row.update(ingest_s=ingest.add_seconds, ingest_rows_per_s=n / ingest.add_seconds,
@@ -110,47 +115,51 @@ def _recall(got: list[list[str]], truth: list[list[str]]) -> float:
     return float(np.mean([len(set(g) & set(t)) / len(t) for g, t in zip(got, truth) if t]))
 
 
-def scale_part(stores, sizes, dims, *, n_queries, k, warmup, workdir, overrides, progress) -> pd.DataFrame:
+def scale_part(stores, sizes, dims, *, n_queries, k, warmup, workdir, overrides, progress,
+               layouts=(SHARED,)) -> pd.DataFrame:
     rows = []
     for n in sizes:
         for dim in dims:
             data = synthetic(n, dim, n_queries=n_queries, seed=n + dim)
             truth, ftruth = exact_truth(data, k)
             for name in stores:
-                log.info("scale: %s at %d x %d", name, n, dim)
-                r = bench_store(name, data, stores_dir=workdir / "stores", k=k, warmup=warmup,
-                                overrides=overrides.get(name, {}), progress=progress)
-                if "_ids" in r:
-                    r["recall_at_k_vs_exact"] = _recall(r.pop("_ids"), truth)
-                    r["filtered_recall_at_k_vs_exact"] = _recall(r.pop("_fids"), ftruth)
-                rows.append(r)
+                for layout in layouts:
+                    log.info("scale: %s (%s) at %d x %d", name, layout, n, dim)
+                    r = bench_store(name, data, stores_dir=workdir / "stores", k=k, warmup=warmup,
+                                    overrides=overrides.get(name, {}), progress=progress, layout=layout)
+                    if "_ids" in r:
+                        r["recall_at_k_vs_exact"] = _recall(r.pop("_ids"), truth)
+                        r["filtered_recall_at_k_vs_exact"] = _recall(r.pop("_fids"), ftruth)
+                    rows.append(r)
     df = pd.DataFrame(rows)
-    if "p50_ms" in df:
-        ref = df[df["store"] == "exact"].set_index(["n", "dim"])
-        for col in ("p50_ms", "p99_ms"):
-            df[f"{col}_ratio_to_exact"] = [r[col] / ref.loc[(r["n"], r["dim"]), col] if (r["n"], r["dim"]) in ref.index else np.nan
-                                           for _, r in df.iterrows()]
+    if "p50_ms" in df:  # the exact scan of the same layout is the reference
+        ref = df[df["store"] == "exact"].set_index(["n", "dim", "layout"])
+        for col in ("p50_ms", "p99_ms", "filtered_p50_ms"):
+            df[f"{col}_ratio_to_exact"] = [r[col] / ref.loc[(r["n"], r["dim"], r["layout"]), col]
+                                           if (r["n"], r["dim"], r["layout"]) in ref.index else np.nan for _, r in df.iterrows()]
     return df
 
 
-def locomo_part(stores, *, out: Path, overrides: dict, data_dir: str | None) -> pd.DataFrame:
+def locomo_part(stores, *, out: Path, overrides: dict, data_dir: str | None, layouts=(SHARED,),
+                extra: tuple[str, ...] = ()) -> pd.DataFrame:
     rows = []
-    for name in stores:
-        run_dir = out / "locomo" / name
-        cmd = [sys.executable, "-m", "bench", f"backend={name}", "strategy=[limit,threshold,hybrid]", "progress=false",
-               "publish_latest=false", f"hydra.run.dir={run_dir}"]
+    for name, layout in ((n, lay) for n in stores for lay in layouts):
+        run_dir = out / "locomo" / f"{name}-{layout}"
+        cmd = [sys.executable, "-m", "bench", f"backend={name}", f"backend.layout={layout}", "strategy=[limit,threshold,hybrid]",
+               "progress=false", "publish_latest=false", f"hydra.run.dir={run_dir}", *extra]
         cmd += [f"backend.{k}={v}" for k, v in overrides.get(name, {}).items()]
         env = dict(os.environ, **({"BENCH_DATA_DIR": data_dir} if data_dir else {}))
         log.info("locomo: %s", " ".join(cmd[2:]))
         proc = subprocess.run(cmd, env=env, capture_output=True, text=True)
         if proc.returncode != 0 or not (run_dir / "summary.csv").exists():
-            rows.append({"store": name, "error": (proc.stderr.strip().splitlines() or ["failed"])[-1][:300]})
+            rows.append({"store": name, "layout": layout, "error": (proc.stderr.strip().splitlines() or ["failed"])[-1][:300]})
             continue
         s = pd.read_csv(run_dir / "summary.csv")
         meta = json.loads((run_dir / "meta.json").read_text())
         best = s.dropna(subset=["threshold"]).sort_values("f1", ascending=False).iloc[0]
         lim = s[s["strategy"].isin(RunDir(run_dir).strategy_names("limit"))].iloc[0]
-        rows.append({"store": name, "dataset": meta["dataset"], "memories": meta["n_memories"],
+        rows.append({"store": name, "layout": layout, "collections": meta.get("collections"), "dataset": meta["dataset"],
+                     "memories": meta["n_memories"], "ingest_s": meta.get("ingest_seconds"),
                      "best_strategy": best["strategy"], "best_threshold": best["threshold"], "best_f1": best["f1"],
                      "limit5_recall": lim["recall"], "limit5_token_savings": lim["token_savings"],
                      "p50_ms": lim["latency_p50_ms"], "p99_ms": lim["latency_p99_ms"],
@@ -173,7 +182,7 @@ def plot(scale: pd.DataFrame, out: Path) -> list[Path]:
         x = np.arange(len(g))
         axes[0].bar(x - 0.2, g["p50_ms"], 0.4, label="p50")
         axes[0].bar(x + 0.2, g["p99_ms"], 0.4, label="p99")
-        ex = g[g["store"] == "exact"]
+        ex = g[(g["store"] == "exact") & (g["layout"] == SHARED)]
         if len(ex):
             axes[0].axhline(float(ex["p50_ms"].iloc[0]), color="k", ls="--", lw=1, label="exact numpy scan p50")
         for q in QUOTED:
@@ -191,7 +200,7 @@ def plot(scale: pd.DataFrame, out: Path) -> list[Path]:
         axes[2].set_ylim(0, 1.05)
         axes[2].set_title("recall@10 vs exact")
         for ax in axes:
-            ax.set_xticks(x, g["store"], rotation=30, ha="right", fontsize=8)
+            ax.set_xticks(x, g["store"] + " / " + g["layout"], rotation=30, ha="right", fontsize=8)
             ax.legend(fontsize=7)
         fig.suptitle(f"{n:,} memories x {dim}-d (clustered synthetic)")
         p = out / f"scale_{n}_{dim}.png"
@@ -224,11 +233,16 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--queries", type=int, default=200)
     ap.add_argument("--k", type=int, default=10)
     ap.add_argument("--warmup", type=int, default=10)
+    ap.add_argument("--layouts", default=",".join(LAYOUTS),
+                    help=f"comma-separated store layouts (default {','.join(LAYOUTS)}; bench.backends.layout)")
+    ap.add_argument("--locomo-args", default="",
+                    help="extra sweep overrides for the LoCoMo part, space-separated (e.g. 'trace_cache=false')")
     ap.add_argument("--no-locomo", action="store_true", help="skip the LoCoMo part")
     ap.add_argument("--no-scale", action="store_true", help="skip the synthetic scale part")
     ap.add_argument("--out", default=str(reports_dir("compare")), help="default reports/compare")
     ap.add_argument("--progress", action=argparse.BooleanOptionalAction, default=sys.stderr.isatty())
     args = ap.parse_args(argv)
+    layouts = tuple(check_layout(x) for x in args.layouts.split(",") if x)
     setup_logging()
     stores, skipped = split_runnable([s for s in args.stores.split(",") if s] if args.stores else None)
     for reason in skipped:
@@ -238,19 +252,21 @@ def main(argv: list[str] | None = None) -> int:
     lines = ["# Store comparison", "", "Every store gets the same vectors, filters and queries. Latency is the store call only "
              "(top-10, warm-up discarded); the exact store is a numpy cosine scan of the same vectors in RAM.", ""]
     lines += [f"Skipped {r}." for r in skipped] + ([""] if skipped else [])
-    with tempfile.TemporaryDirectory(prefix="rb-compare-") as tmp, started_servers(stores, Path(tmp)) as servers:
+    with tempfile.TemporaryDirectory(prefix="rb-compare-", ignore_cleanup_errors=True) as tmp, started_servers(stores, Path(tmp)) as servers:
         overrides = {name: info.overrides() for name, info in servers.items()}
         if not args.no_locomo:
-            loc = locomo_part(stores, out=out, overrides=overrides, data_dir=os.environ.get("BENCH_DATA_DIR"))
+            loc = locomo_part(stores, out=out, overrides=overrides, data_dir=os.environ.get("BENCH_DATA_DIR"), layouts=layouts,
+                              extra=tuple(args.locomo_args.split()))
             write_atomic(out / "locomo.csv", lambda p: loc.to_csv(p, index=False))
             lines += ["## LoCoMo (MiniLM int8, depth = every eligible memory, strategies limit5 / threshold / hybrid5)", "", _md(loc, list(loc.columns)), ""]
         if not args.no_scale:
             scale = scale_part(stores, [int(x) for x in args.sizes.split(",")], [int(x) for x in args.dims.split(",")],
                                n_queries=args.queries, k=args.k, warmup=args.warmup, workdir=Path(tmp),
-                               overrides=overrides, progress=args.progress)
+                               overrides=overrides, progress=args.progress, layouts=layouts)
             write_atomic(out / "scale.csv", lambda p: scale.to_csv(p, index=False))
-            cols = ["store", "n", "dim", "ingest_s", "ingest_rows_per_s", "read_after_write_lag_s", "p50_ms", "p99_ms",
+            cols = ["store", "layout", "n", "dim", "ingest_s", "ingest_rows_per_s", "read_after_write_lag_s", "p50_ms", "p99_ms",
                     "p50_ms_ratio_to_exact", "p99_ms_ratio_to_exact", "filtered_p50_ms", "filtered_p99_ms",
+                    "filtered_p50_ms_ratio_to_exact",
                     "recall_at_k_vs_exact", "filtered_recall_at_k_vs_exact", "index_mb", "error"]
             lines += ["## Scale (clustered synthetic vectors)", "", _md(scale, cols), "",
                       "Quoted from the seed article, not measured here:", "", _md(pd.DataFrame(QUOTED), ["store", "n", "dim", "p50_ms", "p99_ms"]), ""]
