@@ -2,7 +2,8 @@
 
 ``progress(total, desc, unit=..., enabled=...)`` is a context manager with ``update(n)``. On a TTY it is a
 tqdm bar on stderr. Elsewhere (CI logs, files, pipes) it logs one INFO line each time another ``every``
-(default 10 %) of the total is done, and at the end: ``embed turns: 40% (2,353/5,882 text), 312 text/s,
+(default 10 %) of the total is done and at least ``min_interval`` seconds (default 5) passed since the
+last line, and always one at the end (so a quick step is one line): ``embed turns: 40% (2,353/5,882 text), 312 text/s,
 ETA 11 s``. Nothing is printed when ``enabled`` is false or the total is 0.
 """
 
@@ -33,15 +34,20 @@ def line(desc: str, done: int, total: int, unit: str, elapsed: float) -> str:
 
 
 class _LogProgress:
-    def __init__(self, total: int, desc: str, unit: str, every: float, clock=time.perf_counter) -> None:
-        self.total, self.desc, self.unit, self.clock = total, desc, unit, clock
+    def __init__(self, total: int, desc: str, unit: str, every: float, min_interval: float, clock=time.perf_counter) -> None:
+        self.total, self.desc, self.unit, self.clock, self.min_interval = total, desc, unit, clock, min_interval
         self.step = max(1, math.ceil(total * every))  # items between two lines
         self.done, self.next_at, self.t0 = 0, self.step, clock()
+        self.last = self.t0
 
     def update(self, n: int = 1) -> None:
         self.done += n
-        if self.done >= self.next_at or self.done >= self.total:
-            log.info("%s", line(self.desc, min(self.done, self.total), self.total, self.unit, self.clock() - self.t0))
+        end = self.done >= self.total
+        if end or self.done >= self.next_at:
+            now = self.clock()
+            if end or now - self.last >= self.min_interval:
+                log.info("%s", line(self.desc, min(self.done, self.total), self.total, self.unit, now - self.t0))
+                self.last = now
             self.next_at = (self.done // self.step + 1) * self.step
 
     def __enter__(self):
@@ -62,7 +68,8 @@ class _Silent:
         return None
 
 
-def progress(total: int, desc: str, *, unit: str = "it", enabled: bool = True, every: float = 0.1, tty: bool | None = None):
+def progress(total: int, desc: str, *, unit: str = "it", enabled: bool = True, every: float = 0.1, min_interval: float = 5.0,
+             tty: bool | None = None):
     """A progress reporter for ``total`` items (module docstring). ``tty``: force one mode (tests)."""
     if not enabled or total <= 0:
         return _Silent()
@@ -70,4 +77,4 @@ def progress(total: int, desc: str, *, unit: str = "it", enabled: bool = True, e
         from tqdm import tqdm
 
         return tqdm(total=total, desc=desc, unit=unit)
-    return _LogProgress(total, desc, unit, every)
+    return _LogProgress(total, desc, unit, every, min_interval)

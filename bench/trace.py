@@ -27,7 +27,7 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
-from tqdm.auto import tqdm
+from bench.progress import progress as progress_bar
 
 from bench.backends.base import Backend
 from bench.backends.session import INGEST_BATCH, open_session
@@ -117,7 +117,7 @@ def embed_texts(embedder: Embedder, texts: Sequence[str], *, side: str, chunk: i
     texts, into one array."""
     n = len(texts)
     out: np.ndarray | None = None
-    with tqdm(total=n, desc=desc, unit="text", disable=not progress or n <= chunk) as bar:
+    with progress_bar(n, desc, unit="text", enabled=progress and n > chunk) as bar:
         for lo in range(0, n, chunk):
             part = np.asarray(embed_side(embedder, side, list(texts[lo : lo + chunk])), dtype=np.float32)
             if out is None:
@@ -277,7 +277,7 @@ def _views(vis: Visibility, corpus: Corpus, tv: np.ndarray, qv: np.ndarray, *, p
     by_conv: dict[str, list[int]] = {}
     for qi, q in enumerate(corpus.questions):
         by_conv.setdefault(q.conversation_id, []).append(qi)
-    with tqdm(total=len(corpus.questions), desc=desc, unit="q", disable=not progress) as bar:
+    with progress_bar(len(corpus.questions), desc, unit="q", enabled=progress) as bar:
         for conv, qis in by_conv.items():
             start, end = vis.span(conv)
             block = tv[start:end]

@@ -21,7 +21,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 
 import numpy as np
-from tqdm.auto import tqdm
+from bench.progress import progress as progress_bar
 
 from bench.backends.base import Backend, BackendUnavailable
 from bench.output import error_line
@@ -70,7 +70,7 @@ class Session:
         """``add`` every batch (pulled lazily: one alive at a time), then ``wait_ready``. ``total``: batches, for the bar."""
         add_ns, rows, n = 0, 0, 0
         t0 = time.perf_counter()
-        with tqdm(total=total, desc=f"ingest {self.backend.name}", unit="batch", disable=not progress) as bar:
+        with progress_bar(total or 0, f"ingest {self.backend.name}", unit="batch", enabled=progress) as bar:
             for batch in batches:
                 start = time.perf_counter_ns()
                 self.backend.add(batch)
@@ -129,11 +129,13 @@ class Session:
         lat = np.empty(n, dtype=np.int64)
         search, clock = self.backend.search, time.perf_counter_ns
         loop_start = clock()
-        for i in tqdm(range(n), desc=f"search {self.backend.name}", unit="q", disable=not progress):
-            start = clock()
-            h = search(vectors[i], k=k, where=wheres[i])
-            lat[i] = clock() - start
-            hits.append(h)
+        with progress_bar(n, f"search {self.backend.name}", unit="q", enabled=progress) as bar:
+            for i in range(n):
+                start = clock()
+                h = search(vectors[i], k=k, where=wheres[i])
+                lat[i] = clock() - start
+                hits.append(h)
+                bar.update(1)
         loop_ns = clock() - loop_start
         for h in hits:
             if not isinstance(h, Hits):

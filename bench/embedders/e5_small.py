@@ -18,7 +18,6 @@ from __future__ import annotations
 import logging
 import os
 import re
-import sys
 from collections.abc import Sequence
 from functools import cache
 
@@ -171,10 +170,10 @@ class E5SmallEmbedder:
         if not len(texts):
             return out
         model = self._load()
-        from tqdm import tqdm
+        from bench.progress import progress
 
         side = "queries" if is_query else "documents"
-        with tqdm(total=len(texts), desc=f"embed e5_small {side}", unit="text", disable=not (self.progress and sys.stderr.isatty())) as bar:
+        with progress(len(texts), f"embed e5_small {side}", unit="text", enabled=self.progress) as bar:
             for lo in range(0, len(texts), _BATCH):
                 batch = list(texts[lo : lo + _BATCH])
                 out[lo : lo + len(batch)] = model.encode(batch, is_query)

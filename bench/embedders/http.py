@@ -17,7 +17,6 @@ import json
 import logging
 import math
 import os
-import sys
 import time
 import urllib.error
 import urllib.parse
@@ -185,11 +184,10 @@ class HTTPEmbedder(TwoSided):
         if not texts:
             return np.empty((0, self._dim or 0), dtype=np.float32)
         key = self._key()
-        from tqdm import tqdm
+        from bench.progress import progress
 
         parts = []
-        show = self.progress and sys.stderr.isatty()
-        with tqdm(total=len(texts), desc=f"embed {self.model}", unit="text", disable=not show) as bar:
+        with progress(len(texts), f"embed {self.model}", unit="text", enabled=self.progress) as bar:
             for lo in range(0, len(texts), self.batch_size):
                 batch = list(texts[lo : lo + self.batch_size])
                 parts.append(self._embed_batch(batch, lo, key))

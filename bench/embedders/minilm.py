@@ -14,7 +14,6 @@ from __future__ import annotations
 import hashlib
 import logging
 import os
-import sys
 import time
 from collections.abc import Sequence
 from functools import cache
@@ -163,11 +162,10 @@ class MiniLMEmbedder(TwoSided):
         if n == 0:
             return out
         self._load()
-        from tqdm import tqdm
+        from bench.progress import progress
 
         started = time.perf_counter()
-        show = self.progress and sys.stderr.isatty()
-        with tqdm(total=n, desc="embed minilm", unit="text", disable=not show) as bar:
+        with progress(n, "embed minilm", unit="text", enabled=self.progress) as bar:
             for lo in range(0, n, _TOKENIZE_CHUNK):
                 chunk = list(texts[lo : lo + _TOKENIZE_CHUNK])
                 encs = self._tokenizer.encode_batch(chunk)  # padded to the longest in the chunk

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import logging
 import os
-import sys
 from collections.abc import Sequence
 from functools import cache
 
@@ -95,9 +94,9 @@ class USEM3Embedder(TwoSided):
         if not len(texts):
             return out
         model = self._load()
-        from tqdm import tqdm
+        from bench.progress import progress
 
-        with tqdm(total=len(texts), desc="embed use_m3", unit="text", disable=not (self.progress and sys.stderr.isatty())) as bar:
+        with progress(len(texts), "embed use_m3", unit="text", enabled=self.progress) as bar:
             for lo in range(0, len(texts), _BATCH):
                 out[lo : lo + _BATCH] = np.asarray(model.encode(list(texts[lo : lo + _BATCH])), dtype=np.float32)
                 bar.update(min(_BATCH, len(texts) - lo))
