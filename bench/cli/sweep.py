@@ -92,6 +92,10 @@ def check_settings(cfg: DictConfig) -> None:
     _number("warmup", cfg.warmup, integer=True, lo=0)
     for k in ("start", "stop", "step"):
         _number(f"thresholds.{k}", cfg.thresholds[k], lo=0, hi=1)
+    if cfg.get("ranked"):
+        from bench.ranked import check_ks
+
+        check_ks(list(cfg.ranked.get("ks") or []))
 
 
 # Settings that say where a job writes, how it shows progress, or how it is reported: not part of its results.
@@ -196,10 +200,11 @@ def run_job(cfg: DictConfig, out_dir: Path, job: Job | None = None) -> pd.DataFr
 
     out_dir.mkdir(parents=True, exist_ok=True)
     out = RunDir(out_dir)
-    parts, metas, by_format = [], [], []
+    parts, metas, by_format, traces = [], [], [], []
     for roles in dict.fromkeys(s.roles for s in strategies):
         trace = get_trace(cfg, job, embedder, roles)
         trace.save(out.trace_dir(roles))
+        traces.append(trace)
         specs = [s for s in strategies if s.roles == roles]
         parts.append(sweep(trace, corpus, specs, grid, token_counts, embedder=embedder.model_id, formats=formats, format_tokens=table))
         by_format += format_tokens_table(trace, corpus, specs, token_counts, table, embedder=embedder.model_id)
@@ -221,8 +226,19 @@ def run_job(cfg: DictConfig, out_dir: Path, job: Job | None = None) -> pd.DataFr
             "caches": {"job": {**job.key.describe(), "status": "miss"}, "traces": [m.get("cache") for m in metas],
                        "embeddings": embed_cache}}
     out.write_meta(redact(meta))
+    out.write_ranked(ranked_table(cfg, traces, corpus, embedder.model_id))
     out.write_results(rows, summary)  # summary.csv last: a job directory with it is complete
     return summary
+
+
+def ranked_table(cfg: DictConfig, traces, corpus, embedder: str) -> pd.DataFrame:
+    """ranked.csv of a job: bench.ranked over its traces, with the ``ranked:`` settings."""
+    from bench import ranked
+
+    rc = cfg.get("ranked") or {}
+    ks = ranked.check_ks(list(rc.get("ks", ranked.DEFAULT_KS)))
+    return ranked.for_traces(traces, corpus, ks=ks, embedder=embedder, confidence=float(rc.get("confidence", 0.95)),
+                             n_resamples=int(rc.get("n_resamples", 1000)), seed=int(cfg.get("seed", 0)))
 
 
 def _warn_fault(line: str) -> None:
