@@ -109,7 +109,17 @@ def job_settings(cfg: DictConfig) -> dict:
     for node in ("embedder", "backend"):
         if isinstance(out.get(node), dict):
             out[node] = {k: v for k, v in out[node].items() if k not in ("progress", *run.STORE_PLACE_FIELDS)}
+    if out.get("run_file"):  # a run read from a file: its content decides the results, not its path; the store is not used
+        out["run_file"] = {"sha256": run.sha256_file(_run_file(cfg))}
+        out.pop("backend", None)
     return out
+
+
+def _run_file(cfg: DictConfig) -> Path:
+    path = Path(str(cfg.run_file)).expanduser()
+    if not path.is_file():
+        raise FileNotFoundError(f"run_file: {path} not found (a TREC run: qid Q0 docid rank score tag)")
+    return path
 
 
 # --- one job ------------------------------------------------------------------------------------
@@ -143,6 +153,12 @@ def get_trace(cfg: DictConfig, job: Job, embedder, roles: tuple[str, ...] | None
     """The trace for (corpus, embedder, store, depth, roles): from the cache when valid, else measured once."""
     from bench.trace import Trace, build_trace, search_depth
 
+    if cfg.get("run_file"):  # an external retriever's run (bench.trec): no store, no trace cache (reading it is cheap)
+        from bench.trace import embed_corpus
+        from bench.trec import trace_from_run
+
+        tv, qv, _ = embed_corpus(job.corpus, embedder, progress=bool(cfg.progress))
+        return trace_from_run(_run_file(cfg), job.corpus, roles=roles, vectors=(tv, qv), embedder=embedder.model_id)
     backend_cfg = to_plain(cfg.backend)
     depth = search_depth(cfg.depth, job.corpus)
     key = run.trace_key(corpus_sha=job.corpus_sha, embedder=job.embedder.identity, backend=backend_cfg, depth=depth,
