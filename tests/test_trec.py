@@ -111,7 +111,7 @@ def test_export_then_import_gives_the_same_summary(tmp_path_factory, tmp_path, c
     assert capsys.readouterr().out.split() == [str(tmp_path / "trec" / "trace.run"), str(tmp_path / "trec" / "trace.qrels")]
     cmd = [sys.executable, "-m", "bench", f"paths.reports={base / 'demo_run'}", "dataset=own", f"dataset.path={DEMO}",
            "embedder=hashing", "progress=false", f"run_file={tmp_path / 'trec' / 'trace.run'}"]
-    proc = subprocess.run(cmd, cwd=REPO, env=_env(), capture_output=True, text=True, timeout=600)
+    proc = subprocess.run(cmd, check=False, cwd=REPO, env=_env(), capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]
     latest = base / "demo_run" / "latest"
     assert latest.resolve() != original.resolve()
@@ -130,6 +130,6 @@ def test_export_then_import_gives_the_same_summary(tmp_path_factory, tmp_path, c
 def test_a_missing_run_file_is_one_line(tmp_path):
     cmd = [sys.executable, "-m", "bench", f"paths.reports={tmp_path}", "dataset=own", f"dataset.path={DEMO}", "embedder=hashing",
            "progress=false", f"run_file={tmp_path / 'nope.trec'}"]
-    proc = subprocess.run(cmd, cwd=REPO, env=_env(), capture_output=True, text=True, timeout=600)
+    proc = subprocess.run(cmd, check=False, cwd=REPO, env=_env(), capture_output=True, text=True, timeout=600)
     out = proc.stdout + proc.stderr
     assert proc.returncode != 0 and "Traceback" not in out and f"run_file: {tmp_path / 'nope.trec'} not found" in out
