@@ -359,6 +359,7 @@ def ranked_section(run: RunDir) -> list[str]:
 def write_report(run_dir: Path, settings=None) -> Path:
     """Write report.md, report.html, the analysis tables (CSV) and every figure into ``run_dir``
     (``settings``: a RecommendConfig instead of the run's ``recommend:`` block)."""
+    from bench.report import answers as answer_coverage
     from bench.report import html as html_report
 
     run = RunDir(run_dir)
@@ -405,6 +406,7 @@ def write_report(run_dir: Path, settings=None) -> Path:
     fixed = summary[summary["threshold"].isna()]
     if len(fixed):
         lines += ["## Strategies without a threshold", "", _table(fixed, main_cols), ""]
+    lines += answer_coverage.section(run, summary, best)
     lines += ["## Seed claims, re-measured", "", seed_claims(summary, strategies), ""]
     lines += strategy_sections(summary, jobs, strategies)
     lat = summary[summary["latency_p50_ms"].notna()].drop_duplicates(["dataset", "embedder", "backend"])
