@@ -176,3 +176,21 @@ def test_check_ks():
     for bad in ([0], [1.5], [], [True]):
         with pytest.raises(ValueError, match="ranked.ks"):
             R.check_ks(bad)
+
+
+def test_a_multirun_merges_each_jobs_ranked_csv_with_the_jobs_labels(tmp_path):
+    from test_rundir import write_tiny_job
+
+    from bench.rundir import RunDir, collect_jobs
+
+    sweep = tmp_path / "sweep"
+    for job, ef in (("job0", 1), ("job1", 2)):
+        write_tiny_job(sweep / job, overrides=["-m", f"backend.ef={ef}"])
+        t = R.table(R.per_question(_trace(), CORPUS, ks=(1,)), ks=(1,), n_resamples=50)
+        RunDir(sweep / job).write_ranked(t.assign(mean=t["mean"] + ef))
+    assert collect_jobs(sweep) is True
+    merged = RunDir(sweep).ranked()
+    assert list(merged.columns) == R.TABLE_COLUMNS and len(merged) == 2 * 2 * 4
+    assert merged["backend"].unique().tolist() == ["exact (backend.ef=1)", "exact (backend.ef=2)"]  # the summary's labels
+    mrr = merged[(merged["level"] == "turn") & (merged["metric"] == "mrr")]
+    assert mrr["k"].isna().all() and mrr["mean"].tolist() == pytest.approx([2 / 3 + 1, 2 / 3 + 2])

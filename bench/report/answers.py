@@ -3,6 +3,7 @@ threshold, where the two disagree, and a plot of answer coverage vs injected tok
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
 import pandas as pd
@@ -65,14 +66,14 @@ def section(run: RunDir, summary: pd.DataFrame, best: pd.DataFrame) -> list[str]
         chosen = chosen.merge(d, on=[k for k in CONFIG if k in d and k in chosen], how="left")
     cols = ["dataset", "backend", "strategy", "threshold", "n_answer", "recall", "answer_recall", "answer_contained",
             "evidence_missed_answer_in", "evidence_all_answer_out", "tokens_injected_mean"]
-    lines = ["## Answer coverage (offline: is the gold answer in the injected context?)", "",
-             "Over the scored questions with a gold answer (`n_answer`), at each strategy's best threshold by F1. "
+    note = ("Over the scored questions with a gold answer (`n_answer`), at each strategy's best threshold by F1. "
              "answer_recall: SQuAD-normalised token recall of the answer in the injected memories; answer_contained: the whole "
              "normalised answer inside one injected memory. Where they disagree with evidence recall: "
              "`evidence_missed_answer_in` = questions with no gold memory injected whose answer was injected anyway (another "
              "turn says it); `evidence_all_answer_out` = every gold memory injected but the answer's words not (the evidence "
              "paraphrases it, or the label points elsewhere). Adversarial questions keep their abstention column. Every "
-             "threshold: summary.csv. Definitions: bench/answers.py.", "",
+             "threshold: summary.csv. Definitions: bench/answers.py.")
+    lines = ["## Answer coverage (offline: is the gold answer in the injected context?)", "", note, "",
              "| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
     for r in chosen.to_dict("records"):
         lines.append("| " + " | ".join(_cell(r.get(c)) for c in cols) + " |")
@@ -86,7 +87,7 @@ def section(run: RunDir, summary: pd.DataFrame, best: pd.DataFrame) -> list[str]
 
 
 def _cell(v) -> str:
-    if v is None or (isinstance(v, float) and v != v):
+    if v is None or (isinstance(v, float) and math.isnan(v)):
         return "–"
     if isinstance(v, float):
         return f"{v:.0f}" if abs(v) >= 100 or v == int(v) else f"{v:.3f}"
