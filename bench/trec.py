@@ -30,7 +30,7 @@ import numpy as np
 import pandas as pd
 
 from bench.output import write_atomic
-from bench.types import Corpus
+from bench.types import Corpus, memory_key
 from bench.visibility import Visibility
 
 log = logging.getLogger(__name__)
@@ -62,20 +62,28 @@ def run_lines(table: pd.DataFrame, tag: str, where: str = "trace") -> list[str]:
     return out
 
 
-def qrels_lines(table: pd.DataFrame, where: str = "trace") -> list[str]:
-    """The qrels' lines of a trace table: ``qid 0 docid 1`` per distinct gold memory."""
+def qrels_lines(table: pd.DataFrame, where: str = "trace", corpus: Corpus | None = None) -> list[str]:
+    """The qrels' lines of a trace table: ``qid 0 docid 1`` per distinct gold memory (a trace written before
+    ``gold_ids`` existed: the gold of ``corpus``, the job's snapshot)."""
+    if "gold_ids" in table:
+        golds = table["gold_ids"]
+    elif corpus is not None:
+        by_id = {q.question_id: [memory_key(q.conversation_id, e) for e in q.evidence] for q in corpus.questions}
+        golds = [by_id.get(q, []) for q in table["question_id"]]
+    else:
+        raise ValueError(f"{where}: the trace has no gold_ids (written by an older version) and no corpus was given")
     out = []
-    for qid, gold in zip(table["question_id"], table["gold_ids"]):
+    for qid, gold in zip(table["question_id"], golds):
         for d in dict.fromkeys(gold):
             out.append(f"{_check_id(qid, 'question id', where)} 0 {_check_id(d, 'memory id', where)} 1")
     return out
 
 
-def export_trace(trace, directory: Path, name: str = "trace") -> tuple[Path, Path]:
+def export_trace(trace, directory: Path, name: str = "trace", corpus: Corpus | None = None) -> tuple[Path, Path]:
     """``<directory>/<name>.run`` and ``<name>.qrels`` of one trace (written atomically); the tag is its store's name."""
     where = f"{directory / name}"
     run = run_lines(trace.table, tag_of(trace.meta.get("backend", "recallbench")), where)
-    qrels = qrels_lines(trace.table, where)
+    qrels = qrels_lines(trace.table, where, corpus)
     a = write_atomic(Path(directory) / f"{name}{RUN_SUFFIX}", lambda p: p.write_text("".join(f"{x}\n" for x in run)))
     b = write_atomic(Path(directory) / f"{name}{QRELS_SUFFIX}", lambda p: p.write_text("".join(f"{x}\n" for x in qrels)))
     return a, b
@@ -162,8 +170,6 @@ def trace_from_run(path: Path, corpus: Corpus, *, roles: Sequence[str] | None = 
         exact, gold_ids, gold_ranks, store = _exact_pass(corpus, vectors[0], vectors[1], hit_ids, hit_scores, roles=roles,
                                                          k=fidelity_k, depth=depth)
     else:
-        from bench.types import memory_key
-
         exact = [[float("nan")] * len(h) for h in hit_ids]
         gold_ids = [list(dict.fromkeys(memory_key(q.conversation_id, e) for e in q.evidence)) for q in corpus.questions]
         gold_ranks = [[0] * len(g) for g in gold_ids]

@@ -133,3 +133,21 @@ def test_a_missing_run_file_is_one_line(tmp_path):
     proc = subprocess.run(cmd, check=False, cwd=REPO, env=_env(), capture_output=True, text=True, timeout=600)
     out = proc.stdout + proc.stderr
     assert proc.returncode != 0 and "Traceback" not in out and f"run_file: {tmp_path / 'nope.trec'} not found" in out
+
+
+def test_export_of_a_multirun_writes_one_folder_per_job(tmp_path, capsys):
+    from test_rundir import write_tiny_job
+
+    from bench.rundir import collect_jobs
+
+    sweep = tmp_path / "sweep"
+    for job in ("job0", "job1"):
+        write_tiny_job(sweep / job, overrides=[f"backend.ef={job}"])  # its trace predates gold_ids: gold from the corpus snapshot
+    assert collect_jobs(sweep)
+    assert export.main([str(sweep), "--out", str(tmp_path / "out")]) == 0
+    for job in ("job0", "job1"):
+        assert (tmp_path / "out" / job / "trace_user.run").read_text().splitlines() == [
+            "q1 Q0 c1|t3 1 0.9 exact", "q1 Q0 c1|t1 2 0.1 exact", "q2 Q0 c2|t1 1 0.2 exact"]
+        assert (tmp_path / "out" / job / "trace_user.qrels").read_text().splitlines() == ["q1 0 c1|t3 1"]
+    assert len(capsys.readouterr().out.split()) == 4
+    assert export.main([str(tmp_path / "nothing")]) == 2

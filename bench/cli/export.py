@@ -25,12 +25,14 @@ def main(argv: list[str] | None = None) -> int:
     out = Path(args.out) if args.out else run.path / "trec"
     jobs = run.job_dirs()
     written = 0
+    from bench.trace import Trace
+
     for job in jobs:
         for d in job.trace_dirs():
-            from bench.trace import Trace
-
+            trace = Trace.load(d)
+            corpus = None if "gold_ids" in trace.table else job.corpus()  # an older trace: gold from the job's corpus snapshot
             target = out if job.path == run.path else out / job.path.name
-            for p in export_trace(Trace.load(d), target, d.name):
+            for p in export_trace(trace, target, d.name, corpus):
                 print(p)
                 written += 1
     if not written:
