@@ -194,3 +194,28 @@ def test_a_multirun_merges_each_jobs_ranked_csv_with_the_jobs_labels(tmp_path):
     assert merged["backend"].unique().tolist() == ["exact (backend.ef=1)", "exact (backend.ef=2)"]  # the summary's labels
     mrr = merged[(merged["level"] == "turn") & (merged["metric"] == "mrr")]
     assert mrr["k"].isna().all() and mrr["mean"].tolist() == pytest.approx([2 / 3 + 1, 2 / 3 + 2])
+
+
+def _lme_turn2session(ranked, gold_turns, session_of, k):
+    """LongMemEval's rule written out: grow the depth until the top turns hold k distinct sessions (or the list
+    ends), then any / all of the gold sessions among those turns' sessions."""
+    depth = k
+    while depth <= len(ranked) and len({session_of(x) for x in ranked[:depth]}) < k:
+        depth += 1
+    got = {session_of(x) for x in ranked[:depth]}
+    gold = {session_of(x) for x in gold_turns}
+    return float(any(g in got for g in gold)), float(all(g in got for g in gold))
+
+
+def test_session_recall_equals_longmemevals_effective_depth_rule():
+    rng = np.random.default_rng(3)
+    for _ in range(200):
+        n = int(rng.integers(1, 30))
+        turns = [f"t{i}" for i in range(n)]
+        session = {t: f"s{int(rng.integers(0, max(1, n // 3)))}" for t in turns}
+        ranked = list(rng.permutation(turns))
+        gold = list(rng.choice(turns, size=int(rng.integers(1, min(n, 4) + 1)), replace=False))
+        ks = (1, 2, 3, 5, 10)
+        got = R.question_metrics(ranked=ranked, gold=gold, ks=ks, session_of=session.__getitem__)
+        for k in ks:
+            assert (got["session", "recall_any", k], got["session", "recall_all", k]) == _lme_turn2session(ranked, gold, session.__getitem__, k)
