@@ -26,6 +26,7 @@ import numpy as np
 import pandas as pd
 
 from bench import metrics
+from bench.answers import AnswerIndex
 from bench.formats import TokenTable, check_formats
 from bench.strategies.spec import Selection, StrategySpec, threshold_grid  # noqa: F401  (threshold_grid: re-exported)
 from bench.trace import Trace
@@ -126,7 +127,8 @@ def sweep(
         except KeyError as e:
             raise ValueError(f"sweep: no calibrated scores for question {e.args[0]!r} (field question_id)") from None
     cols: dict[str, list] = {c: [] for c in ("strategy", "kind", "threshold", "qi", "n_selected", "n_correct", "latency_ns",
-                                             "depth_saturated", "route", "l1_selected", "l1_correct")}
+                                             "depth_saturated", "route", "l1_selected", "l1_correct", "answer")}
+    answers = AnswerIndex.build(corpus)  # answer coverage of each selection (bench.answers)
     tok: dict[str, list] = {f: [] for f in formats}
     order = replay_order([c.question for c in ctx])
     for spec in strategies:
@@ -167,6 +169,7 @@ def sweep(
                 else:
                     cols["l1_selected"].append(NAN)
                     cols["l1_correct"].append(NAN)
+                cols["answer"].append(answers.score(c.question.question_id, ids))
                 for f in formats:
                     tok[f].append(cost(f, ids))
     return _frame(trace, ctx, cols, tok, embedder)
@@ -202,6 +205,8 @@ def _frame(trace: Trace, ctx: list[_Ctx], cols: dict, tok: dict, embedder: str |
         "route": cols["route"],
         "l1_selected": np.asarray(cols["l1_selected"], dtype=float),
         "l1_correct": np.asarray(cols["l1_correct"], dtype=float),
+        "answer_recall": np.asarray([a[0] for a in cols["answer"]], dtype=float),
+        "answer_contained": np.asarray([a[1] for a in cols["answer"]], dtype=float),
     })
     parts = []
     for f, values in tok.items():
@@ -227,7 +232,8 @@ def summarise(rows: pd.DataFrame) -> pd.DataFrame:
     ``metrics.aggregate`` columns: ``noise_mean`` (non-gold memories injected per question),
     ``l1_selected_mean``, ``gold_via_l1`` / ``gold_via_l2`` (mean share of a question's gold recalled
     through tier L1 / the other tiers) and ``l2_noise_mean`` (non-gold injected outside L1), NaN for
-    strategies without tiers. All over the scored questions (``metrics.scored``: non-adversarial with
+    strategies without tiers; ``answer_recall`` / ``answer_contained`` (answer coverage of the injected context,
+    ``bench.answers``) over the scored questions with an answer, counted in ``n_answer``. All over the scored questions (``metrics.scored``: non-adversarial with
     gold), like the main metrics, so they speak about the row's ``n_questions``. Two per-query
     diagnostics use every question of the row, like latency: ``question_share`` (routing applies to
     every question) and ``depth_saturated_rate`` (share of queries whose selection took every
@@ -250,7 +256,8 @@ def summarise(rows: pd.DataFrame) -> pd.DataFrame:
     else:
         rows = rows.assign(parent=rows["strategy"], route="")
     summary = metrics.aggregate(rows, keys)
-    used = ["route", "parent", "adversarial", "depth_saturated", "n_selected", "n_correct", "n_gold", "l1_selected", "l1_correct"]
+    answers = [c for c in ("answer_recall", "answer_contained") if c in rows]
+    used = ["route", "parent", "adversarial", "depth_saturated", "n_selected", "n_correct", "n_gold", "l1_selected", "l1_correct", *answers]
     if "kind" in rows:
         used.append("kind")
     rows = rows[list(dict.fromkeys(keys + used))].assign(_scored=metrics.scored(rows).to_numpy())
@@ -272,6 +279,8 @@ def summarise(rows: pd.DataFrame) -> pd.DataFrame:
             "gold_via_l1": (main["l1_correct"] / gold).mean() if tiered else NAN,
             "gold_via_l2": ((main["n_correct"] - main["l1_correct"]) / gold).mean() if tiered else NAN,
             "l2_noise_mean": (noise - (main["l1_selected"] - main["l1_correct"])).mean() if tiered else NAN,
+            **({"n_answer": int(main["answer_recall"].notna().sum()), "answer_recall": main["answer_recall"].mean(),
+                "answer_contained": main["answer_contained"].mean()} if answers else {}),  # bench.answers
         })
     extra = pd.DataFrame(extra, index=summary.index)
     summary = pd.concat([summary, extra], axis=1)

@@ -71,7 +71,7 @@ def test_demo_report_html_is_self_contained(run):
     page = (run / "report.html").read_text()
     md = (run / "report.md").read_text()
     n_images = len(re.findall(r"!\[[^\]]*\]\(", md))
-    assert n_images == 8  # 3 sweep plots + Pareto, CI bands, LOCO, calibration, attribution
+    assert n_images == 9  # 3 sweep plots + answer coverage vs tokens + Pareto, CI bands, LOCO, calibration, attribution
     assert page.count('src="data:image/png;base64,') == n_images
     assert not re.search(r'(src|href)="(?!data:|#)', page)  # nothing to fetch
 

@@ -19,6 +19,7 @@ COMMANDS = {
     "sweep": ("bench.cli.sweep", "run the benchmark: corpus -> embedder -> store -> strategies x thresholds -> report"),
     "report": ("bench.cli.report", "rebuild report.md, report.html and the plots of a finished run"),
     "compare": ("bench.cli.compare", "paired significance table between two finished runs"),
+    "export": ("bench.cli.export", "a finished run's traces as TREC run files plus qrels (read back: sweep run_file=...)"),
     "stores": ("bench.tools.stores", "every local store side by side (LoCoMo and synthetic scale) -> reports/compare/"),
     "regress": ("bench.tools.regress", "CI regression gate against reports/baseline/ (--write-baseline rewrites it)"),
     "harden": ("bench.tools.harden.run", "bad input, planted secrets, store faults and a short load, with figures"),
