@@ -40,7 +40,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from bench.llm import Cache, ChatClient, LLMConfig, cached_call, count_tokens, message_tokens
+from bench.llm import Cache, ChatClient, LLMConfig, cached_call, message_tokens
 from bench.types import Question
 
 log = logging.getLogger(__name__)
@@ -224,35 +224,34 @@ def answer_items(items: Sequence[Item], cfg: LLMConfig, cache: Cache, client: Ch
     from bench.progress import progress
 
     rows = []
-    bar = progress(len(items), "answer", unit="question")
-    for it in items:
-        q = it.question
-        reply, r_cached = cached_call(client, cache, TEMPLATE_VERSION, reader_messages(it.context, q.text), cfg.max_tokens, cfg)
-        answer = reply.text.strip()
-        judge = None
-        if q.adversarial:
-            ok = abstains(answer)
-            label, f1 = ("CORRECT" if ok else "WRONG"), float(ok)
-        else:
-            judge, j_cached = cached_call(client, cache, TEMPLATE_VERSION, judge_messages(q.text, q.answer, answer),
-                                          cfg.judge_max_tokens, cfg)
-            label, f1 = parse_label(judge.text), token_f1(answer, q.answer)
-        rows.append({
-            "dataset": it.dataset, "embedder": it.embedder, "backend": it.backend, "point": it.point.label,
-            "strategy": it.point.strategy, "threshold": NAN if it.point.threshold is None else it.point.threshold,
-            "question_id": q.question_id, "conversation_id": q.conversation_id, "category": q.category,
-            "adversarial": q.adversarial, "question": q.text, "gold": ABSTAIN if q.adversarial else q.answer,
-            "answer": answer, "label": label, "correct": {"CORRECT": 1.0, "WRONG": 0.0}.get(label, NAN), "f1": f1,
-            "injected_tokens": it.injected_tokens, "context_sha256": it.context_sha256,
-            "reader_tokens_in": reply.tokens_in, "reader_tokens_out": reply.tokens_out, "reader_latency_s": reply.latency_s,
-            "reader_cost_usd": reply.cost_usd, "reader_cached": r_cached, "usage_source": reply.usage_source,
-            "judge_tokens_in": judge.tokens_in if judge else 0, "judge_tokens_out": judge.tokens_out if judge else 0,
-            "judge_latency_s": judge.latency_s if judge else NAN, "judge_cost_usd": judge.cost_usd if judge else 0.0,
-            "judge_cached": j_cached if judge else None,
-            "cost_usd": reply.cost_usd + (judge.cost_usd if judge else 0.0),
-        })
-        bar.update(1)
-    bar.close()
+    with progress(len(items), "answer", unit="question") as bar:
+        for it in items:
+            q = it.question
+            reply, r_cached = cached_call(client, cache, TEMPLATE_VERSION, reader_messages(it.context, q.text), cfg.max_tokens, cfg)
+            answer = reply.text.strip()
+            judge = None
+            if q.adversarial:
+                ok = abstains(answer)
+                label, f1 = ("CORRECT" if ok else "WRONG"), float(ok)
+            else:
+                judge, j_cached = cached_call(client, cache, TEMPLATE_VERSION, judge_messages(q.text, q.answer, answer),
+                                              cfg.judge_max_tokens, cfg)
+                label, f1 = parse_label(judge.text), token_f1(answer, q.answer)
+            rows.append({
+                "dataset": it.dataset, "embedder": it.embedder, "backend": it.backend, "point": it.point.label,
+                "strategy": it.point.strategy, "threshold": NAN if it.point.threshold is None else it.point.threshold,
+                "question_id": q.question_id, "conversation_id": q.conversation_id, "category": q.category,
+                "adversarial": q.adversarial, "question": q.text, "gold": ABSTAIN if q.adversarial else q.answer,
+                "answer": answer, "label": label, "correct": {"CORRECT": 1.0, "WRONG": 0.0}.get(label, NAN), "f1": f1,
+                "injected_tokens": it.injected_tokens, "context_sha256": it.context_sha256,
+                "reader_tokens_in": reply.tokens_in, "reader_tokens_out": reply.tokens_out, "reader_latency_s": reply.latency_s,
+                "reader_cost_usd": reply.cost_usd, "reader_cached": r_cached, "usage_source": reply.usage_source,
+                "judge_tokens_in": judge.tokens_in if judge else 0, "judge_tokens_out": judge.tokens_out if judge else 0,
+                "judge_latency_s": judge.latency_s if judge else NAN, "judge_cost_usd": judge.cost_usd if judge else 0.0,
+                "judge_cached": j_cached if judge else None,
+                "cost_usd": reply.cost_usd + (judge.cost_usd if judge else 0.0),
+            })
+            bar.update(1)
     return pd.DataFrame(rows)
 
 
