@@ -21,7 +21,8 @@ leaves J undefined (NaN) for that question. Questions without a gold answer that
 are not sampled.
 
 Accuracy (J) and F1 are means over the sampled questions with 95 % cluster-bootstrap CIs over
-conversations (``bench.analysis.stats``); dollars per 1,000 questions are the mean recorded cost of a
+conversations (``bench.analysis.stats``); each point's J is compared with full context's on the same
+questions (difference, its CI, paired sign-flip permutation p); dollars per 1,000 questions are the mean recorded cost of a
 question's reader and judge calls x 1000 (a cached call keeps the cost it had when it was sent).
 """
 
@@ -182,8 +183,8 @@ class Estimate:
     def line(self, cfg: LLMConfig) -> str:
         return (f"{self.calls} calls to send ({self.reader_calls} reader + {self.judge_calls} judge; {self.cached} more "
                 f"answered from the cache): {self.tokens_in:,} input tokens (cl100k_base), at most {self.tokens_out:,} "
-                f"output tokens, at most ${self.usd:.4f} at ${cfg.price_in:g} / ${cfg.price_out:g} per million "
-                f"input / output tokens ({cfg.model})")
+                f"output tokens: ${self.usd:.4f} with outputs at that bound, at ${cfg.price_in:g} / ${cfg.price_out:g} per "
+                f"million input / output tokens ({cfg.model})")
 
 
 def estimate(items: Sequence[Item], cfg: LLMConfig, cache: Cache) -> Estimate:
@@ -275,8 +276,29 @@ def summarise(rows: pd.DataFrame, *, seed: int = 0, n_resamples: int = 1000) -> 
                     "accuracy_j_answerable": float(ans["correct"].mean()) if len(ans) else NAN,
                     "injected_tokens": float(g["injected_tokens"].mean()),
                     "usd_per_1k_questions": 1000.0 * float(g["cost_usd"].mean()),
-                    "reader_latency_s": float(g["reader_latency_s"].mean())})
+                    "reader_latency_s": float(g["reader_latency_s"].mean()),
+                    **_versus_full(rows, dict(zip(SUMMARY_KEYS, key)), seed=seed, n_resamples=n_resamples)})
     return pd.DataFrame(out)
+
+
+def _versus_full(rows: pd.DataFrame, where: dict, *, seed: int, n_resamples: int) -> dict:
+    """J of this point minus J of full context on the same questions: the difference, its 95 % cluster-bootstrap
+    CI and a paired sign-flip permutation p (``bench.analysis.stats.paired_test``); NaN for full context itself."""
+    from bench.analysis.stats import paired_test
+
+    nan = {"j_minus_full": NAN, "j_minus_full_lo": NAN, "j_minus_full_hi": NAN, "p_vs_full": NAN}
+    same = ((rows["dataset"] == where["dataset"]) & (rows["embedder"] == where["embedder"])
+            & (rows["backend"] == where["backend"]))
+    if where["strategy"] == FULL:
+        return nan
+    a = rows[same & (rows["point"] == where["point"])].set_index("question_id")
+    b = rows[same & (rows["strategy"] == FULL)].set_index("question_id")
+    common = a.index.intersection(b.index)
+    if len(common) == 0:
+        return nan
+    t = paired_test(a.loc[common, "correct"].to_numpy(np.float64), b.loc[common, "correct"].to_numpy(np.float64),
+                    clusters=a.loc[common, "conversation_id"].astype(str).to_numpy(), seed=seed, n_resamples=n_resamples)
+    return {"j_minus_full": t.diff, "j_minus_full_lo": t.ci_low, "j_minus_full_hi": t.ci_high, "p_vs_full": t.p_value}
 
 
 def _ci(v: float, lo: float, hi: float) -> str:
@@ -308,13 +330,13 @@ def markdown(summary: pd.DataFrame, cfg: LLMConfig, *, sample: int, seed: int, f
             continue
         f = full.iloc[0]
         for _, r in g[g["strategy"] != FULL].iterrows():
-            diff = r["accuracy_j"] - f["accuracy_j"]
-            overlap = not (r["accuracy_j_lo"] > f["accuracy_j_hi"] or f["accuracy_j_lo"] > r["accuracy_j_hi"])
-            verdict = ("the CIs overlap: this sample does not tell them apart" if overlap else
+            diff, p = r["j_minus_full"], r["p_vs_full"]
+            verdict = ("not significant at 0.05: this sample does not tell them apart" if not p < 0.05 else
                        ("full context answers worse" if diff > 0 else "full context answers better"))
             saved = 1 - r["injected_tokens"] / f["injected_tokens"] if f["injected_tokens"] else NAN
-            lines.append(f"- {ds}: {r['point']} vs full context: J {r['accuracy_j']:.3f} vs {f['accuracy_j']:.3f} "
-                         f"({diff:+.3f}; {verdict}), with {saved:.0%} fewer injected tokens, "
+            lines.append(f"- {ds}: {r['point']} vs full context on the same questions: J {r['accuracy_j']:.3f} vs "
+                         f"{f['accuracy_j']:.3f}, difference {_ci(diff, r['j_minus_full_lo'], r['j_minus_full_hi'])}, paired "
+                         f"sign-flip p {p:.3g} ({verdict}); {saved:.0%} fewer injected tokens; "
                          f"${r['usd_per_1k_questions']:.4f} vs ${f['usd_per_1k_questions']:.4f} per 1,000 questions.")
     return "\n".join(lines) + "\n"
 

@@ -191,7 +191,7 @@ def test_dry_run_numbers_by_hand(tiny_run, tmp_path, server, capsys, monkeypatch
     t_out = 8 * 20 + 6 * 5
     assert "14 calls to send (8 reader + 6 judge; 0 more answered from the cache)" in out
     assert f"{t_in:,} input tokens" in out and f"at most {t_out:,} output tokens" in out
-    assert f"at most ${t_in * 1e-6 + t_out * 2e-6:.4f}" in out
+    assert f"output tokens: ${t_in * 1e-6 + t_out * 2e-6:.4f} with outputs at that bound" in out
     assert server.requests == []  # nothing sent
 
 
@@ -227,6 +227,9 @@ def test_answer_end_to_end_cache_and_secret(tiny_run, tmp_path, server, capsys, 
     assert summary.loc["full_context", "token_f1"] == pytest.approx((2 / 7 + 1 / 3 + 1 / 4 + 1) / 4)
     assert summary.loc["recency1", "token_f1"] == pytest.approx((1 / 3 + 1) / 4)
     assert summary.loc["recency1", "accuracy_j_answerable"] == pytest.approx(1 / 3)
+    # recency1 - full on the same questions: (0, 1, 0, 1) - (1, 1, 1, 1) -> -0.5; 2 of 4 pairs differ -> exact p = 2/4 = 0.5
+    assert summary.loc["recency1", "j_minus_full"] == -0.5 and summary.loc["recency1", "p_vs_full"] == pytest.approx(0.5)
+    assert pd.isna(summary.loc["full_context", "j_minus_full"])
     assert summary["usd_per_1k_questions"].tolist() == pytest.approx([0.21, 0.21])
     inj = {p: summary.loc[p, "injected_tokens"] for p in summary.index}
     c = llm.count_tokens
