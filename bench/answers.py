@@ -192,13 +192,21 @@ def estimate(items: Sequence[Item], cfg: LLMConfig, cache: Cache) -> Estimate:
 
     Reader input = cl100k tokens of its messages; a judge call's input = its messages with an empty
     answer + the reader's ``max_tokens`` (the longest answer); outputs = ``max_tokens`` / ``judge_max_tokens``.
-    A cached reader reply is known, so its judge call is looked up in the cache too.
+    A cached reader reply is known, so its judge call is looked up in the cache too. Identical reader calls
+    within the plan count once (the rest are answered from the cache). Judge calls of uncached readers are
+    counted each, so the count is an upper bound when two points produce the same answer.
     """
     n_reader = n_judge = cached = t_in = t_out = 0
+    planned: set[str] = set()  # the same reader call twice in this plan (two points inject the same context) is sent once
     for it in items:
         q = it.question
         msgs = reader_messages(it.context, q.text)
-        hit = cache.get(Cache.key(cfg, TEMPLATE_VERSION, msgs, cfg.max_tokens))
+        key = Cache.key(cfg, TEMPLATE_VERSION, msgs, cfg.max_tokens)
+        hit = cache.get(key)
+        if hit is None and key in planned:
+            cached += 1 + (not q.adversarial)  # its judge call is the same too
+            continue
+        planned.add(key)
         if hit is None:
             n_reader += 1
             t_in += message_tokens(msgs)
