@@ -366,6 +366,30 @@ def recommended_points(run, job_meta: dict) -> list[Point]:
             for r in best.itertuples(index=False)]
 
 
+def plan_points(run, asked: Sequence[Point] | None) -> list[tuple[object, list[Point]]]:
+    """(job, its points) for every finished job of ``run``: each point is answered once per (dataset, embedder,
+    store), in the first job that ran its strategy (a multirun over strategies runs each in its own job).
+    Default points: the dataset's recommended point and full context. Full context comes from a job's
+    ``full_context`` strategy, else from the group's first job (every turn the question may see)."""
+    jobs = run.job_dirs()
+    groups: dict[tuple, list] = {}
+    for job in jobs:
+        m = job.meta()
+        groups.setdefault((m.get("dataset"), m.get("embedder"), m.get("backend")), []).append(job)
+    out: dict[str, list[Point]] = {}
+    for members in groups.values():
+        wanted = list(asked) if asked else [*recommended_points(run, members[0].meta()), Point(FULL)]
+        for p in dict.fromkeys(wanted):
+            owner = next((j for j in members if p.strategy in {s["name"] for s in j.strategies()}), None)
+            if owner is None and p.strategy == FULL:
+                owner = next((j for j in members if any(s.get("kind") == FULL for s in j.strategies())), members[0])
+            if owner is None:
+                names = sorted({s["name"] for j in members for s in j.strategies()})
+                raise ValueError(f"{run.path}: strategy {p.strategy!r} is not in this run (strategies: {', '.join(names)})")
+            out.setdefault(str(owner.path), []).append(p)
+    return [(j, out[str(j.path)]) for j in jobs if str(j.path) in out]
+
+
 def build_items(job_dir, points: Sequence[Point], *, sample: int, seed: int, fmt: str = "A") -> list[Item]:
     """The (point, question) items of one finished job: its selections replayed, rendered in ``fmt``."""
     from bench import formats, tokens

@@ -58,9 +58,7 @@ def main(argv: list[str] | None = None) -> int:
     cfg = llm.load_config(args.llm)
     asked = answers.parse_points(args.points) if args.points else None
     items = []
-    for job in run.job_dirs():
-        meta = job.meta()
-        points = asked or [*answers.recommended_points(run, meta), answers.Point(answers.FULL)]
+    for job, points in answers.plan_points(run, asked):
         items += answers.build_items(job, points, sample=args.sample, seed=args.seed, fmt=args.format)
     if not items:
         return fail(f"{run.path}: no question to answer at the points asked")
