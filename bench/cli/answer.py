@@ -68,6 +68,11 @@ def main(argv: list[str] | None = None) -> int:
     print(f"{len(items)} (point, question) pairs: {len({(i.dataset, i.question.question_id) for i in items})} questions "
           f"x {len(points)} points ({'; '.join(points)})")
     print(f"estimate: {est.line(cfg)}")
+    for label in points:  # each point alone (a reader call shared by two points is counted in both)
+        sub = [it for it in items if f"{it.dataset}: {it.point.label}" == label]
+        e = answers.estimate(sub, cfg, cache)
+        print(f"  {label}: {len(sub)} questions, {e.calls} calls, {e.tokens_in:,} input tokens, ${e.usd:.4f} "
+              f"(${1000 * e.usd / len(sub):.2f} per 1,000 questions for the calls to send)")
     if args.dry_run:
         return 0
     client = llm.ChatClient(cfg)
