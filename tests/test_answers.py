@@ -253,6 +253,10 @@ def test_answer_end_to_end_cache_and_secret(tiny_run, tmp_path, server, capsys, 
     assert len(server.requests) == before
     assert pd.read_csv(tiny_run / "analysis" / "answers.csv")[["label", "f1"]].equals(rows[["label", "f1"]])
 
+    # a rebuilt report keeps the link
+    assert cli(["report", str(tiny_run)]) == 0
+    assert "[answers.md](answers.md)" in (tiny_run / "report.md").read_text()
+
 
 def test_retry_after_429(server, tmp_path, monkeypatch):
     monkeypatch.setenv(KEY_ENV, SECRET)
