@@ -22,8 +22,10 @@ are not sampled.
 
 Accuracy (J) and F1 are means over the sampled questions with 95 % cluster-bootstrap CIs over
 conversations (``bench.analysis.stats``); each point's J is compared with full context's on the same
-questions (difference, its CI, paired sign-flip permutation p); dollars per 1,000 questions are the mean recorded cost of a
-question's reader and judge calls x 1000 (a cached call keeps the cost it had when it was sent).
+questions (difference, its CI, paired sign-flip permutation p). Dollars per 1,000 questions are the
+reader's recorded cost x 1000 / questions (what answering with that context costs);
+``eval_usd_per_1k_questions`` adds the judge's (what the evaluation costs). A cached call keeps the cost
+it had when it was sent.
 """
 
 from __future__ import annotations
@@ -269,7 +271,7 @@ SUMMARY_KEYS = ["dataset", "embedder", "backend", "point", "strategy", "threshol
 
 def summarise(rows: pd.DataFrame, *, seed: int = 0, n_resamples: int = 1000) -> pd.DataFrame:
     """Per point: J and token F1 with 95 % cluster-bootstrap CIs over conversations, J on answerable questions,
-    mean injected tokens, dollars per 1,000 questions, mean reader latency."""
+    mean injected tokens and reader input tokens, dollars per 1,000 questions (reader; reader + judge), mean reader latency."""
     from bench.analysis.stats import cluster_bootstrap, cluster_sums
 
     out = []
@@ -283,7 +285,9 @@ def summarise(rows: pd.DataFrame, *, seed: int = 0, n_resamples: int = 1000) -> 
                     "token_f1": float(b.point[1]), "token_f1_lo": float(b.low[1]), "token_f1_hi": float(b.high[1]),
                     "accuracy_j_answerable": float(ans["correct"].mean()) if len(ans) else NAN,
                     "injected_tokens": float(g["injected_tokens"].mean()),
-                    "usd_per_1k_questions": 1000.0 * float(g["cost_usd"].mean()),
+                    "reader_tokens_in": float(g["reader_tokens_in"].mean()),
+                    "usd_per_1k_questions": 1000.0 * float(g["reader_cost_usd"].mean()),
+                    "eval_usd_per_1k_questions": 1000.0 * float(g["cost_usd"].mean()),
                     "reader_latency_s": float(g["reader_latency_s"].mean()),
                     **_versus_full(rows, dict(zip(SUMMARY_KEYS, key)), seed=seed, n_resamples=n_resamples)})
     return pd.DataFrame(out)
@@ -323,14 +327,15 @@ def markdown(summary: pd.DataFrame, cfg: LLMConfig, *, sample: int, seed: int, f
              f"questions at every point; context rendered in format {fmt}. J = share judged CORRECT by a LoCoMo/mem0-style "
              f"judge; token F1 = SQuAD-normalised token F1 against the gold answer. Adversarial questions (gold: no answer) "
              f"are CORRECT (F1 1) exactly when the reader abstains (\"{ABSTAIN}\"), without a judge call. "
-             "95 % cluster-bootstrap CIs over conversations. $ / 1k = the recorded cost of reader + judge calls per "
-             f"1,000 questions at ${cfg.price_in:g} / ${cfg.price_out:g} per million input / output tokens (check the prices).",
-             "", "| dataset | point | n | J [95 % CI] | J answerable | token F1 [95 % CI] | injected tokens | $ / 1k questions |",
-             "|---|---|---|---|---|---|---|---|"]
+             "95 % cluster-bootstrap CIs over conversations. $ / 1k questions = the recorded cost of the reader's calls "
+             "(what answering with this context costs) per 1,000 questions, and of reader + judge calls (what this "
+             f"evaluation costs), at ${cfg.price_in:g} / ${cfg.price_out:g} per million input / output tokens (check the prices).",
+             "", "| dataset | point | n | J [95 % CI] | J answerable | token F1 [95 % CI] | injected tokens | $ / 1k questions (reader) | $ / 1k (reader + judge) |",
+             "|---|---|---|---|---|---|---|---|---|"]
     for _, r in summary.iterrows():
         lines.append(f"| {r['dataset']} | {r['point']} | {r['n_questions']} | {_ci(r['accuracy_j'], r['accuracy_j_lo'], r['accuracy_j_hi'])} | "
                      f"{r['accuracy_j_answerable']:.3f} | {_ci(r['token_f1'], r['token_f1_lo'], r['token_f1_hi'])} | "
-                     f"{r['injected_tokens']:.0f} | {r['usd_per_1k_questions']:.4f} |")
+                     f"{r['injected_tokens']:.0f} | {r['usd_per_1k_questions']:.4f} | {r['eval_usd_per_1k_questions']:.4f} |")
     lines.append("")
     for (ds, emb, be), g in summary.groupby(["dataset", "embedder", "backend"], sort=False):
         full = g[g["strategy"] == FULL]
@@ -345,7 +350,7 @@ def markdown(summary: pd.DataFrame, cfg: LLMConfig, *, sample: int, seed: int, f
             lines.append(f"- {ds}: {r['point']} vs full context on the same questions: J {r['accuracy_j']:.3f} vs "
                          f"{f['accuracy_j']:.3f}, difference {_ci(diff, r['j_minus_full_lo'], r['j_minus_full_hi'])}, paired "
                          f"sign-flip p {p:.3g} ({verdict}); {saved:.0%} fewer injected tokens; "
-                         f"${r['usd_per_1k_questions']:.4f} vs ${f['usd_per_1k_questions']:.4f} per 1,000 questions.")
+                         f"${r['usd_per_1k_questions']:.4f} vs ${f['usd_per_1k_questions']:.4f} per 1,000 answers.")
     return "\n".join(lines) + "\n"
 
 

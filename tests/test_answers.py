@@ -20,7 +20,8 @@ By hand (J; token F1 = SQuAD F1 of the echoed line(s) against the gold):
     q4 adversarial (cat):    both abstain -> CORRECT, F1 1 (no judge call)
     J: full 4/4 = 1.0, recency1 2/4 = 0.5; F1: full (2/7 + 1/3 + 1/4 + 1)/4, recency1 (1/3 + 1)/4
     calls: 8 reader + 6 judge = 14 estimated; 13 sent (q2's answer is the same at both points, so its judge
-    call is answered from the cache the second time); $ per 1,000 questions = 1000 x (4 + 3) x 0.00012 / 4 = 0.21 at both points
+    call is answered from the cache the second time); $ per 1,000 questions: reader 1000 x 0.00012 = 0.12,
+    reader + judge 1000 x (4 + 3) x 0.00012 / 4 = 0.21, at both points
 """
 
 from __future__ import annotations
@@ -230,7 +231,8 @@ def test_answer_end_to_end_cache_and_secret(tiny_run, tmp_path, server, capsys, 
     # recency1 - full on the same questions: (0, 1, 0, 1) - (1, 1, 1, 1) -> -0.5; 2 of 4 pairs differ -> exact p = 2/4 = 0.5
     assert summary.loc["recency1", "j_minus_full"] == -0.5 and summary.loc["recency1", "p_vs_full"] == pytest.approx(0.5)
     assert pd.isna(summary.loc["full_context", "j_minus_full"])
-    assert summary["usd_per_1k_questions"].tolist() == pytest.approx([0.21, 0.21])
+    assert summary["usd_per_1k_questions"].tolist() == pytest.approx([0.12, 0.12])  # reader: 1000 x 0.00012
+    assert summary["eval_usd_per_1k_questions"].tolist() == pytest.approx([0.21, 0.21])
     inj = {p: summary.loc[p, "injected_tokens"] for p in summary.index}
     c = llm.count_tokens
     assert inj["full_context"] == pytest.approx((2 * c(CONTEXT["c1"]) + 2 * c(CONTEXT["c2"])) / 4)
@@ -292,3 +294,14 @@ def test_shipped_configs_load():
     assert (q.base_url, q.model, q.api_key_env) == ("https://openrouter.ai/api/v1", "qwen/qwen3-max", "OPENROUTER_API_KEY")
     assert q.price_in > 0 and q.price_out > 0 and q.temperature == 0
     assert llm.load_config("openai_compatible").model
+
+
+def test_rate_limit_spaces_requests(server, tmp_path, monkeypatch):
+    """requests_per_s 2: the second request waits 0.5 s after the first (a frozen clock makes the wait exact)."""
+    monkeypatch.setenv(KEY_ENV, SECRET)
+    cfg = llm.load_config(str(_config(tmp_path / "loop.yaml", server.base_url, requests_per_s=2.0)))
+    slept: list[float] = []
+    client = llm.ChatClient(cfg, sleep=slept.append, clock=lambda: 10.0)
+    for _ in range(3):
+        client.chat(answers.judge_messages("Q?", "Rex", "Rex"), 5)
+    assert slept == [0.5, 0.5] and len(server.requests) == 3

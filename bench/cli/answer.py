@@ -89,7 +89,7 @@ def main(argv: list[str] | None = None) -> int:
              + rows.loc[rows["judge_cached"].eq(False), "judge_cost_usd"].sum())
     print(f"sent {client.requests} requests ({client.retries} retries), ${spent:.4f}")
     cols = ["dataset", "point", "n_questions", "accuracy_j", "accuracy_j_lo", "accuracy_j_hi", "token_f1",
-            "injected_tokens", "usd_per_1k_questions"]
+            "injected_tokens", "usd_per_1k_questions", "eval_usd_per_1k_questions"]
     with pd.option_context("display.width", 200, "display.max_columns", 20):
         print(summary[cols].to_string(index=False, float_format=lambda v: f"{v:.4f}"))
     print(f"wrote {run.path / ANALYSIS / (ANSWERS + '.csv')}, {run.path / ANALYSIS / (ANSWERS_SUMMARY + '.csv')}, "
