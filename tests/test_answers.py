@@ -260,7 +260,7 @@ def test_answer_end_to_end_cache_and_secret(tiny_run, tmp_path, server, capsys, 
     assert "[answers.md](answers.md)" in (tiny_run / "report.md").read_text()
 
 
-def test_retry_after_429(server, tmp_path, monkeypatch):
+def test_retry_after_429(server, tmp_path, monkeypatch, caplog):
     monkeypatch.setenv(KEY_ENV, SECRET)
     cfg = llm.load_config(str(_config(tmp_path / "loop.yaml", server.base_url)))
     server.replies.append((429, {"Retry-After": "2"}, json.dumps({"error": {"message": f"slow down {SECRET}"}}).encode()))
@@ -271,12 +271,16 @@ def test_retry_after_429(server, tmp_path, monkeypatch):
     assert reply.text == '{"label": "CORRECT"}' and (reply.tokens_in, reply.tokens_out, reply.usage_source) == (100, 10, "api")
     assert len(server.requests) == 3 and client.retries == 2
     assert 2.0 in slept and 0.02 in slept  # Retry-After honoured; then backoff 0.01 * 2**1
+    assert "429" in caplog.text and "slow down [redacted]" in caplog.text and SECRET not in caplog.text
 
 
 def test_missing_key_and_bad_config(server, tmp_path, monkeypatch, tiny_run):
     monkeypatch.delenv(KEY_ENV, raising=False)
     cfg = _config(tmp_path / "loop.yaml", server.base_url)
     assert cli(["answer", str(tiny_run), "--llm", str(cfg), "--points", POINTS, "--cache-dir", str(tmp_path / "c")]) == 1
+    monkeypatch.setenv(KEY_ENV, SECRET)  # over the budget: stops after the estimate
+    assert cli(["answer", str(tiny_run), "--llm", str(cfg), "--points", POINTS, "--cache-dir", str(tmp_path / "c"),
+                "--max-usd", "0.001"]) == 2
     assert server.requests == []
     bad = _config(tmp_path / "bad.yaml", server.base_url, price_inn=1)
     with pytest.raises(ValueError, match="unknown field 'price_inn'"):

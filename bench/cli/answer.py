@@ -48,6 +48,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--format", default="A", choices=["A", "B", "C"], help="injection format of the context (default A)")
     ap.add_argument("--cache-dir", type=Path, help="answer cache (default: the run's cache dir + /llm)")
     ap.add_argument("--dry-run", action="store_true", help="print the expected calls, tokens and dollars, send nothing")
+    ap.add_argument("--max-usd", type=float, help="send nothing when the estimate exceeds this many dollars")
     args = ap.parse_args(argv)
     setup_logging(logging.WARNING)
     if args.sample < 1:
@@ -75,6 +76,8 @@ def main(argv: list[str] | None = None) -> int:
               f"(${1000 * e.usd / len(sub):.2f} per 1,000 questions for the calls to send)")
     if args.dry_run:
         return 0
+    if args.max_usd is not None and est.usd > args.max_usd:
+        return fail(f"the estimate ${est.usd:.4f} exceeds --max-usd {args.max_usd:g}: nothing sent")
     client = llm.ChatClient(cfg)
     rows = answers.answer_items(items, cfg, cache, client)
     summary = answers.summarise(rows, seed=args.seed)
