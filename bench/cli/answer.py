@@ -1,6 +1,6 @@
 """``recallbench answer RUN``: answer-level metrics of a finished run with an LLM reader and judge.
 
-What is asked and how it is scored is ``bench.answers``; the client, prices and cache ``bench.llm``.
+What is asked and how it is scored is ``bench.qa``; the client, prices and cache ``bench.llm``.
 Prints the estimate (calls, tokens, dollars) first; ``--dry-run`` stops there (no key needed).
 Writes analysis/answers.csv (per question and point), analysis/answers_summary.csv (per point) and
 answers.md (linked from report.md) in the run directory.
@@ -30,7 +30,7 @@ def cache_dir(run: RunDir) -> Path:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from bench import answers, llm
+    from bench import llm, qa
 
     ap = parser("answer", "Answer-level metrics of a finished run: an LLM answers each sampled question from the injected "
                 "context of chosen operating points (default: the recommended point and full context) and an LLM judge "
@@ -57,21 +57,21 @@ def main(argv: list[str] | None = None) -> int:
     if not run.finished():
         return fail(f"{run.file('summary.csv')} not found (run `recallbench sweep` first)")
     cfg = llm.load_config(args.llm)
-    asked = answers.parse_points(args.points) if args.points else None
+    asked = qa.parse_points(args.points) if args.points else None
     items = []
-    for job, points in answers.plan_points(run, asked):
-        items += answers.build_items(job, points, sample=args.sample, seed=args.seed, fmt=args.format)
+    for job, points in qa.plan_points(run, asked):
+        items += qa.build_items(job, points, sample=args.sample, seed=args.seed, fmt=args.format)
     if not items:
         return fail(f"{run.path}: no question to answer at the points asked")
     cache = llm.Cache(args.cache_dir or cache_dir(run))
-    est = answers.estimate(items, cfg, cache)
+    est = qa.estimate(items, cfg, cache)
     points = list(dict.fromkeys(f"{it.dataset}: {it.point.label}" for it in items))
     print(f"{len(items)} (point, question) pairs: {len({(i.dataset, i.question.question_id) for i in items})} questions "
           f"x {len(points)} points ({'; '.join(points)})")
     print(f"estimate: {est.line(cfg)}")
     for label in points:  # each point alone (a reader call shared by two points is counted in both)
         sub = [it for it in items if f"{it.dataset}: {it.point.label}" == label]
-        e = answers.estimate(sub, cfg, cache)
+        e = qa.estimate(sub, cfg, cache)
         print(f"  {label}: {len(sub)} questions, {e.calls} calls, {e.tokens_in:,} input tokens, ${e.usd:.4f} "
               f"(${1000 * e.usd / len(sub):.2f} per 1,000 questions for the calls to send)")
     if args.dry_run:
@@ -79,11 +79,11 @@ def main(argv: list[str] | None = None) -> int:
     if args.max_usd is not None and est.usd > args.max_usd:
         return fail(f"the estimate ${est.usd:.4f} exceeds --max-usd {args.max_usd:g}: nothing sent")
     client = llm.ChatClient(cfg)
-    rows = answers.answer_items(items, cfg, cache, client)
-    summary = answers.summarise(rows, seed=args.seed)
+    rows = qa.answer_items(items, cfg, cache, client)
+    summary = qa.summarise(rows, seed=args.seed)
     run.write_table(ANSWERS, rows)
     run.write_table(ANSWERS_SUMMARY, summary)
-    md = answers.markdown(summary, cfg, sample=args.sample, seed=args.seed, fmt=args.format)
+    md = qa.markdown(summary, cfg, sample=args.sample, seed=args.seed, fmt=args.format)
     run.write_text(ANSWERS_MD, md)
     if run.has(REPORT_MD) and ANSWERS_MD not in run.file(REPORT_MD).read_text():
         run.write_text(REPORT_MD, run.file(REPORT_MD).read_text().rstrip("\n")

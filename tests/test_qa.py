@@ -41,7 +41,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from bench import answers, llm
+from bench import llm, qa
 from bench.cli.main import main as cli
 from bench.rundir import RunDir
 
@@ -90,7 +90,7 @@ class Chat:
             return json.dumps({"label": "CORRECT" if _norm(gold) in _norm(said) else "WRONG"})
         memories, question = re.fullmatch(r"Memories:\n(.*)\n\nQuestion: (.*)\nAnswer:", user, re.S).groups()
         lines = [ln for ln in memories.split("\n") if _words(ln) & _words(question)]
-        return " ".join(lines) if lines else answers.ABSTAIN
+        return " ".join(lines) if lines else qa.ABSTAIN
 
     def reply(self, payload: dict):
         with self.lock:
@@ -167,12 +167,12 @@ POINTS = "recency1,full_context"
 
 
 def test_token_f1_and_labels():
-    assert answers.normalize_answer("The Cello!") == "cello"
-    assert answers.token_f1("user: My dog is called Rex.", "Rex") == pytest.approx(2 / 7)
-    assert answers.token_f1("", "") == 1.0 and answers.token_f1("x", "") == 0.0
-    assert answers.parse_label('```json\n{"label": "correct"}\n```') == "CORRECT"
-    assert answers.parse_label("WRONG.") == "WRONG" and answers.parse_label("CORRECT or WRONG") == ""
-    assert answers.abstains("no information available.") and not answers.abstains("Rex")
+    assert qa.normalize_answer("The Cello!") == "cello"
+    assert qa.token_f1("user: My dog is called Rex.", "Rex") == pytest.approx(2 / 7)
+    assert qa.token_f1("", "") == 1.0 and qa.token_f1("x", "") == 0.0
+    assert qa.parse_label('```json\n{"label": "correct"}\n```') == "CORRECT"
+    assert qa.parse_label("WRONG.") == "WRONG" and qa.parse_label("CORRECT or WRONG") == ""
+    assert qa.abstains("no information available.") and not qa.abstains("Rex")
 
 
 def test_dry_run_numbers_by_hand(tiny_run, tmp_path, server, capsys, monkeypatch):
@@ -185,10 +185,10 @@ def test_dry_run_numbers_by_hand(tiny_run, tmp_path, server, capsys, monkeypatch
     t_in = 0
     for q in QUESTIONS:
         c = q["conversation_id"]
-        t_in += count(answers.READER_SYSTEM) + count(f"Memories:\n{CONTEXT[c]}\n\nQuestion: {q['text']}\nAnswer:")
-        t_in += count(answers.READER_SYSTEM) + count(f"Memories:\n{LAST[c]}\n\nQuestion: {q['text']}\nAnswer:")
+        t_in += count(qa.READER_SYSTEM) + count(f"Memories:\n{CONTEXT[c]}\n\nQuestion: {q['text']}\nAnswer:")
+        t_in += count(qa.READER_SYSTEM) + count(f"Memories:\n{LAST[c]}\n\nQuestion: {q['text']}\nAnswer:")
         if not q.get("adversarial"):  # judge: empty answer + the reader's max_tokens (20), at both points
-            t_in += 2 * (count(answers.JUDGE_SYSTEM) + count(f"Question: {q['text']}\nGold answer: {q['answer']}\nGenerated answer: ") + 20)
+            t_in += 2 * (count(qa.JUDGE_SYSTEM) + count(f"Question: {q['text']}\nGold answer: {q['answer']}\nGenerated answer: ") + 20)
     t_out = 8 * 20 + 6 * 5
     assert "14 calls to send (8 reader + 6 judge; 0 more answered from the cache)" in out
     assert f"{t_in:,} input tokens" in out and f"at most {t_out:,} output tokens" in out
@@ -209,7 +209,7 @@ def test_answer_end_to_end_cache_and_secret(tiny_run, tmp_path, server, capsys, 
     assert {r["path"] for r in server.requests} == {"/v1/chat/completions"}
     sent = [r["json"] for r in server.requests]
     assert all(p["model"] == "loop/model" and p["temperature"] == 0 for p in sent)
-    users = [p["messages"][1]["content"] for p in sent if p["messages"][0]["content"] == answers.READER_SYSTEM]
+    users = [p["messages"][1]["content"] for p in sent if p["messages"][0]["content"] == qa.READER_SYSTEM]
     assert f"Memories:\n{CONTEXT['c1']}\n\nQuestion: What is my dog called?\nAnswer:" in users
     assert f"Memories:\n{LAST['c2']}\n\nQuestion: What is my cat called?\nAnswer:" in users
 
@@ -267,7 +267,7 @@ def test_retry_after_429(server, tmp_path, monkeypatch, caplog):
     server.replies.append((503, {}, b"busy"))
     slept: list[float] = []
     client = llm.ChatClient(cfg, sleep=slept.append)
-    reply = client.chat(answers.judge_messages("Q?", "Rex", "Rex it is"), 5)
+    reply = client.chat(qa.judge_messages("Q?", "Rex", "Rex it is"), 5)
     assert reply.text == '{"label": "CORRECT"}' and (reply.tokens_in, reply.tokens_out, reply.usage_source) == (100, 10, "api")
     assert len(server.requests) == 3 and client.retries == 2
     assert 2.0 in slept and 0.02 in slept  # Retry-After honoured; then backoff 0.01 * 2**1
@@ -286,11 +286,11 @@ def test_missing_key_and_bad_config(server, tmp_path, monkeypatch, tiny_run):
     with pytest.raises(ValueError, match="unknown field 'price_inn'"):
         llm.load_config(str(bad))
     with pytest.raises(ValueError, match="must be a number"):
-        answers.parse_points("x@abc")
+        qa.parse_points("x@abc")
     with pytest.raises(ValueError, match="has no threshold"):
-        answers.build_items(RunDir(tiny_run), [answers.Point("recency1", 0.3)], sample=4, seed=0)
+        qa.build_items(RunDir(tiny_run), [qa.Point("recency1", 0.3)], sample=4, seed=0)
     with pytest.raises(ValueError, match="not in this run"):
-        answers.build_items(RunDir(tiny_run), [answers.Point("nope")], sample=4, seed=0)
+        qa.build_items(RunDir(tiny_run), [qa.Point("nope")], sample=4, seed=0)
 
 
 def test_shipped_configs_load():
@@ -307,5 +307,5 @@ def test_rate_limit_spaces_requests(server, tmp_path, monkeypatch):
     slept: list[float] = []
     client = llm.ChatClient(cfg, sleep=slept.append, clock=lambda: 10.0)
     for _ in range(3):
-        client.chat(answers.judge_messages("Q?", "Rex", "Rex"), 5)
+        client.chat(qa.judge_messages("Q?", "Rex", "Rex"), 5)
     assert slept == [0.5, 0.5] and len(server.requests) == 3
