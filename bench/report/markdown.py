@@ -636,6 +636,9 @@ def write_report(run_dir: Path, settings=None) -> Path:
     for w in (w for w in cover if w.startswith("**Warning:**")):  # also on top: nothing below means much for that language
         lines += [f"> {w}", ""]
     lines += analysis_sections(run, a, strategies)
+    if run.has("answers.md"):  # written by `recallbench answer` (bench.qa)
+        lines += ["## Answer-level metrics (LLM reader and judge)", "",
+                  "Answer accuracy vs injected tokens vs dollars per 1,000 questions: [answers.md](answers.md).", ""]
     lines += ["## Runs", ""]
     for j in jobs:
         reuse = f"; trace reused from {j['reused_from']}" if j.get("reused_from") else ""
