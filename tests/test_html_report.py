@@ -86,7 +86,8 @@ def test_chromium_renders_every_image(run, tmp_path):
     m = re.search(r'<pre id="imgcheck">(.*?)</pre>', proc.stdout, flags=re.S)
     assert m, f"no probe output from Chromium (rc {proc.returncode}): {proc.stderr[-2000:]}"
     got = json.loads(m.group(1).replace("&quot;", '"').replace("&amp;", "&").replace("&lt;", "<").replace("&gt;", ">"))
-    assert got["total"] == 8 and got["loaded"] == got["total"]
+    n_images = len(re.findall(r"!\[[^\]]*\]\(", (run / "report.md").read_text()))
+    assert got["total"] == n_images == 9 and got["loaded"] == got["total"]
     assert got["external"] == []
     assert got["h2"][0] == "Recommendation" and "Does it transfer? Leave one conversation out" in got["h2"]
     best = pd.read_csv(run / "analysis" / "recommendation.csv").query("best").iloc[0]
