@@ -439,34 +439,30 @@ def throughput(embed: Callable[[Sequence[str]], object], texts: Sequence[str]) -
 
 
 class RawOnnx:
-    """The minimal hand-written loop over the raw onnxruntime session: tokenise, run, mean-pool, normalise."""
+    """The minimal hand-written loop over the raw onnxruntime session: tokenise, run, mean-pool, normalise; the same
+    session options and the same batches (``bench.embedders.minilm.token_batches``) as the embedder."""
 
     def __init__(self, batch_size: int = 64, threads: int = 0) -> None:
         import onnxruntime as ort
 
-        from bench.embedders.minilm import (
-            DIM,
-            _usable_cores,
-            load_tokenizer,
-            verified_model_path,
-        )
+        from bench.embedders.minilm import DIM, load_tokenizer, session_options, verified_model_path
 
-        opts = ort.SessionOptions()
-        opts.intra_op_num_threads = threads or _usable_cores()
-        opts.inter_op_num_threads = 1
-        self.session = ort.InferenceSession(verified_model_path(), sess_options=opts, providers=["CPUExecutionProvider"])
+        self.session = ort.InferenceSession(verified_model_path(), sess_options=session_options(threads),
+                                            providers=["CPUExecutionProvider"])
         self.tokenizer = load_tokenizer()
         self.batch_size = batch_size
         self.dim = DIM
 
     def embed(self, texts: Sequence[str]) -> np.ndarray:
-        order = sorted(range(len(texts)), key=lambda i: len(texts[i]))
+        from bench.embedders.minilm import token_batches
+
         out = np.empty((len(texts), self.dim), dtype=np.float32)
-        for b in range(0, len(order), self.batch_size):
-            rows = order[b : b + self.batch_size]
-            encs = self.tokenizer.encode_batch([texts[i] for i in rows])
-            ids = np.array([e.ids for e in encs], dtype=np.int64)
-            mask = np.array([e.attention_mask for e in encs], dtype=np.int64)
+        encs = self.tokenizer.encode_batch(list(texts))
+        lengths = np.array([sum(e.attention_mask) for e in encs])
+        for rows in token_batches(lengths, self.batch_size):  # the embedder's batches: same rows per session call
+            w = int(lengths[rows].max())
+            ids = np.array([encs[i].ids[:w] for i in rows], dtype=np.int64)
+            mask = np.array([encs[i].attention_mask[:w] for i in rows], dtype=np.int64)
             (hidden,) = self.session.run(None, {"input_ids": ids, "attention_mask": mask, "token_type_ids": np.zeros_like(ids)})
             m = mask[:, :, None].astype(np.float32)
             pooled = (hidden * m).sum(1) / np.clip(m.sum(1), 1e-9, None)
