@@ -45,6 +45,7 @@ class _Ctx:
     hits: Hits
     latency_ns: float
     full: dict
+    seen: list  # keys of every memory the question may see (conversation order): a selection equal to it costs ``full``
 
 
 def _as_selection(out) -> Selection:
@@ -111,9 +112,10 @@ def sweep(
         if view is None:
             seen = vis.visible_turns(q)  # every role: the full-context cost
             eligible = seen if roles is None else vis.visible_turns(q, roles)
-            view = views[(q.conversation_id, q.asked_at)] = (eligible, {f: cost(f, list(seen.keys)) for f in formats})
+            view = views[(q.conversation_id, q.asked_at)] = (eligible, {f: cost(f, list(seen.keys)) for f in formats}, list(seen.keys))
         ctx.append(_Ctx(q, view[0], frozenset(memory_key(q.conversation_id, e) for e in q.evidence),
-                        Hits(tuple(rec.hit_ids), tuple(np.asarray(rec.hit_scores, dtype=float).tolist())), float(rec.latency_ns), view[1]))
+                        Hits(tuple(rec.hit_ids), tuple(np.asarray(rec.hit_scores, dtype=float).tolist())), float(rec.latency_ns), view[1],
+                        view[2]))
 
     probs = None
     if any(s.calibrated for s in strategies):
@@ -167,8 +169,9 @@ def sweep(
                 else:
                     cols["l1_selected"].append(NAN)
                     cols["l1_correct"].append(NAN)
+                whole = len(ids) == len(c.seen) and ids == c.seen  # full context: priced once per view above
                 for f in formats:
-                    tok[f].append(cost(f, ids))
+                    tok[f].append(c.full[f] if whole else cost(f, ids))
     return _frame(trace, ctx, cols, tok, embedder)
 
 

@@ -109,6 +109,10 @@ def test_rows_repeat_per_format_with_that_formats_tokens():
     assert q1.loc["C", "tokens_injected"] == len(F.render("C", [t["t2"], t["t1"]]))
     assert q1.loc["C", "tokens_full"] == len(F.render("C", [t["t0"], t["t1"], t["t2"]]))
     assert (q1["recall"] == 0.5).all()  # the selection does not depend on the format
+    fc = sweep(TRACE, CORPUS, [SPECS[-1]], (), TOKENS, formats=("A", "B", "C"), format_tokens=table)
+    fc1 = fc[fc.question_id == "q1"].set_index("format")  # full context, priced once per view: the rendered text of every turn
+    for f in "ABC":
+        assert fc1.loc[f, "tokens_injected"] == fc1.loc[f, "tokens_full"] == len(F.render(f, [t["t0"], t["t1"], t["t2"]]))
     s = summarise(rows)
     assert list(s["format"]) == ["A", "B", "C"]
     with pytest.raises(ValueError, match="need format_tokens"):
