@@ -216,7 +216,16 @@ def run_job(cfg: DictConfig, out_dir: Path, job: Job | None = None) -> pd.DataFr
         raise ValueError(f"strategy names must be unique within a run: {', '.join(dupes)} used twice (configs/strategy/*.yaml 'name')")
     grid = threshold_grid(cfg.thresholds.start, cfg.thresholds.stop, cfg.thresholds.step)
     formats = F.check_formats(cfg.get("formats") or ["A"])  # injection formats swept (rows repeat per format)
-    table = F.token_table(corpus.turns(), lambda texts: tokens.count_tokens_many(texts, cfg.tokens.encoding), F.FORMATS)
+    import tiktoken
+
+    count_many, save_counts = tokens.cached_counter(Path(cfg.paths.cache) / "tokens" /
+                                                    f"{cfg.tokens.encoding}-tiktoken{tiktoken.__version__}-{job.corpus_sha[:16]}.json",
+                                                    cfg.tokens.encoding)
+    table = F.token_table(corpus.turns(), count_many, F.FORMATS)
+    try:
+        save_counts()
+    except OSError as exc:
+        _warn_fault(f"could not write the token-count cache: {error_line(exc)}")
     token_counts = dict(table.memory["A"])  # "role: message" lines
 
     readable = coverage.measure(inner, [t.text for t in corpus.turns()] + [q.text for q in corpus.questions])  # warned by finish_run
