@@ -240,7 +240,10 @@ def run_job(cfg: DictConfig, out_dir: Path, job: Job | None = None) -> pd.DataFr
     parts, metas, by_format, fitted = [], [], [], []
     for roles in dict.fromkeys(s.roles for s in strategies):
         trace = get_trace(cfg, job, embedder, roles)
-        trace.save(out.trace_dir(roles))
+        if trace.meta.get("reused_from"):  # from the trace cache, unchanged: copy its file
+            trace.save_copy(Path(trace.meta["reused_from"]), out.trace_dir(roles))
+        else:
+            trace.save(out.trace_dir(roles))
         specs = [s for s in strategies if s.roles == roles]
         probs = None
         if any(s.calibrated for s in specs):  # derived from the trace and the labels, before the sweep
