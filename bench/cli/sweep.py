@@ -101,7 +101,7 @@ def check_settings(cfg: DictConfig) -> None:
 
 
 # Settings that say where a job writes, how it shows progress, or how it is reported: not part of its results.
-JOB_KEY_IGNORES = ("hydra", "paths", "progress", "publish_latest", "resume", "trace_cache", "recommend", "regress", "strict")
+JOB_KEY_IGNORES = ("hydra", "paths", "progress", "publish_latest", "defer_report", "resume", "trace_cache", "recommend", "regress", "strict")
 
 
 def job_settings(cfg: DictConfig) -> dict:
@@ -236,7 +236,16 @@ def run_job(cfg: DictConfig, out_dir: Path, job: Job | None = None) -> pd.DataFr
         raise ValueError(f"strategy names must be unique within a run: {', '.join(dupes)} used twice (configs/strategy/*.yaml 'name')")
     grid = threshold_grid(cfg.thresholds.start, cfg.thresholds.stop, cfg.thresholds.step)
     formats = F.check_formats(cfg.get("formats") or ["A"])  # injection formats swept (rows repeat per format)
-    table = F.token_table(corpus.turns(), lambda texts: tokens.count_tokens_many(texts, cfg.tokens.encoding), F.FORMATS)
+    import tiktoken
+
+    count_many, save_counts = tokens.cached_counter(Path(cfg.paths.cache) / "tokens" /
+                                                    f"{cfg.tokens.encoding}-tiktoken{tiktoken.__version__}-{job.corpus_sha[:16]}.json",
+                                                    cfg.tokens.encoding)
+    table = F.token_table(corpus.turns(), count_many, F.FORMATS)
+    try:
+        save_counts()
+    except OSError as exc:
+        _warn_fault(f"could not write the token-count cache: {error_line(exc)}")
     token_counts = dict(table.memory["A"])  # "role: message" lines
 
     readable = coverage.measure(inner, [t.text for t in corpus.turns()] + [q.text for q in corpus.questions])  # warned by finish_run
@@ -251,7 +260,10 @@ def run_job(cfg: DictConfig, out_dir: Path, job: Job | None = None) -> pd.DataFr
     parts, metas, by_format, fitted, traces = [], [], [], [], []
     for roles in dict.fromkeys(s.roles for s in strategies):
         trace = get_trace(cfg, job, embedder, roles)
-        trace.save(out.trace_dir(roles))
+        if trace.meta.get("reused_from"):  # from the trace cache, unchanged: copy its file
+            trace.save_copy(Path(trace.meta["reused_from"]), out.trace_dir(roles))
+        else:
+            trace.save(out.trace_dir(roles))
         traces.append(trace)
         specs = [s for s in strategies if s.roles == roles]
         probs = None
@@ -378,12 +390,16 @@ def _record_failure(cfg: DictConfig, out_dir: Path, key: run.Key | None, reason:
         log.error("could not record the failure in %s: %s", out_dir, error_line(exc))
 
 
-def finish_run(run_dir: Path, latest: Path | None) -> None:
-    from bench.report.markdown import write_report
+def finish_run(run_dir: Path, latest: Path | None, *, defer: bool = False) -> None:
+    """The run's report (``defer``: the short one, ``bench.report.markdown.write_deferred_report``), ``latest`` updated,
+    the verdict and the corpus's label defects on the console."""
+    from bench.report.markdown import write_deferred_report, write_report
 
-    report = write_report(run_dir)
+    report = write_deferred_report(run_dir) if defer else write_report(run_dir)
     if latest is not None:
         run.publish_latest(run_dir, latest)
+    if defer:
+        log.info("report deferred (defer_report=true): recallbench report %s writes the full one", run_dir)
     for line in verdict_lines(RunDir(run_dir)):
         log.info("%s", line)
     for m in {m.get("dataset"): m for m in RunDir(run_dir).jobs()}.values():  # one line per dataset: its label defects by kind
@@ -428,7 +444,7 @@ def verdict_lines(run: RunDir) -> list[str]:
 def _finish(run_dir: Path, cfg) -> None:
     """The report of what finished, ``reports/latest`` updated; faults become one line and the exit code."""
     try:
-        finish_run(run_dir, Path(cfg.paths.reports) / "latest" if cfg.publish_latest else None)
+        finish_run(run_dir, Path(cfg.paths.reports) / "latest" if cfg.publish_latest else None, defer=bool(cfg.get("defer_report", False)))
     except KeyboardInterrupt:
         _STATE["interrupted"] = True
         log.error("interrupted (Ctrl-C) while writing the report; the results are in %s (make report RUN=%s rebuilds it)", run_dir, run_dir)

@@ -596,6 +596,32 @@ def ranked_section(run: RunDir) -> list[str]:
             "value. Definitions: bench/ranked.py.", "", *report_table(table), ""]
 
 
+DEFERRED_TITLE = "# recallbench report (short: defer_report=true)"
+
+
+def write_deferred_report(run_dir: Path) -> Path:
+    """The report.md of a run with ``defer_report=true``: the best threshold by F1 per strategy and the fixed strategies,
+    from summary.csv (format A) only. The analysis (recommendation, bootstrap CIs, significance, plots, calibration,
+    miss attribution) is left to ``recallbench report <run dir>``, which overwrites this file with the full report."""
+    from bench.output import write_atomic
+
+    run = RunDir(run_dir)
+    summary = run.summary()
+    if "format" in summary:
+        summary = summary[summary["format"].fillna("A") == "A"]
+    cols = ["dataset", "embedder", "backend", "strategy", "threshold", "n_questions", "precision", "recall", "f1", "tokens_injected_mean",
+            "token_savings"]
+    cols = [c for c in cols if c in summary]
+    lines = [DEFERRED_TITLE, "",
+             f"The analysis (recommendation, bootstrap CIs, significance, plots, calibration, miss attribution) was deferred: "
+             f"`recallbench report {run.path}` (or `make report RUN={run.path}`) writes the full report.", "",
+             "## Best threshold by F1 per strategy", "", _table(best_by_f1(summary[summary["threshold"].notna()]), cols), ""]
+    fixed = summary[summary["threshold"].isna()]
+    if len(fixed):
+        lines += ["## Strategies without a threshold", "", _table(fixed, cols), ""]
+    return write_atomic(run.path / REPORT_MD, lambda p: p.write_text("\n".join(lines)))
+
+
 def write_report(run_dir: Path, settings=None) -> Path:
     """Write report.md, report.html, the analysis tables (CSV) and every figure into ``run_dir``
     (``settings``: a RecommendConfig instead of the run's ``recommend:`` block)."""
