@@ -364,7 +364,7 @@ def test_prefix_strategies_vectorised_equal_their_functions():
     turns = tuple(Turn("c1", f"t{i}", "_tool" if i == 5 else ("user", "assistant")[i % 2], "s", f"text {i} " * (i % 4 + 1),
                        float(i), i, session=i // 4) for i in range(12))
     qs = tuple(Question(f"q{j}", "c1", "?", None if j % 3 else 8.0, tuple(f"t{g}" for g in rng.choice(12, 2, replace=False)),
-                        adversarial=j == 4) for j in range(9))
+                        adversarial=j == 4, answer=f"text {j}" if j % 2 else "") for j in range(9))  # answers: coverage columns too
     corpus = Corpus("rand", (Conversation("c1", turns),), qs)
     ids, scores = [], []
     for j in range(9):
@@ -396,3 +396,4 @@ def test_prefix_strategies_vectorised_equal_their_functions():
         b = sweep(trace, corpus, slow, grid, {t.key: len(t.text) for t in turns}, **kw)
         pd.testing.assert_frame_equal(a.drop(columns="kind"), b.drop(columns="kind"))
         assert len(a) == 9 * (1 + 17 + 17) * len(kw.get("formats", "A")) and a["n_selected"].sum() > 100
+        assert a["answer_recall"].notna().sum() > 50 and 0 < a["answer_recall"].mean() < 1
