@@ -3,6 +3,7 @@
 A **job** directory (a single run, or ``job<N>/`` of a multirun) holds what one job measured::
 
     summary.csv          one row per (dataset, embedder, store, strategy, threshold, format)
+    ranked.csv           ranked retrieval metrics of the traces (bench.ranked): per store, level, metric, k
     questions.parquet    one row per question and configuration (no text)
     meta.json            the job's metadata: traces, caches, corpus_sha256, embedder identity, ...
     corpus.json.gz       the loaded corpus, every field (``bench.data.snapshot``), checked against corpus_sha256
@@ -48,6 +49,7 @@ CONFIG = "config_resolved.yaml"
 CORPUS = "corpus.json.gz"
 STRATEGIES = "strategies.json"
 LATENCY = "latency.csv"
+RANKED = "ranked.csv"  # ranked retrieval metrics of the job's traces (bench.ranked)
 LOG = "cli.log"  # the job's console log (named by configs/config.yaml)
 REPORT_MD = "report.md"
 REPORT_HTML = "report.html"
@@ -145,6 +147,10 @@ class RunDir:
 
     def card(self) -> str:
         return self.file(CARD).read_text() if self.has(CARD) else ""
+
+    def ranked(self) -> pd.DataFrame | None:
+        """ranked.csv (bench.ranked.TABLE_COLUMNS), None when the run has none (written before it existed)."""
+        return pd.read_csv(self.file(RANKED), dtype={"k": "Int64"}, keep_default_na=False, na_values=[""]) if self.has(RANKED) else None
 
     def latency(self) -> pd.DataFrame | None:
         return pd.read_csv(self.file(LATENCY)) if self.has(LATENCY) else None
@@ -280,6 +286,9 @@ class RunDir:
     def add_fault(self, line: str) -> Path:
         return _json(self.file(FAULTS), self.faults() + [line])
 
+    def write_ranked(self, table: pd.DataFrame) -> Path:
+        return write_atomic(self.file(RANKED), lambda p: table.to_csv(p, index=False))
+
     def write_latency(self, latency: pd.DataFrame) -> Path:
         return write_atomic(self.file(LATENCY), lambda p: latency.to_csv(p, index=False))
 
@@ -310,14 +319,24 @@ def collect_jobs(sweep_dir: Path) -> bool:
     summaries = [j.summary() for j in jobs]
     rows_of = [j.questions() for j in jobs]
     metas = [{**j.meta(), "job": j.path.name} for j in jobs]
-    for i, label in _labels_of_colliding_jobs(summaries, metas).items():  # e.g. -m backend.ef_search=64,200
+    labels = _labels_of_colliding_jobs(summaries, metas)
+    for i, label in labels.items():  # e.g. -m backend.ef_search=64,200
         for t in (summaries[i], rows_of[i]):
             t["backend"] = t["backend"].astype(str) + f" ({label})"
         metas[i]["backend"] = f"{metas[i]['backend']} ({label})"
     _json(run.file(JOBS), metas)
     run.write_card("\n\n".join(dict.fromkeys(j.card() for j in jobs if j.has(CARD))))
+    ranked = [_relabel(j.ranked(), labels.get(i)) for i, j in enumerate(jobs) if j.has(RANKED)]
+    if ranked:
+        run.write_ranked(pd.concat(ranked, ignore_index=True))
     run.write_results(pd.concat(rows_of, ignore_index=True), pd.concat(summaries, ignore_index=True))
     return True
+
+
+def _relabel(table: pd.DataFrame, label: str | None) -> pd.DataFrame:
+    if label:
+        table["backend"] = table["backend"].astype(str) + f" ({label})"
+    return table
 
 
 def _labels_of_colliding_jobs(summaries: list[pd.DataFrame], metas: list[dict]) -> dict[int, str]:

@@ -20,12 +20,14 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from operator import attrgetter
+from functools import partial
+from operator import attrgetter, itemgetter
 
 import numpy as np
 import pandas as pd
 
 from bench import metrics
+from bench.answers import AnswerIndex
 from bench.formats import TokenTable, check_formats
 from bench.strategies.spec import Selection, StrategySpec, threshold_grid  # noqa: F401  (threshold_grid: re-exported)
 from bench.trace import Trace
@@ -45,10 +47,92 @@ class _Ctx:
     hits: Hits
     latency_ns: float
     full: dict
+    seen: list  # keys of every memory the question may see (conversation order): a selection equal to it costs ``full``
 
 
 def _as_selection(out) -> Selection:
     return out if isinstance(out, Selection) else Selection(out if isinstance(out, Hits) else tuple(out))
+
+
+def _prefix_rule(spec: StrategySpec):
+    """The vectorised rule of a prefix strategy (``bench.strategies.vector.PREFIX_RULES``) with its parameters, or None
+    when the strategy must be called question by question."""
+    from bench.strategies.vector import PREFIX_RULES
+
+    fn = spec.fn
+    if isinstance(fn, partial) and (fn.args or isinstance(fn.func, partial)):
+        return None
+    rule = PREFIX_RULES.get(fn.func if isinstance(fn, partial) else fn)
+    p = spec.params
+    if rule is None or spec.stateful or spec.calibrated or spec.needs_tokens or set(p) - {"k"} or \
+            any(type(v) is not int or v < 0 for v in p.values()):
+        return None
+    return partial(rule, **p)
+
+
+class _Prefixes:
+    """Every question's hits as padded arrays, so a prefix strategy's rows come from array lookups: per question the
+    negated scores, the correct hits among the first n and the tokens of the first n in each format (n = 0..len(hits)).
+    A question whose scores are not finite and non-increasing, whose ids repeat or are not in the corpus is
+    ``slow``: its strategies are called one by one; so is a format whose cost is not a sum over memories (C, or A
+    with a line that does not start with a letter after the first) for that question."""
+
+    def __init__(self, ctx: list[_Ctx], cost, token_counts: Mapping[str, int], separator_tokens: int, table, exact_a: bool):
+        self.ctx, self.cost, self.counts, self.sep, self.table, self.exact_a = ctx, cost, token_counts, separator_tokens, table, exact_a
+        self.answer_memo: dict[tuple[int, int], tuple[float, float]] = {}  # (question, n) -> answer coverage of the first n hits
+        keys = list(table.last["A"] if table is not None and "A" in table.last else token_counts)
+        self.row_of = {k: i for i, k in enumerate(keys)}
+        self.keys = keys
+        nq, width = len(ctx), max([len(c.hits) for c in ctx] + [0])
+        self.n_hits = np.array([len(c.hits) for c in ctx], dtype=np.int64)
+        self.neg = np.full((nq, width), np.inf)
+        self.rows = np.zeros((nq, width), dtype=np.int64)
+        gold = np.zeros((nq, width), dtype=bool)
+        self.slow = np.zeros(nq, dtype=bool)
+        for i, c in enumerate(ctx):
+            ids, n = c.hits.ids, len(c.hits)
+            s = np.asarray(c.hits.scores, dtype=float)
+            try:
+                r = itemgetter(*ids)(self.row_of) if n > 1 else [self.row_of[x] for x in ids]
+            except KeyError:  # a memory not in the corpus
+                r = None
+            if r is None or len(set(ids)) != n or not np.isfinite(s).all() or (np.diff(s) > 0).any():
+                self.slow[i] = True
+                continue
+            self.neg[i, :n], self.rows[i, :n] = -s, r
+            gold[i, :n] = [x in c.gold for x in ids]
+        self.correct = np.concatenate([np.zeros((nq, 1), np.int64), np.cumsum(gold, axis=1)], axis=1)
+        self._tokens: dict[str, tuple[np.ndarray, np.ndarray]] = {}
+
+    def n_above(self, t: float) -> np.ndarray:
+        return (self.neg <= -t).sum(axis=1)  # how many scores >= t (``vector.above``), rows sorted best first
+
+    def tokens(self, fmt: str) -> tuple[np.ndarray, np.ndarray]:
+        """(tokens of the first n hits per question, n = 0..width; per question: must it be priced one by one)."""
+        if fmt not in self._tokens:
+            self._tokens[fmt] = self._build(fmt)
+        return self._tokens[fmt]
+
+    def _build(self, fmt: str) -> tuple[np.ndarray, np.ndarray]:
+        nq, width = self.neg.shape
+        out = np.zeros((nq, width + 1), dtype=np.int64)
+        slow = self.slow.copy()
+        valid = np.arange(width)[None, :] < self.n_hits[:, None]
+        if fmt == "A" and not self.exact_a:
+            per = np.array([self.counts[k] for k in self.keys], dtype=np.int64)
+            out[:, 1:] = np.cumsum(np.where(valid, per[self.rows], 0), axis=1) + self.sep * np.arange(width)
+            return out, slow
+        t = self.table
+        if fmt == "C":
+            return out, np.ones(nq, dtype=bool)
+        joined = np.array([t.joined[fmt][k] for k in self.keys], dtype=np.int64)
+        last = np.array([t.last[fmt][k] for k in self.keys], dtype=np.int64)
+        if fmt == "A" and t.unsafe_a:
+            unsafe = np.array([k in t.unsafe_a for k in self.keys])
+            slow |= (unsafe[self.rows] & valid)[:, 1:].any(axis=1)
+        before = np.concatenate([np.zeros((nq, 1), np.int64), np.cumsum(np.where(valid, joined[self.rows], 0), axis=1)], axis=1)
+        out[:, 1:] = t.fixed[fmt] + t.per_gap[fmt] * np.arange(width) + before[:, :width] + last[self.rows]
+        return out, slow
 
 
 def replay_order(questions: Sequence) -> list[int]:
@@ -111,9 +195,10 @@ def sweep(
         if view is None:
             seen = vis.visible_turns(q)  # every role: the full-context cost
             eligible = seen if roles is None else vis.visible_turns(q, roles)
-            view = views[(q.conversation_id, q.asked_at)] = (eligible, {f: cost(f, list(seen.keys)) for f in formats})
+            view = views[(q.conversation_id, q.asked_at)] = (eligible, {f: cost(f, list(seen.keys)) for f in formats}, list(seen.keys))
         ctx.append(_Ctx(q, view[0], frozenset(memory_key(q.conversation_id, e) for e in q.evidence),
-                        Hits(tuple(rec.hit_ids), tuple(np.asarray(rec.hit_scores, dtype=float).tolist())), float(rec.latency_ns), view[1]))
+                        Hits(tuple(rec.hit_ids), tuple(np.asarray(rec.hit_scores, dtype=float).tolist())), float(rec.latency_ns), view[1],
+                        view[2]))
 
     probs = None
     if any(s.calibrated for s in strategies):
@@ -126,12 +211,20 @@ def sweep(
         except KeyError as e:
             raise ValueError(f"sweep: no calibrated scores for question {e.args[0]!r} (field question_id)") from None
     cols: dict[str, list] = {c: [] for c in ("strategy", "kind", "threshold", "qi", "n_selected", "n_correct", "latency_ns",
-                                             "depth_saturated", "route", "l1_selected", "l1_correct")}
+                                             "depth_saturated", "route", "l1_selected", "l1_correct", "answer")}
+    answers = AnswerIndex.build(corpus)  # answer coverage of each selection (bench.answers)
     tok: dict[str, list] = {f: [] for f in formats}
     order = replay_order([c.question for c in ctx])
+    prefixes = None
     for spec in strategies:
         kind = spec.kind
+        rule = _prefix_rule(spec)
+        if rule is not None and prefixes is None:
+            prefixes = _Prefixes(ctx, cost, token_counts, separator_tokens, format_tokens, exact_a)
         for t in (spec.thresholds or thresholds) if spec.thresholded else (None,):
+            if rule is not None:  # a prefix strategy: the first n hits, n for every question at once
+                _prefix_rows(spec, rule, t, ctx, prefixes, cols, tok, formats, cost, answers)
+                continue
             state: dict[str, object] = {}
             results: list[Selection | None] = [None] * len(ctx)
             for i in order if spec.stateful else range(len(ctx)):
@@ -167,9 +260,59 @@ def sweep(
                 else:
                     cols["l1_selected"].append(NAN)
                     cols["l1_correct"].append(NAN)
+                cols["answer"].append(answers.score(c.question.question_id, ids))
+                whole = len(ids) == len(c.seen) and ids == c.seen  # full context: priced once per view above
                 for f in formats:
-                    tok[f].append(cost(f, ids))
+                    tok[f].append(c.full[f] if whole else cost(f, ids))
     return _frame(trace, ctx, cols, tok, embedder)
+
+
+def _prefix_rows(spec: StrategySpec, rule, t, ctx: list[_Ctx], pre: _Prefixes, cols: dict, tok: dict, formats, cost,
+                 answers: AnswerIndex) -> None:
+    """The rows of a prefix strategy at threshold ``t``, the same as calling it question by question (answer coverage
+    of the first n hits memoised per question and n: most thresholds repeat an n)."""
+    nq = len(ctx)
+    idx = np.arange(nq)
+    n = np.asarray(rule(pre.n_hits, pre.n_above(t) if t is not None else np.zeros(nq, np.int64)), dtype=np.int64)
+    n_cor = pre.correct[idx, n]
+    sat = n == pre.n_hits
+    costs = {}
+    for f in formats:
+        table, slow = pre.tokens(f)
+        costs[f] = table[idx, n].tolist()
+        for i in np.flatnonzero(slow & ~pre.slow).tolist():
+            costs[f][i] = cost(f, list(ctx[i].hits.ids[: n[i]]))
+    n, n_cor, sat = n.tolist(), n_cor.tolist(), sat.tolist()
+    memo = pre.answer_memo
+    answer = []
+    for i, c in enumerate(ctx):
+        key = (i, n[i])
+        if key not in memo:
+            memo[key] = answers.score(c.question.question_id, list(c.hits.ids[: n[i]]))
+        answer.append(memo[key])
+    for i in np.flatnonzero(pre.slow).tolist():  # unsorted, non-finite, repeated or unknown hits: the function itself
+        c = ctx[i]
+        hits = spec.fn(c.hits, question=c.question, eligible=c.eligible, threshold=t)
+        ids = list(dict.fromkeys(hits.ids if isinstance(hits, Hits) else map(_ID, hits)))
+        n[i], n_cor[i], sat[i] = len(ids), len(c.gold.intersection(ids)), set(c.hits.ids).issubset(ids)
+        answer[i] = answers.score(c.question.question_id, ids)
+        for f in formats:
+            costs[f][i] = cost(f, ids)
+    cols["strategy"] += [spec.name] * nq
+    cols["kind"] += [spec.kind] * nq
+    cols["threshold"] += [NAN if t is None else t] * nq
+    cols["qi"] += range(nq)
+    cols["n_selected"] += n
+    cols["n_correct"] += n_cor
+    cols["latency_ns"] += [c.latency_ns for c in ctx] if spec.uses_store else [NAN] * nq
+    cols["depth_saturated"] += [spec.uses_store and 0 < len(c.hits) < len(c.eligible) and k >= len(c.hits) and ok
+                                for c, k, ok in zip(ctx, n, sat)]
+    cols["route"] += [""] * nq
+    cols["l1_selected"] += [NAN] * nq
+    cols["l1_correct"] += [NAN] * nq
+    cols["answer"] += answer
+    for f in formats:
+        tok[f] += costs[f]
 
 
 def _frame(trace: Trace, ctx: list[_Ctx], cols: dict, tok: dict, embedder: str | None) -> pd.DataFrame:
@@ -202,6 +345,8 @@ def _frame(trace: Trace, ctx: list[_Ctx], cols: dict, tok: dict, embedder: str |
         "route": cols["route"],
         "l1_selected": np.asarray(cols["l1_selected"], dtype=float),
         "l1_correct": np.asarray(cols["l1_correct"], dtype=float),
+        "answer_recall": np.asarray([a[0] for a in cols["answer"]], dtype=float),
+        "answer_contained": np.asarray([a[1] for a in cols["answer"]], dtype=float),
     })
     parts = []
     for f, values in tok.items():
@@ -227,7 +372,8 @@ def summarise(rows: pd.DataFrame) -> pd.DataFrame:
     ``metrics.aggregate`` columns: ``noise_mean`` (non-gold memories injected per question),
     ``l1_selected_mean``, ``gold_via_l1`` / ``gold_via_l2`` (mean share of a question's gold recalled
     through tier L1 / the other tiers) and ``l2_noise_mean`` (non-gold injected outside L1), NaN for
-    strategies without tiers. All over the scored questions (``metrics.scored``: non-adversarial with
+    strategies without tiers; ``answer_recall`` / ``answer_contained`` (answer coverage of the injected context,
+    ``bench.answers``) over the scored questions with an answer, counted in ``n_answer``. All over the scored questions (``metrics.scored``: non-adversarial with
     gold), like the main metrics, so they speak about the row's ``n_questions``. Two per-query
     diagnostics use every question of the row, like latency: ``question_share`` (routing applies to
     every question) and ``depth_saturated_rate`` (share of queries whose selection took every
@@ -250,7 +396,8 @@ def summarise(rows: pd.DataFrame) -> pd.DataFrame:
     else:
         rows = rows.assign(parent=rows["strategy"], route="")
     summary = metrics.aggregate(rows, keys)
-    used = ["route", "parent", "adversarial", "depth_saturated", "n_selected", "n_correct", "n_gold", "l1_selected", "l1_correct"]
+    answers = [c for c in ("answer_recall", "answer_contained") if c in rows]
+    used = ["route", "parent", "adversarial", "depth_saturated", "n_selected", "n_correct", "n_gold", "l1_selected", "l1_correct", *answers]
     if "kind" in rows:
         used.append("kind")
     rows = rows[list(dict.fromkeys(keys + used))].assign(_scored=metrics.scored(rows).to_numpy())
@@ -272,6 +419,8 @@ def summarise(rows: pd.DataFrame) -> pd.DataFrame:
             "gold_via_l1": (main["l1_correct"] / gold).mean() if tiered else NAN,
             "gold_via_l2": ((main["n_correct"] - main["l1_correct"]) / gold).mean() if tiered else NAN,
             "l2_noise_mean": (noise - (main["l1_selected"] - main["l1_correct"])).mean() if tiered else NAN,
+            **({"n_answer": int(main["answer_recall"].notna().sum()), "answer_recall": main["answer_recall"].mean(),
+                "answer_contained": main["answer_contained"].mean()} if answers else {}),  # bench.answers
         })
     extra = pd.DataFrame(extra, index=summary.index)
     summary = pd.concat([summary, extra], axis=1)

@@ -156,6 +156,49 @@ def count_tokens_many(texts: Sequence[str], encoding: str = DEFAULT_ENCODING) ->
         return [n for part in pool.map(count, [texts[i : i + size] for i in range(0, len(texts), size)]) for n in part]
 
 
+def cached_counter(path: str | os.PathLike, encoding: str = DEFAULT_ENCODING):
+    """``(count_many, save)``: ``count_tokens_many(texts, encoding)`` remembered per call by the sha256 of the call's
+    texts (each text with its length, so no two lists share a key), kept in the JSON file ``path`` (``save()`` writes
+    it atomically when something new was counted). A warm run of the same corpus prices every injection format
+    without tokenising again. The file name should carry the encoding and the tiktoken version; an unreadable file
+    is ignored (counted again)."""
+    import json
+
+    path = Path(path)
+    try:
+        memo = json.loads(path.read_text()) if path.is_file() else {}
+        if not isinstance(memo, dict):
+            raise ValueError("not an object")
+    except (OSError, ValueError) as e:
+        log.warning("tokens: ignoring the token-count cache %s (%s)", path, e)
+        memo = {}
+    fresh: list[str] = []
+
+    def count_many(texts: Sequence[str]) -> list[int]:
+        texts = list(texts)
+        h = hashlib.sha256()
+        for t in texts:
+            if not isinstance(t, str):
+                raise ValueError(f"count_tokens_many: a text is {type(t).__name__}, expected str")
+            b = t.encode("utf-8", "surrogatepass")
+            h.update(b"%d:" % len(b))
+            h.update(b)
+        key = f"{h.hexdigest()}-{len(texts)}"
+        if key not in memo or len(memo[key]) != len(texts):
+            memo[key] = count_tokens_many(texts, encoding)
+            fresh.append(key)
+        return list(memo[key])
+
+    def save() -> None:
+        if fresh:
+            from bench.output import write_atomic
+
+            write_atomic(path, lambda p: p.write_text(json.dumps(memo)))
+            fresh.clear()
+
+    return count_many, save
+
+
 def format_memory(role: str, text: str) -> str:
     """One injected memory line; injected tokens are counted on exactly this string."""
     return f"{role}: {text}"

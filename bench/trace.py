@@ -61,6 +61,19 @@ class Trace:
         meta = {**redact(self.meta), "rows": len(self.table), "parquet_sha256": sha256_file(path)}
         write_atomic(directory / "trace_meta.json", lambda p: p.write_text(json.dumps(meta, indent=2, default=str)))
 
+    def save_copy(self, source: Path, directory: Path) -> None:
+        """``save`` for a trace loaded unchanged from ``source`` (``load_checked``): its parquet file is copied, not
+        re-encoded; when the copy's sha256 is not the one ``source`` recorded, the table is written anew."""
+        import shutil
+
+        directory.mkdir(parents=True, exist_ok=True)
+        want = json.loads((Path(source) / "trace_meta.json").read_text()).get("parquet_sha256")
+        path = write_atomic(directory / "trace.parquet", lambda p: shutil.copyfile(Path(source) / "trace.parquet", p))
+        if not want or sha256_file(path) != want:
+            return self.save(directory)
+        meta = {**redact(self.meta), "rows": len(self.table), "parquet_sha256": want}
+        write_atomic(directory / "trace_meta.json", lambda p: p.write_text(json.dumps(meta, indent=2, default=str)))
+
     @staticmethod
     def load(directory: Path) -> "Trace":
         table = pd.read_parquet(directory / "trace.parquet")

@@ -74,7 +74,7 @@ def test_report_and_plots_written(two_runs):
     report = (latest / "report.md").read_text()
     assert "Seed claims, re-measured" in report and "limit-5 saves tokens" in report
     pngs = list(latest.glob("*.png"))
-    assert len(pngs) == 3 and all(p.stat().st_size > 5000 for p in pngs)
+    assert len(pngs) == 4 and all(p.stat().st_size > 5000 for p in pngs)  # 3 sweep plots + answer coverage vs tokens
     assert (latest / "questions.parquet").exists() and (latest / "config_resolved.yaml").exists()
 
 

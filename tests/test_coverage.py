@@ -52,6 +52,25 @@ def test_measure_flag_and_warning_line():
     assert C.flagged(at_threshold) == {}  # "above", not "at"
 
 
+def test_measure_tokenises_a_corpus_once_per_model():
+    calls = []
+
+    class Counting(Reads):
+        def unknown_chars(self, texts):
+            calls.append(len(texts))
+            return super().unknown_chars(texts)
+
+    texts = ["我擅长什么？", "I like tea"]
+    first = C.measure(Counting(), texts)
+    first["languages"]["zh"]["texts"] = 99  # a caller's change never reaches the kept record
+    again = C.measure(Counting(), list(texts))
+    assert calls == [2] and again["languages"]["zh"] == {"texts": 1, "chars": 6, "unknown_chars": 5, "unknown_share": pytest.approx(5 / 6)}
+    other = type("Other", (Counting,), {"model_id": "other"})
+    C.measure(other(), texts)  # another model, or other texts: measured again
+    C.measure(Counting(), texts[:1])
+    assert calls == [2, 2, 1]
+
+
 def test_not_measured_is_said_not_zero():
     class NoTokenizer:
         model_id = "api"

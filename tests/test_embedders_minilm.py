@@ -149,3 +149,22 @@ def test_tokenizer_hash_is_checked(monkeypatch):
     monkeypatch.setattr(minilm, "TOKENIZER_SHA256", "0" * 64)
     with pytest.raises(RuntimeError, match="minilm-tokenizer.json has sha256 be50c362"):
         load_tokenizer()
+
+
+def test_token_batches_hand_worked():
+    from bench.embedders.minilm import token_batches
+
+    lengths = np.array([10, 3, 256, 5, 100, 3])
+    # sorted (stable): rows 1 (3), 5 (3), 3 (5), 0 (10), 4 (100), 2 (256)
+    got = [b.tolist() for b in token_batches(lengths, batch_size=3, max_tokens=210)]
+    assert got == [[1, 5, 3], [0, 4], [2]]  # 3 rows cap; 2 x 100 = 200 <= 210 but 3 x 100 > 210; 256 alone (a single row always fits)
+    assert [b.tolist() for b in token_batches(lengths, batch_size=64, max_tokens=4096)] == [[1, 5, 3, 0, 4, 2]]  # 6 x 256 = 1536
+    assert token_batches(np.array([], dtype=np.int64), batch_size=4) == []
+
+
+def test_session_options_for_throughput():
+    from bench.embedders.minilm import session_options
+
+    opts = session_options(3)
+    assert opts.intra_op_num_threads == 3 and opts.inter_op_num_threads == 1 and opts.enable_cpu_mem_arena is False
+    assert opts.get_session_config_entry("session.intra_op.allow_spinning") == "0"

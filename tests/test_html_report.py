@@ -71,7 +71,7 @@ def test_demo_report_html_is_self_contained(run):
     page = (run / "report.html").read_text()
     md = (run / "report.md").read_text()
     n_images = len(re.findall(r"!\[[^\]]*\]\(", md))
-    assert n_images == 8  # 3 sweep plots + Pareto, CI bands, LOCO, calibration, attribution
+    assert n_images == 9  # 3 sweep plots + answer coverage vs tokens + Pareto, CI bands, LOCO, calibration, attribution
     assert page.count('src="data:image/png;base64,') == n_images
     assert not re.search(r'(src|href)="(?!data:|#)', page)  # nothing to fetch
 
@@ -86,7 +86,8 @@ def test_chromium_renders_every_image(run, tmp_path):
     m = re.search(r'<pre id="imgcheck">(.*?)</pre>', proc.stdout, flags=re.S)
     assert m, f"no probe output from Chromium (rc {proc.returncode}): {proc.stderr[-2000:]}"
     got = json.loads(m.group(1).replace("&quot;", '"').replace("&amp;", "&").replace("&lt;", "<").replace("&gt;", ">"))
-    assert got["total"] == 8 and got["loaded"] == got["total"]
+    n_images = len(re.findall(r"!\[[^\]]*\]\(", (run / "report.md").read_text()))
+    assert got["total"] == n_images == 9 and got["loaded"] == got["total"]
     assert got["external"] == []
     assert got["h2"][0] == "Recommendation" and "Does it transfer? Leave one conversation out" in got["h2"]
     best = pd.read_csv(run / "analysis" / "recommendation.csv").query("best").iloc[0]

@@ -192,3 +192,54 @@ def test_p1_by_pieces_on_the_demo_corpus(tmp_path):
     assert d["cold_single_job_s"] > 0 and d["warm_grid17_s"] > 0 and d["warm_single_s"] > 0
     # the ratio is exactly (trace + warm 17) / (trace + warm 1)
     assert r.value == pytest.approx((d["trace_s"] + d["warm_grid17_s"]) / (d["trace_s"] + d["warm_single_s"]))
+
+
+def test_best_ratio_hand_worked():
+    assert P.best_ratio([11.2, 10.0, 12.0], [0.9, 0.8]) == pytest.approx(12.5)  # best of each side: 10.0 / 0.8
+    assert math.isnan(P.best_ratio([], [1.0])) and math.isnan(P.best_ratio([1.0], []))
+
+
+def test_rows_max_diff_hand_worked():
+    import pandas as pd
+
+    nan = float("nan")
+    summary = pd.DataFrame({"strategy": ["limit5", "threshold", "limit5"], "format": ["A", "A", "B"], "threshold": [nan, 0.5, nan],
+                            "n_questions": [3, 3, 3], "precision": [0.5, nan, 0.5], "recall": [0.25, 0.0, 0.25],
+                            "f1": [0.3, 0.0, 0.3], "tokens_injected_mean": [10.0, 0.0, 99.0], "tokens_full_mean": [40.0, 40.0, 80.0]})
+    rows = [{"strategy": "limit5", "threshold": nan, "n_questions": 3, "precision": 0.5, "recall": 0.25, "f1": 0.3,
+             "tokens_injected_mean": 10.5, "tokens_full_mean": 40.0},
+            {"strategy": "threshold", "threshold": 0.5, "n_questions": 3, "precision": nan, "recall": 0.0, "f1": 0.0,
+             "tokens_injected_mean": 0.0, "tokens_full_mean": 40.0}]
+    assert P.rows_max_diff(summary, rows) == 0.5  # format B rows are ignored; 10.0 vs 10.5 is the largest difference
+    assert P.rows_max_diff(summary, [rows[0], {**rows[1], "precision": 0.0}]) == float("inf")  # NaN against a number
+    assert P.rows_max_diff(summary, rows[:1]) == float("inf")  # rows missing
+
+
+def test_run_measured_reports_the_childs_cpu_seconds():
+    proc = P.run_measured([sys.executable, "-c", "import time; t = time.process_time()\nwhile time.process_time() - t < 0.3: pass"],
+                          timeout_s=120)
+    assert proc.returncode == 0 and 0.3 <= proc.cpu_s <= proc.wall_s + 0.05  # a busy loop of 0.3 CPU s (plus start-up)
+
+
+def test_long_texts_are_long_where_asked():
+    texts = P.long_texts(20, seed=1)
+    words = [len(t.split()) for t in texts]
+    assert len(texts) == 20 and sum(w >= 300 for w in words) == 7 and all(w <= 40 or 300 <= w <= 600 for w in words)  # 35 % of 20
+    assert texts == P.long_texts(20, seed=1) and texts != P.long_texts(20, seed=2)
+
+
+def test_pe_ratios_hand_worked(monkeypatch):
+    fake = {"ours": {"texts_per_s": 270.0, "vm_hwm_bytes": 1_200_000_000}, "raw": {"texts_per_s": 300.0, "vm_hwm_bytes": 2_000_000_000}}
+    monkeypatch.setattr(P, "_embed_in_child", lambda which, n: fake[which])
+    rss, speed, raw = P.pe_embedding_memory(100)
+    assert (rss.key, rss.value, rss.passed) == ("PE/rss", 1.2, True)
+    assert (speed.key, speed.value, speed.passed) == ("PE/throughput", 0.9, True)
+    assert (raw.key, raw.value, raw.info) == ("PE/raw_rss", 2.0, True)
+    with pytest.raises(ValueError, match="unknown side"):
+        P.embed_child("other", 1)
+
+
+def test_embed_child_runs_our_path_in_a_child():
+    out = P._embed_in_child("ours", 6)
+    assert out["texts"] == 6 and 50_000_000 < out["vm_hwm_bytes"] < 4_000_000_000  # MiniLM's session is resident
+    assert out["texts_per_s"] == pytest.approx(6 / out["seconds"])

@@ -1,5 +1,7 @@
 """Runner on a tiny hand-built corpus: trace contents, filters, warm-up discarded, streaming ingest, store metrics."""
 
+import json
+
 import numpy as np
 import pytest
 
@@ -103,6 +105,23 @@ def test_trace_cache_check_rejects_a_trace_without_the_gold_rank_columns(tmp_pat
     old.save(tmp_path / "old")
     loaded, problem = Trace.load_checked(tmp_path / "old", CORPUS)
     assert loaded is None and problem.startswith("columns [") and "gold_exact_ranks" in problem
+
+
+def test_save_copy_copies_a_cached_trace_or_writes_it_anew(tmp_path, traced):
+    trace, _ = traced
+    trace.save(tmp_path / "cache")
+    loaded, _ = Trace.load_checked(tmp_path / "cache", CORPUS)
+    Trace(loaded.table, {**loaded.meta, "reused_from": str(tmp_path / "cache")}).save_copy(tmp_path / "cache", tmp_path / "run")
+    assert (tmp_path / "run" / "trace.parquet").read_bytes() == (tmp_path / "cache" / "trace.parquet").read_bytes()
+    copied, problem = Trace.load_checked(tmp_path / "run", CORPUS)
+    assert problem == "" and copied.meta["reused_from"] == str(tmp_path / "cache") and copied.table.equals(loaded.table)
+    other = Trace(loaded.table.assign(latency_ns=loaded.table["latency_ns"] + 1), loaded.meta)
+    other.save(tmp_path / "other")  # the source file changed since it was loaded: its sha256 no longer matches
+    meta = json.loads((tmp_path / "cache" / "trace_meta.json").read_text())
+    (tmp_path / "other" / "trace_meta.json").write_text(json.dumps(meta))
+    loaded.save_copy(tmp_path / "other", tmp_path / "run2")
+    again, problem = Trace.load_checked(tmp_path / "run2", CORPUS)
+    assert problem == "" and again.table.equals(loaded.table)  # written from the table, not copied
 
 
 def test_warmup_queries_run_first_and_are_not_in_the_trace(traced):

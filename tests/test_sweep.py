@@ -109,6 +109,10 @@ def test_rows_repeat_per_format_with_that_formats_tokens():
     assert q1.loc["C", "tokens_injected"] == len(F.render("C", [t["t2"], t["t1"]]))
     assert q1.loc["C", "tokens_full"] == len(F.render("C", [t["t0"], t["t1"], t["t2"]]))
     assert (q1["recall"] == 0.5).all()  # the selection does not depend on the format
+    fc = sweep(TRACE, CORPUS, [SPECS[-1]], (), TOKENS, formats=("A", "B", "C"), format_tokens=table)
+    fc1 = fc[fc.question_id == "q1"].set_index("format")  # full context, priced once per view: the rendered text of every turn
+    for f in "ABC":
+        assert fc1.loc[f, "tokens_injected"] == fc1.loc[f, "tokens_full"] == len(F.render(f, [t["t0"], t["t1"], t["t2"]]))
     s = summarise(rows)
     assert list(s["format"]) == ["A", "B", "C"]
     with pytest.raises(ValueError, match="need format_tokens"):
@@ -349,3 +353,47 @@ def test_not_depth_saturated_when_the_store_returned_every_visible_memory():
     rows = sweep(TRACE, CORPUS, [SPECS[1]], (0.1,), TOKENS)
     q1 = rows[rows.question_id == "q1"].iloc[0]
     assert q1.n_selected == 3 and not q1.depth_saturated
+
+
+def test_prefix_strategies_vectorised_equal_their_functions():
+    """limit / threshold / hybrid take the sweep's vectorised path; wrapped in a lambda they are called one by one:
+    the rows are identical, in every format, with unsorted, repeated and non-finite hits and an unsafe A line."""
+    import numpy as np
+
+    rng = np.random.default_rng(7)
+    turns = tuple(Turn("c1", f"t{i}", "_tool" if i == 5 else ("user", "assistant")[i % 2], "s", f"text {i} " * (i % 4 + 1),
+                       float(i), i, session=i // 4) for i in range(12))
+    qs = tuple(Question(f"q{j}", "c1", "?", None if j % 3 else 8.0, tuple(f"t{g}" for g in rng.choice(12, 2, replace=False)),
+                        adversarial=j == 4, answer=f"text {j}" if j % 2 else "") for j in range(9))  # answers: coverage columns too
+    corpus = Corpus("rand", (Conversation("c1", turns),), qs)
+    ids, scores = [], []
+    for j in range(9):
+        k = int(rng.integers(0, 12))
+        pick = rng.choice(12, k, replace=False)
+        s = sorted(rng.uniform(0, 1, k).round(2), reverse=True)
+        if j == 6 and k > 2:
+            s[0], s[1] = s[1], s[0]  # not sorted
+        if j == 7 and k > 1:
+            pick[1] = pick[0]  # a repeated id
+        if j == 8 and k:
+            s[-1] = float("nan")
+        ids.append([f"c1|t{x}" for x in pick])
+        scores.append(list(s))
+    trace = Trace(pd.DataFrame({"question_id": [q.question_id for q in qs], "conversation_id": ["c1"] * 9, "latency_ns": [1.0] * 9,
+                                "hit_ids": ids, "hit_scores": scores, "exact_scores": scores}),
+                  {"dataset": "rand", "embedder": "fake", "backend": "exact", "roles": None})
+    table = F.token_table(corpus.turns(), chars)
+    fast = [StrategySpec("limit", functools.partial(V.limit, k=3), thresholded=False),
+            StrategySpec("threshold", V.threshold, thresholded=True),
+            StrategySpec("hybrid", functools.partial(V.hybrid, k=2), thresholded=True)]
+    slow = [StrategySpec(s.name, functools.partial(lambda h, _f=s.fn, **kw: _f(h, **kw)), thresholded=s.thresholded) for s in fast]
+    from bench.sweep import _prefix_rule
+
+    assert all(_prefix_rule(s) is not None for s in fast) and all(_prefix_rule(s) is None for s in slow)
+    grid = threshold_grid(0.1, 0.9, 0.05)
+    for kw in ({"formats": ("A", "B", "C"), "format_tokens": table}, {"separator_tokens": 1}):
+        a = sweep(trace, corpus, fast, grid, {t.key: len(t.text) for t in turns}, **kw)
+        b = sweep(trace, corpus, slow, grid, {t.key: len(t.text) for t in turns}, **kw)
+        pd.testing.assert_frame_equal(a.drop(columns="kind"), b.drop(columns="kind"))
+        assert len(a) == 9 * (1 + 17 + 17) * len(kw.get("formats", "A")) and a["n_selected"].sum() > 100
+        assert a["answer_recall"].notna().sum() > 50 and 0 < a["answer_recall"].mean() < 1

@@ -221,3 +221,23 @@ def test_the_sweeps_token_table_equals_count_injected_tokens():
             assert table.cost("A", [turns[i].key for i in order]) == want, (enc, order)
     # cl100k hand-worked: "user: hello world\nassistant: I went hiking." = 4 + 1 ("\n" = 198) + 6 tokens
     assert count_injected_tokens(items[:2]) == 11
+
+
+def test_cached_counter_remembers_counts_by_content(tmp_path, monkeypatch):
+    from bench import tokens as T
+
+    path = tmp_path / "tokens" / "cl100k_base.json"
+    count, save = T.cached_counter(path)
+    lines = ["user: hello there.", "assistant: hi!", "user: 我擅长什么？"]
+    want = T.count_tokens_many(lines)
+    assert count(lines) == want and count(["ab", "c"]) == T.count_tokens_many(["ab", "c"])
+    save()
+    monkeypatch.setattr(T, "count_tokens_many", lambda texts, encoding=None: pytest.fail("counted again"))
+    again, _ = T.cached_counter(path)
+    assert again(lines) == want  # read from the file: no tokenising
+    calls = []
+    monkeypatch.setattr(T, "count_tokens_many", lambda texts, encoding=None: calls.append(list(texts)) or [7] * len(texts))
+    assert again(["x", "yz"]) == [7, 7] and again(["xy", "z"]) == [7, 7] and len(calls) == 2  # same joined text, other split: a new key
+    path.write_text("{not json")
+    broken, _ = T.cached_counter(path)
+    assert broken(lines) == [7, 7, 7]  # an unreadable file is ignored: counted again

@@ -19,6 +19,8 @@ COMMANDS = {
     "sweep": ("bench.cli.sweep", "run the benchmark: corpus -> embedder -> store -> strategies x thresholds -> report"),
     "report": ("bench.cli.report", "rebuild report.md, report.html and the plots of a finished run"),
     "compare": ("bench.cli.compare", "paired significance table between two finished runs"),
+    "export": ("bench.cli.export", "a finished run's traces as TREC run files plus qrels (read back: sweep run_file=...)"),
+    "answer": ("bench.cli.answer", "answer-level metrics: an LLM reader and judge on a finished run's injected context"),
     "stores": ("bench.tools.stores", "every local store side by side (LoCoMo and synthetic scale) -> reports/compare/"),
     "regress": ("bench.tools.regress", "CI regression gate against reports/baseline/ (--write-baseline rewrites it)"),
     "harden": ("bench.tools.harden.run", "bad input, planted secrets, store faults and a short load, with figures"),
@@ -36,6 +38,7 @@ EXAMPLES = (
     ("recallbench sweep --help", "config groups, options and settings"),
     ("recallbench report reports/latest", "rebuild a finished run's report"),
     ("recallbench compare RUN_A RUN_B", "is B better than A, question by question?"),
+    ("recallbench answer reports/latest --dry-run", "LLM answer accuracy: calls, tokens and dollars first"),
     ("recallbench data check $HOME/my-data", "dataset card and label defects"),
     ("recallbench stores --sizes 2000 --dims 384 --no-locomo", "every local store, a quick look"),
 )

@@ -94,10 +94,14 @@ def check_settings(cfg: DictConfig) -> None:
     _number("warmup", cfg.warmup, integer=True, lo=0)
     for k in ("start", "stop", "step"):
         _number(f"thresholds.{k}", cfg.thresholds[k], lo=0, hi=1)
+    if cfg.get("ranked"):
+        from bench.ranked import check_ks
+
+        check_ks(list(cfg.ranked.get("ks") or []))
 
 
 # Settings that say where a job writes, how it shows progress, or how it is reported: not part of its results.
-JOB_KEY_IGNORES = ("hydra", "paths", "progress", "publish_latest", "resume", "trace_cache", "recommend", "regress", "strict")
+JOB_KEY_IGNORES = ("hydra", "paths", "progress", "publish_latest", "defer_report", "resume", "trace_cache", "recommend", "regress", "strict")
 
 
 def job_settings(cfg: DictConfig) -> dict:
@@ -107,7 +111,17 @@ def job_settings(cfg: DictConfig) -> dict:
     for node in ("embedder", "backend"):
         if isinstance(out.get(node), dict):
             out[node] = {k: v for k, v in out[node].items() if k not in ("progress", "price_per_mtok", *run.STORE_PLACE_FIELDS)}
+    if out.get("run_file"):  # a run read from a file: its content decides the results, not its path; the store is not used
+        out["run_file"] = {"sha256": run.sha256_file(_run_file(cfg))}
+        out.pop("backend", None)
     return out
+
+
+def _run_file(cfg: DictConfig) -> Path:
+    path = Path(str(cfg.run_file)).expanduser()
+    if not path.is_file():
+        raise FileNotFoundError(f"run_file: {path} not found (a TREC run: qid Q0 docid rank score tag)")
+    return path
 
 
 # --- one job ------------------------------------------------------------------------------------
@@ -143,6 +157,12 @@ def get_trace(cfg: DictConfig, job: Job, embedder, roles: tuple[str, ...] | None
     """The trace for (corpus, embedder, store, depth, roles): from the cache when valid, else measured once."""
     from bench.trace import Trace, build_trace, search_depth
 
+    if cfg.get("run_file"):  # an external retriever's run (bench.trec): no store, no trace cache (reading it is cheap)
+        from bench.trace import embed_corpus
+        from bench.trec import trace_from_run
+
+        tv, qv, _ = embed_corpus(job.corpus, embedder, progress=bool(cfg.progress))
+        return trace_from_run(_run_file(cfg), job.corpus, roles=roles, vectors=(tv, qv), embedder=embedder.model_id)
     backend_cfg = to_plain(cfg.backend)
     depth = search_depth(cfg.depth, job.corpus)
     key = run.trace_key(corpus_sha=job.corpus_sha, embedder=job.embedder.identity, backend=backend_cfg, depth=depth,
@@ -216,7 +236,16 @@ def run_job(cfg: DictConfig, out_dir: Path, job: Job | None = None) -> pd.DataFr
         raise ValueError(f"strategy names must be unique within a run: {', '.join(dupes)} used twice (configs/strategy/*.yaml 'name')")
     grid = threshold_grid(cfg.thresholds.start, cfg.thresholds.stop, cfg.thresholds.step)
     formats = F.check_formats(cfg.get("formats") or ["A"])  # injection formats swept (rows repeat per format)
-    table = F.token_table(corpus.turns(), lambda texts: tokens.count_tokens_many(texts, cfg.tokens.encoding), F.FORMATS)
+    import tiktoken
+
+    count_many, save_counts = tokens.cached_counter(Path(cfg.paths.cache) / "tokens" /
+                                                    f"{cfg.tokens.encoding}-tiktoken{tiktoken.__version__}-{job.corpus_sha[:16]}.json",
+                                                    cfg.tokens.encoding)
+    table = F.token_table(corpus.turns(), count_many, F.FORMATS)
+    try:
+        save_counts()
+    except OSError as exc:
+        _warn_fault(f"could not write the token-count cache: {error_line(exc)}")
     token_counts = dict(table.memory["A"])  # "role: message" lines
 
     readable = coverage.measure(inner, [t.text for t in corpus.turns()] + [q.text for q in corpus.questions])  # warned by finish_run
@@ -228,10 +257,14 @@ def run_job(cfg: DictConfig, out_dir: Path, job: Job | None = None) -> pd.DataFr
         log.info("%s: %s", inner.model_id, estimate_line(est))
     out_dir.mkdir(parents=True, exist_ok=True)
     out = RunDir(out_dir)
-    parts, metas, by_format, fitted = [], [], [], []
+    parts, metas, by_format, fitted, traces = [], [], [], [], []
     for roles in dict.fromkeys(s.roles for s in strategies):
         trace = get_trace(cfg, job, embedder, roles)
-        trace.save(out.trace_dir(roles))
+        if trace.meta.get("reused_from"):  # from the trace cache, unchanged: copy its file
+            trace.save_copy(Path(trace.meta["reused_from"]), out.trace_dir(roles))
+        else:
+            trace.save(out.trace_dir(roles))
+        traces.append(trace)
         specs = [s for s in strategies if s.roles == roles]
         probs = None
         if any(s.calibrated for s in specs):  # derived from the trace and the labels, before the sweep
@@ -259,8 +292,19 @@ def run_job(cfg: DictConfig, out_dir: Path, job: Job | None = None) -> pd.DataFr
             "caches": {"job": {**job.key.describe(), "status": "miss"}, "traces": [m.get("cache") for m in metas],
                        "embeddings": embed_cache, **({"relevance": fitted} if fitted else {})}}
     out.write_meta(redact(meta))
+    out.write_ranked(ranked_table(cfg, traces, corpus, embedder.model_id))
     out.write_results(rows, summary)  # summary.csv last: a job directory with it is complete
     return summary
+
+
+def ranked_table(cfg: DictConfig, traces, corpus, embedder: str) -> pd.DataFrame:
+    """ranked.csv of a job: bench.ranked over its traces, with the ``ranked:`` settings."""
+    from bench import ranked
+
+    rc = cfg.get("ranked") or {}
+    ks = ranked.check_ks(list(rc.get("ks", ranked.DEFAULT_KS)))
+    return ranked.for_traces(traces, corpus, ks=ks, embedder=embedder, confidence=float(rc.get("confidence", 0.95)),
+                             n_resamples=int(rc.get("n_resamples", 1000)), seed=int(cfg.get("seed", 0)))
 
 
 def _warn_fault(line: str) -> None:
@@ -346,12 +390,16 @@ def _record_failure(cfg: DictConfig, out_dir: Path, key: run.Key | None, reason:
         log.error("could not record the failure in %s: %s", out_dir, error_line(exc))
 
 
-def finish_run(run_dir: Path, latest: Path | None) -> None:
-    from bench.report.markdown import write_report
+def finish_run(run_dir: Path, latest: Path | None, *, defer: bool = False) -> None:
+    """The run's report (``defer``: the short one, ``bench.report.markdown.write_deferred_report``), ``latest`` updated,
+    the verdict and the corpus's label defects on the console."""
+    from bench.report.markdown import write_deferred_report, write_report
 
-    report = write_report(run_dir)
+    report = write_deferred_report(run_dir) if defer else write_report(run_dir)
     if latest is not None:
         run.publish_latest(run_dir, latest)
+    if defer:
+        log.info("report deferred (defer_report=true): recallbench report %s writes the full one", run_dir)
     for line in verdict_lines(RunDir(run_dir)):
         log.info("%s", line)
     for m in {m.get("dataset"): m for m in RunDir(run_dir).jobs()}.values():  # one line per dataset: its label defects by kind
@@ -396,7 +444,7 @@ def verdict_lines(run: RunDir) -> list[str]:
 def _finish(run_dir: Path, cfg) -> None:
     """The report of what finished, ``reports/latest`` updated; faults become one line and the exit code."""
     try:
-        finish_run(run_dir, Path(cfg.paths.reports) / "latest" if cfg.publish_latest else None)
+        finish_run(run_dir, Path(cfg.paths.reports) / "latest" if cfg.publish_latest else None, defer=bool(cfg.get("defer_report", False)))
     except KeyboardInterrupt:
         _STATE["interrupted"] = True
         log.error("interrupted (Ctrl-C) while writing the report; the results are in %s (make report RUN=%s rebuilds it)", run_dir, run_dir)

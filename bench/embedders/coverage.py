@@ -15,6 +15,7 @@ language's text partly as unknown tokens, so its similarities (and every thresho
 
 from __future__ import annotations
 
+import copy
 import math
 import re
 from collections.abc import Sequence
@@ -50,13 +51,24 @@ def coverage(texts: Sequence[str], unknown: Sequence[int]) -> dict[str, dict]:
     return dict(sorted(out.items()))
 
 
+_LAST: list = []  # [(model_id, texts, record)] of the last measure: embedder=auto and the run ask about the same corpus
+
+
 def measure(embedder, texts: Sequence[str]) -> dict:
-    """The run's coverage record: ``{"embedder", "threshold", "measured", "languages" | "reason"}``."""
+    """The run's coverage record: ``{"embedder", "threshold", "measured", "languages" | "reason"}``.
+
+    The last record is kept (keyed by the model id and the texts themselves, compared in full), so the
+    second call of a run (``embedder=auto`` chose the model with the same corpus) does not tokenise again."""
     record = {"embedder": embedder.model_id, "threshold": WARN_SHARE}
     count = getattr(embedder, "unknown_chars", None)
     if count is None:
         return {**record, "measured": False, "reason": "not measured: this embedder's tokenizer is not reachable from Python"}
-    return {**record, "measured": True, "languages": coverage(texts, count(list(texts)))}
+    texts = tuple(texts)
+    if _LAST and _LAST[0][0] == embedder.model_id and _LAST[0][1] == texts:
+        return copy.deepcopy(_LAST[0][2])
+    out = {**record, "measured": True, "languages": coverage(texts, count(list(texts)))}
+    _LAST[:] = [(embedder.model_id, texts, copy.deepcopy(out))]
+    return out
 
 
 def flagged(record: dict) -> dict[str, dict]:

@@ -581,9 +581,51 @@ def coverage_section(jobs: list[dict]) -> list[str]:
     return [*lines, "", *warnings]
 
 
+def ranked_section(run: RunDir) -> list[str]:
+    """The ranked retrieval metrics of the traces (ranked.csv, bench.ranked), when the run has them."""
+    from bench.ranked import report_table
+
+    table = run.ranked()
+    if table is None or not len(table):
+        return []
+    return ["## Ranked retrieval (the store's order, before any threshold)", "",
+            "Each question's ranked hits from the trace against its gold memories (scored questions only). recall_any@k: "
+            "a gold item in the top k; recall_all@k: every gold item in the top k; nDCG@k: binary relevance, ideal DCG over "
+            "every gold item (trec_eval / ir_measures); MRR over the whole ranked list. Session level: the ranked turns' sessions, "
+            "deduplicated in rank order (LongMemEval's turn-to-session rule). Mean [95 % cluster-bootstrap CI]; ranked.csv has every "
+            "value. Definitions: bench/ranked.py.", "", *report_table(table), ""]
+
+
+DEFERRED_TITLE = "# recallbench report (short: defer_report=true)"
+
+
+def write_deferred_report(run_dir: Path) -> Path:
+    """The report.md of a run with ``defer_report=true``: the best threshold by F1 per strategy and the fixed strategies,
+    from summary.csv (format A) only. The analysis (recommendation, bootstrap CIs, significance, plots, calibration,
+    miss attribution) is left to ``recallbench report <run dir>``, which overwrites this file with the full report."""
+    from bench.output import write_atomic
+
+    run = RunDir(run_dir)
+    summary = run.summary()
+    if "format" in summary:
+        summary = summary[summary["format"].fillna("A") == "A"]
+    cols = ["dataset", "embedder", "backend", "strategy", "threshold", "n_questions", "precision", "recall", "f1", "tokens_injected_mean",
+            "token_savings"]
+    cols = [c for c in cols if c in summary]
+    lines = [DEFERRED_TITLE, "",
+             f"The analysis (recommendation, bootstrap CIs, significance, plots, calibration, miss attribution) was deferred: "
+             f"`recallbench report {run.path}` (or `make report RUN={run.path}`) writes the full report.", "",
+             "## Best threshold by F1 per strategy", "", _table(best_by_f1(summary[summary["threshold"].notna()]), cols), ""]
+    fixed = summary[summary["threshold"].isna()]
+    if len(fixed):
+        lines += ["## Strategies without a threshold", "", _table(fixed, cols), ""]
+    return write_atomic(run.path / REPORT_MD, lambda p: p.write_text("\n".join(lines)))
+
+
 def write_report(run_dir: Path, settings=None) -> Path:
     """Write report.md, report.html, the analysis tables (CSV) and every figure into ``run_dir``
     (``settings``: a RecommendConfig instead of the run's ``recommend:`` block)."""
+    from bench.report import answers as answer_coverage
     from bench.report import html as html_report
 
     run = RunDir(run_dir)
@@ -620,6 +662,9 @@ def write_report(run_dir: Path, settings=None) -> Path:
     for w in (w for w in cover if w.startswith("**Warning:**")):  # also on top: nothing below means much for that language
         lines += [f"> {w}", ""]
     lines += analysis_sections(run, a, strategies)
+    if run.has("answers.md"):  # written by `recallbench answer` (bench.qa)
+        lines += ["## Answer-level metrics (LLM reader and judge)", "",
+                  "Answer accuracy vs injected tokens vs dollars per 1,000 questions: [answers.md](answers.md).", ""]
     lines += ["## Runs", ""]
     for j in jobs:
         reuse = f"; trace reused from {j['reused_from']}" if j.get("reused_from") else ""
@@ -640,6 +685,7 @@ def write_report(run_dir: Path, settings=None) -> Path:
     fixed = summary[summary["threshold"].isna()]
     if len(fixed):
         lines += ["## Strategies without a threshold", "", _table(fixed, main_cols), ""]
+    lines += answer_coverage.section(run, summary, best)
     lines += ["## Seed claims, re-measured", "", seed_claims(summary, strategies), ""]
     lines += strategy_sections(summary, jobs, strategies)
     lat = summary[summary["latency_p50_ms"].notna()].drop_duplicates(["dataset", "embedder", "backend"])
@@ -658,6 +704,7 @@ def write_report(run_dir: Path, settings=None) -> Path:
                          f"{_fmt(t.get('short_result_rate'))} | {_fmt(t.get('score_max_abs_diff'), 6)} | "
                          f"{t.get('score_mismatches_1e4', 'n/a')} of {t.get('score_pairs', 'n/a')} | {_fmt(mb / 1e6, 1) if mb else 'n/a'} |")
         lines.append("")
+    lines += ranked_section(run)
     if "adversarial_abstain_rate" in summary and summary["n_adversarial"].max() > 0:
         adv = summary[summary["n_adversarial"] > 0]
         lines += ["## Adversarial questions (correct recall = nothing)", "",

@@ -289,7 +289,7 @@ def embedder_curves(curves: pd.DataFrame, marks: Sequence[float], title: str, pa
     ``curves`` columns: label (the embedder, or embedder/store), strategy, threshold, metric, metric_lo, metric_hi."""
     plt = _figure()
     names = list(dict.fromkeys(curves["strategy"]))
-    fig, axes = plt.subplots(1, max(len(names), 1), figsize=(5.6 * max(len(names), 1), 4), squeeze=False, sharey=True)
+    fig, axes = plt.subplots(1, max(len(names), 1), figsize=(5.6 * max(len(names), 1) + 3, 4), squeeze=False, sharey=True)
     for ax, name in zip(axes[0], names):
         for i, (label, c) in enumerate(curves[curves["strategy"] == name].groupby("label", sort=False)):
             c = c.sort_values("threshold")
@@ -303,7 +303,7 @@ def embedder_curves(curves: pd.DataFrame, marks: Sequence[float], title: str, pa
         ax.set_xlim(0, 1)
         ax.grid(alpha=0.3)
     axes[0][0].set_ylabel(f"{metric} (macro, 95 % CI band)")
-    axes[0][0].legend(fontsize=7, loc="upper right")
+    _legend_outside(axes[0][-1], 7)
     fig.suptitle(title, fontsize=10)
     try:
         return _save(fig, path)

@@ -11,6 +11,8 @@ import re
 from collections.abc import Mapping, Sequence
 from operator import neg
 
+import numpy as np
+
 from bench.strategies.spec import Selection, strategy
 from bench.types import Hit, Hits, Question, Turn
 
@@ -59,6 +61,16 @@ def hybrid(hits: Sequence[Hit], *, question: Question | None = None, eligible: S
     if threshold is None:
         raise ValueError("hybrid: a threshold is required")
     return prefix(hits, min(k, above(hits, threshold)))
+
+
+# The strategies above that keep the first n hits, n from the number of hits and how many of them score >= the
+# threshold (int arrays, one entry per question; ``k`` as configured): the sweep computes their selections for
+# every question at once with these (``bench.sweep``; tests/test_sweep.py checks they equal the functions).
+PREFIX_RULES = {
+    limit: lambda n_hits, n_above, k=5: np.minimum(n_hits, k),
+    threshold: lambda n_hits, n_above: n_above,
+    hybrid: lambda n_hits, n_above, k=5: np.minimum(n_above, k),
+}
 
 
 @strategy(thresholded=False, needs_tokens=True)

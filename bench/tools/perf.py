@@ -1,4 +1,4 @@
-"""``make bench`` (``python -m bench.tools.perf``): the five performance ratios, each with its target and PASS/FAIL.
+"""``make bench`` (``python -m bench.tools.perf``): the performance ratios, each with its target and PASS/FAIL.
 
 This machine is shared and noisy, so every figure is a ratio of two things measured in the same
 run (interleaved where they are short), never an absolute time held against a constant in a test.
@@ -34,6 +34,17 @@ PL  per store (seekdb, chroma): a question's query in the per-conversation layou
     the store holding both layouts at once, alternated query by query on the P4 workload, k=1000;
     ratio of p50s (``filtered_over_unfiltered``). Target <= 1.3. Printed beside it, as information
     (PL/<store>/shared): the shared layout's conversation-filtered query / the unfiltered one.
+
+P6  CPU seconds of a warm exact LoCoMo run, report included (``python -m bench dataset=locomo backend=exact``, warm
+    embedding and trace caches, a child process) / ``bench.tools.minimal`` (numpy + tiktoken, ~150 lines) computing the
+    same 36 summary rows from the same cached vectors (a child process); interleaved repeats, best of each. The rows
+    must agree to 1e-9, else the ratio is not reported. Target <= 2.
+P7  the run's sweep stage in-process (``bench.sweep.sweep`` + the format side table + ``summarise`` over the cached
+    trace) / the minimal script's sweep stage, CPU seconds, best of interleaved repeats. Target <= 1.2.
+PE  embedding LongMemEval-sized long turns (synthetic, 35 % past 256 tokens; ``--pe-texts``, default 23,614) with
+    MiniLM through our path (``CachedEmbedder`` + ``bench.trace.embed_texts``) vs the raw onnxruntime loop, a child
+    process each: our peak RSS (VmHWM, target <= 1.5 GB) and our throughput / raw (target >= 0.9); the raw loop's
+    peak RSS beside them (information).
 
 Results are printed and written to ``<out>/perfbench.json`` and ``<out>/perfbench.md``.
 """
@@ -129,19 +140,23 @@ def compose(overrides: Sequence[str] = ()):
     return config.compose([f"paths.root={REPO}", *overrides])
 
 
-def warm_embeddings(overrides: Sequence[str], cache_dir: Path) -> int:
-    """Embed every text of the configured dataset into the embedding cache; returns texts embedded now."""
+def cached_embedder(overrides: Sequence[str], cache_dir: Path):
+    """(corpus, CachedEmbedder) of the configured dataset and embedder, every text of the corpus in the cache."""
     from bench.cli.config import build
+    from bench.embedders.auto import resolve
     from bench.embedders.cache import CachedEmbedder
 
     cfg = compose(overrides)
     corpus = build(cfg.dataset)
-    from bench.embedders.auto import resolve
-
     emb = CachedEmbedder(resolve(build(cfg.embedder), [t.text for t in corpus.turns()] + [q.text for q in corpus.questions]), cache_dir)
     emb.embed_documents([t.text for t in corpus.turns()])
     emb.embed_queries([q.text for q in corpus.questions])
-    return emb.embedded
+    return corpus, emb
+
+
+def warm_embeddings(overrides: Sequence[str], cache_dir: Path) -> int:
+    """Embed every text of the configured dataset into the embedding cache; returns texts embedded now."""
+    return cached_embedder(overrides, cache_dir)[1].embedded
 
 
 @contextlib.contextmanager
@@ -189,6 +204,7 @@ class Proc:
     tree_peak_bytes: int  # sampled peak RSS of the process tree (store servers included)
     stderr_tail: str
     hwm_bytes: int = 0  # sampled VmHWM of the process: the kernel's peak RSS of its own address space since exec
+    cpu_s: float = 0.0  # user + system CPU seconds of the process and its waited-for children (os.wait4)
 
 
 def vm_hwm_bytes(pid: int) -> int:
@@ -235,7 +251,7 @@ def run_measured(cmd: Sequence[str], *, env: dict | None = None, cwd: Path = REP
         proc.returncode = os.waitstatus_to_exitcode(status)
         err.seek(0)
         tail = err.read()[-3000:].decode("utf-8", "replace")
-    return Proc(proc.returncode, wall, usage.ru_maxrss * 1024, peak[0], tail, hwm[0])
+    return Proc(proc.returncode, wall, usage.ru_maxrss * 1024, peak[0], tail, hwm[0], usage.ru_utime + usage.ru_stime)
 
 
 def bench_cmd(*overrides: str, multirun: bool = False, trace_cache: bool = False) -> list[str]:
@@ -423,34 +439,30 @@ def throughput(embed: Callable[[Sequence[str]], object], texts: Sequence[str]) -
 
 
 class RawOnnx:
-    """The minimal hand-written loop over the raw onnxruntime session: tokenise, run, mean-pool, normalise."""
+    """The minimal hand-written loop over the raw onnxruntime session: tokenise, run, mean-pool, normalise; the same
+    session options and the same batches (``bench.embedders.minilm.token_batches``) as the embedder."""
 
     def __init__(self, batch_size: int = 64, threads: int = 0) -> None:
         import onnxruntime as ort
 
-        from bench.embedders.minilm import (
-            DIM,
-            _usable_cores,
-            load_tokenizer,
-            verified_model_path,
-        )
+        from bench.embedders.minilm import DIM, load_tokenizer, session_options, verified_model_path
 
-        opts = ort.SessionOptions()
-        opts.intra_op_num_threads = threads or _usable_cores()
-        opts.inter_op_num_threads = 1
-        self.session = ort.InferenceSession(verified_model_path(), sess_options=opts, providers=["CPUExecutionProvider"])
+        self.session = ort.InferenceSession(verified_model_path(), sess_options=session_options(threads),
+                                            providers=["CPUExecutionProvider"])
         self.tokenizer = load_tokenizer()
         self.batch_size = batch_size
         self.dim = DIM
 
     def embed(self, texts: Sequence[str]) -> np.ndarray:
-        order = sorted(range(len(texts)), key=lambda i: len(texts[i]))
+        from bench.embedders.minilm import token_batches
+
         out = np.empty((len(texts), self.dim), dtype=np.float32)
-        for b in range(0, len(order), self.batch_size):
-            rows = order[b : b + self.batch_size]
-            encs = self.tokenizer.encode_batch([texts[i] for i in rows])
-            ids = np.array([e.ids for e in encs], dtype=np.int64)
-            mask = np.array([e.attention_mask for e in encs], dtype=np.int64)
+        encs = self.tokenizer.encode_batch(list(texts))
+        lengths = np.array([sum(e.attention_mask) for e in encs])
+        for rows in token_batches(lengths, self.batch_size):  # the embedder's batches: same rows per session call
+            w = int(lengths[rows].max())
+            ids = np.array([encs[i].ids[:w] for i in rows], dtype=np.int64)
+            mask = np.array([encs[i].attention_mask[:w] for i in rows], dtype=np.int64)
             (hidden,) = self.session.run(None, {"input_ids": ids, "attention_mask": mask, "token_type_ids": np.zeros_like(ids)})
             m = mask[:, :, None].astype(np.float32)
             pooled = (hidden * m).sum(1) / np.clip(m.sum(1), 1e-9, None)
@@ -652,6 +664,211 @@ def pl_all(stores: Sequence[str] = LAYOUT_STORES, *, n_memories: int = 6000, k: 
     return out
 
 
+# ----------------------------------------------------------------------------- P6, P7 (lean run vs a minimal script)
+
+WARM_RUN = ("dataset=locomo", "backend=exact")  # the default strategies (limit5, threshold, hybrid5, full_context), 17 thresholds
+
+
+def best_ratio(ours: Sequence[float], base: Sequence[float]) -> float:
+    """Best (smallest) of ``ours`` / best of ``base``: each side's least disturbed repeat (NaN when either is empty)."""
+    if not len(ours) or not len(base):
+        return float("nan")
+    return min(ours) / min(base)
+
+
+def rows_max_diff(summary, minimal_rows: Sequence[dict]) -> float:
+    """Largest |difference| between a run's format-A summary and the minimal script's rows over the compared columns
+    (inf when the rows or their NaNs do not line up)."""
+    from bench.tools.minimal import COLUMNS
+
+    ours = summary[summary["format"] == "A"].reset_index(drop=True) if "format" in summary else summary.reset_index(drop=True)
+    if len(ours) != len(minimal_rows) or [str(x) for x in ours["strategy"]] != [r["strategy"] for r in minimal_rows]:
+        return float("inf")
+    worst = 0.0
+    for c in COLUMNS[2:]:
+        a = ours[c].to_numpy(dtype=float)
+        b = np.array([float(r[c]) for r in minimal_rows])
+        if not np.array_equal(np.isnan(a), np.isnan(b)):
+            return float("inf")
+        both = ~np.isnan(a)
+        worst = max(worst, float(np.max(np.abs(a[both] - b[both]), initial=0.0)))
+    return worst
+
+
+def minimal_cmd(locomo: Path, emb, out_csv: Path, encoding: str = "cl100k_base") -> list[str]:
+    return [sys.executable, "-m", "bench.tools.minimal", "--locomo", str(locomo), "--model-dir", str(emb.dir), "--encoding", encoding,
+            "--query-prefix", emb.query_prefix, "--document-prefix", emb.document_prefix, "--out", str(out_csv)]
+
+
+def p6_p7(data_dir: Path, *, repeats: int = 3, sweep_repeats: int = 5, extra: Sequence[str] = ()) -> list[Ratio]:
+    """P6: the warm exact LoCoMo run (a CLI child process, report included) / the minimal script (a child process), CPU
+    seconds, best of interleaved repeats. P7: the run's sweep stage in-process (``bench.sweep.sweep`` + the format side
+    table + ``summarise`` over the trace the run cached) / the script's sweep stage on the same vectors."""
+    import pandas as pd
+
+    overrides = [*WARM_RUN, *extra]
+    real = REPO / "reports" / "cache" / "embeddings"
+    corpus, emb = cached_embedder(overrides, real)
+    locomo = data_dir / "locomo" / "locomo10.json"
+    with temp_cache(real) as (tmp, cache):
+        common = [*overrides, f"paths.cache={cache}"]
+        first = run_measured(bench_cmd(*common, f"hydra.run.dir={tmp / 'warmup'}", trace_cache=True))  # measures and caches the trace
+        if first.returncode != 0:
+            err = _failed(first, "warm-up run")
+            return [Ratio("P6", "warm exact LoCoMo run / minimal script", float("nan"), "<=", 2.0, details={"error": err}),
+                    Ratio("P7", "sweep + summary / minimal script's sweep", float("nan"), "<=", 1.2, details={"error": err})]
+        runs, mins = [], []
+        for i in range(repeats):  # interleaved, alternating which goes first
+            pair = [("run", lambda: run_measured(bench_cmd(*common, f"hydra.run.dir={tmp / f'run{i}'}", trace_cache=True))),
+                    ("min", lambda: run_measured(minimal_cmd(locomo, emb, tmp / f"min{i}.csv")))]
+            for label, fn in pair if i % 2 == 0 else pair[::-1]:
+                (runs if label == "run" else mins).append(fn())
+        bad = [p for p in runs + mins if p.returncode != 0]
+        import csv
+
+        with open(tmp / "min0.csv", newline="") as f:
+            min_rows = [{k: (float(v) if k != "strategy" else v) for k, v in r.items()} for r in csv.DictReader(f)]
+        diff = rows_max_diff(pd.read_csv(tmp / "run0" / "summary.csv"), min_rows)
+        p7 = _p7(tmp / "warmup", corpus, emb, common, repeats=sweep_repeats)
+    cpu_run, cpu_min = [p.cpu_s for p in runs], [p.cpu_s for p in mins]
+    value = best_ratio(cpu_run, cpu_min) if not bad and diff <= 1e-9 else float("nan")
+    details = {"run_cpu_s": cpu_run, "minimal_cpu_s": cpu_min, "run_wall_s": [p.wall_s for p in runs],
+               "minimal_wall_s": [p.wall_s for p in mins], "wall_ratio": best_ratio([p.wall_s for p in runs], [p.wall_s for p in mins]),
+               "summary_rows_max_abs_diff": diff, "error": "; ".join(_failed(p, "child") for p in bad)}
+    return [Ratio("P6", "warm exact LoCoMo run, report included / minimal numpy+tiktoken script, same cached vectors", value, "<=", 2.0,
+                  method=(f"`python -m bench {' '.join(overrides)}` (warm embedding and trace caches, resume=false, report included) "
+                          "vs `python -m bench.tools.minimal` on the same embedding cache, child processes, user+system CPU "
+                          f"(os.wait4), {repeats} interleaved repeats, best of each; the script's 36 rows must equal the run's "
+                          "format-A summary to 1e-9 or the ratio is not reported"), details=details),
+            p7]
+
+
+def _p7(run_dir: Path, corpus, emb, overrides: Sequence[str], *, repeats: int) -> Ratio:
+    from bench import formats as F
+    from bench import tokens
+    from bench.cli.config import build_strategies
+    from bench.strategies.spec import threshold_grid
+    from bench.sweep import format_tokens_table, summarise, sweep
+    from bench.tools import minimal as M
+    from bench.trace import Trace
+
+    cfg = compose(overrides)
+    specs = build_strategies(cfg.strategy)
+    grid = threshold_grid(cfg.thresholds.start, cfg.thresholds.stop, cfg.thresholds.step)
+    trace = Trace.load(run_dir / "trace")
+    table = F.token_table(corpus.turns(), lambda texts: tokens.count_tokens_many(texts, cfg.tokens.encoding), F.FORMATS)
+    counts = dict(table.memory["A"])
+    turns = corpus.turns()
+    tv = M.vectors_of(M.load_vectors(emb.dir), [t.text for t in turns], emb.document_prefix)
+    qv = M.vectors_of(M.load_vectors(emb.dir), [q.text for q in corpus.questions], emb.query_prefix)
+    ranked = M.rank(corpus, tv, qv)
+    enc = tokens.get_encoding(cfg.tokens.encoding)
+    lines = [f"{t.role}: {t.text}" for t in turns]
+    alone, joined, safe = M.price_rows(enc, lines)
+    keys = np.array([t.key for t in turns], dtype=object)
+
+    def ours() -> dict:
+        t = [time.process_time()]
+        rows = sweep(trace, corpus, specs, grid, counts, embedder=emb.model_id, formats=("A",), format_tokens=table)
+        t.append(time.process_time())
+        format_tokens_table(trace, corpus, specs, counts, table, embedder=emb.model_id)
+        t.append(time.process_time())
+        summarise(rows)
+        t.append(time.process_time())
+        return {"sweep": t[1] - t[0], "format_table": t[2] - t[1], "summarise": t[3] - t[2], "total": t[3] - t[0]}
+
+    def theirs() -> float:
+        t0 = time.process_time()
+        M.sweep(ranked, keys, alone, joined, safe, enc, lines)
+        return time.process_time() - t0
+
+    a, b = [], []
+    for i in range(repeats):
+        if i % 2 == 0:
+            a.append(ours())
+            b.append(theirs())
+        else:
+            b.append(theirs())
+            a.append(ours())
+    best = min(a, key=lambda x: x["total"])
+    return Ratio("P7", "the run's sweep stage (sweep + format side table + summarise) / the minimal script's sweep stage",
+                 best_ratio([x["total"] for x in a], b), "<=", 1.2,
+                 method=("in-process CPU time (time.process_time) over the trace the warm run cached: bench.sweep.sweep (format A, "
+                         "the default strategies, 17 thresholds) + format_tokens_table (the B/C side table run_job computes) + "
+                         "summarise, vs bench.tools.minimal.sweep over its own ranking of the same vectors; "
+                         f"{repeats} interleaved repeats, best of each"),
+                 details={"ours_best_s": best, "minimal_s": b, "ours_totals_s": [x["total"] for x in a]})
+
+
+# ----------------------------------------------------------------------------- PE (embedding memory on long texts)
+
+_WORDS = ("the memory agent recalls what user said about work family travel plans music books weekend hiking city "
+          "garden dinner project deadline meeting doctor school friend birthday movie coffee morning evening because "
+          "really think maybe later yesterday tomorrow important remember favourite new old small large quiet").split()
+
+
+def long_texts(n: int, *, long_share: float = 0.35, seed: int = 0) -> list[str]:
+    """``n`` synthetic chat turns, ``long_share`` of them 300-600 words (well past MiniLM's 256 tokens), the rest 5-40 words,
+    shuffled (a LongMemEval-sized haystack is 23,614 turns, 35 % longer than 256 tokens)."""
+    rng = np.random.default_rng(seed)
+    n_long = int(round(n * long_share))
+    sizes = np.concatenate([rng.integers(300, 601, n_long), rng.integers(5, 41, n - n_long)])
+    rng.shuffle(sizes)
+    words = np.array(_WORDS)
+    return [" ".join(words[rng.integers(0, len(words), k)]) + "." for k in sizes.tolist()]
+
+
+def embed_child(which: str, n: int) -> dict:
+    """Run in a child process: embed ``long_texts(n)`` with ``which`` ("ours": ``CachedEmbedder(MiniLMEmbedder)`` through
+    ``bench.trace.embed_texts`` on an empty cache, as a run does; "raw": ``RawOnnx``); texts/s and this process's VmHWM."""
+    texts = long_texts(n)
+    if which == "ours":
+        from bench.embedders.cache import CachedEmbedder
+        from bench.embedders.minilm import MiniLMEmbedder
+        from bench.trace import embed_texts
+
+        inner = MiniLMEmbedder(progress=False)
+        inner.embed(["warm up the session"])
+        tmp = tempfile.TemporaryDirectory(prefix="rb-pe-")
+        emb = CachedEmbedder(inner, tmp.name)
+
+        def fn(x):
+            return embed_texts(emb, x, side="documents")
+    elif which == "raw":
+        raw = RawOnnx()
+        raw.embed(["warm up the session"])
+        fn = raw.embed
+    else:
+        raise ValueError(f"embed_child: unknown side {which!r} (ours or raw)")
+    t0 = time.perf_counter()
+    fn(texts)
+    elapsed = time.perf_counter() - t0
+    return {"texts": n, "texts_per_s": n / elapsed, "seconds": elapsed, "vm_hwm_bytes": vm_hwm_bytes(os.getpid())}
+
+
+def _embed_in_child(which: str, n: int) -> dict:
+    code = f"import json; from bench.tools.perf import embed_child; print(json.dumps(embed_child({which!r}, {int(n)})))"
+    proc = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=7200)
+    if proc.returncode != 0:
+        raise RuntimeError(f"embedding child ({which}) exited {proc.returncode}: {proc.stderr.strip().splitlines()[-1:]}")
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def pe_embedding_memory(n: int = 23_614) -> list[Ratio]:
+    """Peak RSS of our embedding path on long turns, and its throughput against the raw session, a child process each."""
+    ours, raw = _embed_in_child("ours", n), _embed_in_child("raw", n)
+    method = (f"{n:,} synthetic turns (35 % of 300-600 words, past MiniLM's 256 tokens; bench.tools.perf.long_texts), one child "
+              "process per side: CachedEmbedder(MiniLMEmbedder) through bench.trace.embed_texts on an empty cache vs the "
+              "hand-written RawOnnx loop; peak RSS = the child's VmHWM at the end")
+    details = {"ours": ours, "raw": raw}
+    return [Ratio("PE/rss", "peak RSS embedding LongMemEval-sized long turns (MiniLM, our path)", ours["vm_hwm_bytes"] / 1e9, "<=", 1.5,
+                  "GB", method=method, details=details),
+            Ratio("PE/throughput", "our embedding throughput / raw ONNX session on the same long turns",
+                  ours["texts_per_s"] / raw["texts_per_s"], ">=", 0.9, method=method, details=details),
+            Ratio("PE/raw_rss", "peak RSS of the raw ONNX session on the same turns", raw["vm_hwm_bytes"] / 1e9, "<=", 1.5, "GB",
+                  method=method, details=details, info=True)]
+
+
 # ----------------------------------------------------------------------------- P5
 
 
@@ -672,7 +889,7 @@ def p5_peak_rss(n_memories: int = 100_000, *, backend: str = "exact") -> Ratio:
 # ----------------------------------------------------------------------------- main
 
 
-PARTS = ("P1", "P2", "P3", "P4", "P5", "PL")
+PARTS = ("P1", "P2", "P3", "P4", "P5", "PL", "P6", "P7", "PE")
 SUBPARTS = {"P3A": "P3", "P3B": "P3"}  # --only P3a / P3b runs one half of P3
 
 
@@ -689,10 +906,11 @@ def write_results(results: Sequence[Ratio], out: Path) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     ap = parser("bench", __doc__.splitlines()[0].split(": ", 1)[-1],
-                examples=["recallbench bench                 # P1-P5 (~13 min on 2 cores)",
+                examples=["recallbench bench                 # every part (P1-P7, PL, PE)",
+                          "recallbench bench --only P6,P7  # warm LoCoMo run vs the minimal script",
                           "recallbench bench --only P3a      # one part",
                           "recallbench bench --only P4 --p4-stores exact,sqlite_vec"])
-    ap.add_argument("--only", default=",".join(PARTS), help="comma-separated subset of P1,P2,P3 (or P3a, P3b),P4,P5")
+    ap.add_argument("--only", default=",".join(PARTS), help="comma-separated subset of P1,P2,P3 (or P3a, P3b),P4,P5,PL,P6,P7,PE")
     ap.add_argument("--p1-backend", default=None, help="store of the P1 runs (default: the config's default store)")
     ap.add_argument("--p1-strategies", default="all", help="'all' (every configs/strategy/*.yaml) or a Hydra list")
     ap.add_argument("--p1-repeats", type=int, default=1, help="interleaved warm 17-vs-1 pairs in P1 (best of each)")
@@ -705,6 +923,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--p5-backends", default="exact", help="stores of the 100k end-to-end run(s), e.g. exact,seekdb")
     ap.add_argument("--p5-memories", type=int, default=100_000)
     ap.add_argument("--embed-texts", type=int, default=600, help="texts of the P3b throughput comparison (x5 each way)")
+    ap.add_argument("--p6-repeats", type=int, default=3, help="interleaved run / minimal script pairs of P6 (best of each)")
+    ap.add_argument("--p7-repeats", type=int, default=5, help="interleaved sweep-stage pairs of P7 (best of each)")
+    ap.add_argument("--pe-texts", type=int, default=23_614, help="synthetic long turns of PE (LongMemEval-sized: 23,614)")
     ap.add_argument("--out", default=str(reports_dir("runs", "perfbench")), help="default reports/runs/perfbench")
     args = ap.parse_args(argv)
     setup_logging()
@@ -739,10 +960,17 @@ def main(argv: list[str] | None = None) -> int:
         results += p4_all([s for s in args.p4_stores.split(",") if s] if args.p4_stores else None)
     if "PL" in only:
         results += pl_all([s for s in args.pl_stores.split(",") if s], k=args.pl_k)
+    if "P6" in only or "P7" in only:
+        if has_locomo:
+            results += [r for r in p6_p7(data_dir, repeats=args.p6_repeats, sweep_repeats=args.p7_repeats) if r.key in only]
+        else:
+            notes.append(f"P6/P7 not measured: no LoCoMo under {data_dir} (set BENCH_DATA_DIR)")
+    if "PE" in only:
+        results += pe_embedding_memory(args.pe_texts)
     if "P5" in only:
         for b in [s for s in args.p5_backends.split(",") if s]:
             results.append(p5_peak_rss(args.p5_memories, backend=b))
-    print("\nmake bench: ratios measured within this run (targets from issue 7/7)\n")
+    print("\nmake bench: ratios measured within this run (targets from issues 7 and 17)\n")
     for r in results:
         print(r.line())
         print(f"{'':<16}method: {r.method}")

@@ -1,0 +1,110 @@
+"""Answer coverage, offline: does the injected context contain the question's gold answer? No model involved.
+
+Evidence recall asks whether the labelled turns were recalled; answer coverage asks whether the answer's words
+are in what was injected, whichever turns carried them (labels are noisy; an answer is often repeated).
+
+Definitions (per question with a gold ``answer``; NaN for a question without one, never a silent 0):
+
+- normalisation = SQuAD's: lower case, punctuation removed, the articles a/an/the removed, whitespace split.
+- ``answer_recall`` = SQuAD-style token recall of the answer in the context: sum over the answer's distinct
+  tokens of min(count in the answer, count in the injected memories' texts) / the answer's token count.
+- ``answer_contained`` = 1 when the whole normalised answer (its tokens in order) occurs inside one injected
+  memory's normalised text, else 0. A phrase split across two memories does not count.
+- The context is the injected memories' texts (without the ``role:`` prefix of the injection format, so a
+  role name never counts as an answer word). Nothing injected: 0 for both.
+- An answer that normalises to nothing (only punctuation or articles) counts as no answer (NaN).
+- As for every quality column, the summary averages them over the scored questions (non-adversarial, with
+  gold evidence) that have an answer (``n_answer``); adversarial questions keep their own column
+  (``adversarial_abstain_rate``: nothing recalled = correct), whatever their answer field says.
+"""
+
+from __future__ import annotations
+
+import re
+import string
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from bench.types import Corpus
+
+NAN = float("nan")
+_PUNCT = set(string.punctuation)
+_ARTICLES = re.compile(r"\b(a|an|the)\b")
+
+
+def normalise(text: str) -> list[str]:
+    """SQuAD's answer normalisation, as tokens: lower case, no punctuation, no articles, whitespace split."""
+    text = "".join(ch for ch in str(text).lower() if ch not in _PUNCT)
+    return _ARTICLES.sub(" ", text).split()
+
+
+def token_recall(*, answer: str, context: Sequence[str]) -> float:
+    """Share of the answer's normalised tokens found in the context's (multiset); NaN without an answer."""
+    want = Counter(normalise(answer))
+    if not want:
+        return NAN
+    have = Counter(t for text in context for t in normalise(text))
+    return sum(min(c, have[t]) for t, c in want.items()) / sum(want.values())
+
+
+def contained(*, answer: str, context: Sequence[str]) -> float:
+    """1 when the normalised answer occurs, as a token sequence, in one of the context's texts; NaN without an answer."""
+    phrase = " ".join(normalise(answer))
+    if not phrase:
+        return NAN
+    return float(any(f" {phrase} " in f" {' '.join(normalise(text))} " for text in context))
+
+
+@dataclass(frozen=True)
+class _Question:
+    local: dict  # memory key -> row of ``counts`` / ``inside``
+    counts: np.ndarray  # (memories of the conversation, distinct answer tokens): each token's count in each memory
+    want: np.ndarray  # each distinct answer token's count in the answer
+    inside: np.ndarray  # bool per memory: the whole answer occurs in it
+
+
+@dataclass(frozen=True)
+class AnswerIndex:
+    """Per question of a corpus, what scoring a selection needs, computed once (normalised texts per turn).
+
+    ``score(question_id, ids)`` equals (``token_recall``, ``contained``) of that question's answer over the texts
+    of ``ids`` (tests check it), in O(len(ids)) array work."""
+
+    questions: dict  # question id -> _Question, or None (no answer)
+
+    @staticmethod
+    def build(corpus: Corpus) -> AnswerIndex:
+        per_conv: dict[str, tuple[dict, list[Counter], list[str]]] = {}
+        for c in corpus.conversations:
+            toks = [normalise(t.text) for t in c.turns]
+            per_conv[c.conversation_id] = ({t.key: i for i, t in enumerate(c.turns)}, [Counter(x) for x in toks],
+                                           [f" {' '.join(x)} " for x in toks])
+        out: dict = {}
+        for q in corpus.questions:
+            want = Counter(normalise(q.answer)) if q.answer else Counter()
+            conv = per_conv.get(q.conversation_id)
+            if not want or conv is None:
+                out[q.question_id] = None
+                continue
+            local, counters, joined = conv
+            tokens = list(want)
+            counts = np.array([[cnt[t] for t in tokens] for cnt in counters], dtype=np.int64).reshape(len(counters), len(tokens))
+            phrase = f" {' '.join(normalise(q.answer))} "
+            inside = np.array([phrase in text for text in joined], dtype=bool)
+            out[q.question_id] = _Question(local, counts, np.array([want[t] for t in tokens], dtype=np.int64), inside)
+        return AnswerIndex(out)
+
+    def score(self, question_id: str, ids: Sequence[str]) -> tuple[float, float]:
+        """(answer_recall, answer_contained) of a question for the injected memories ``ids``; (NaN, NaN) without an
+        answer. An id outside the question's conversation adds nothing."""
+        q = self.questions.get(question_id)
+        if q is None:
+            return NAN, NAN
+        rows = [r for r in map(q.local.get, ids) if r is not None]
+        if not rows:
+            return 0.0, 0.0
+        have = q.counts[rows].sum(axis=0)
+        return float(np.minimum(have, q.want).sum() / q.want.sum()), float(q.inside[rows].any())

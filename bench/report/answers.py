@@ -1,0 +1,94 @@
+"""The report's answer-coverage section (bench.answers): coverage beside evidence recall at each strategy's best
+threshold, where the two disagree, and a plot of answer coverage vs injected tokens (full context included)."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import pandas as pd
+
+from bench.metrics import scored
+from bench.report.plots import _figure, _save
+from bench.rundir import RunDir
+
+CONFIG = ["dataset", "embedder", "backend", "strategy", "threshold", "format"]
+
+
+def has_answers(summary: pd.DataFrame) -> bool:
+    return "answer_contained" in summary and (summary.get("n_answer", pd.Series([0])).fillna(0) > 0).any()
+
+
+def coverage_vs_tokens(summary: pd.DataFrame, title: str, path: Path) -> Path:
+    """Answer contained (solid) and evidence recall (dotted, same colour) vs mean injected tokens, per strategy."""
+    plt = _figure()
+    fig, ax = plt.subplots(figsize=(6.5, 4))
+    for name, s in summary.groupby("strategy", sort=False):
+        s = s.sort_values("tokens_injected_mean")
+        style = "-o" if len(s) > 1 else "D"
+        (line,) = ax.plot(s["tokens_injected_mean"], s["answer_contained"], style, ms=4, label=f"{name}: answer contained")
+        ax.plot(s["tokens_injected_mean"], s["recall"], ":" if len(s) > 1 else "x", color=line.get_color(), ms=5, lw=1,
+                label=f"{name}: evidence recall")
+    if (summary["tokens_injected_mean"] > 0).any():
+        ax.set_xscale("log")
+    ax.set_xlabel("injected tokens per question (mean, log)")
+    ax.set_ylabel("share of questions")
+    ax.set_ylim(0, 1.02)
+    ax.grid(alpha=0.3, which="both")
+    ax.legend(fontsize=6, ncol=2)
+    ax.set_title(title, fontsize=10)
+    try:
+        return _save(fig, path)
+    finally:
+        plt.close(fig)
+
+
+def disagreements(rows: pd.DataFrame) -> pd.DataFrame:
+    """Per configuration, over the scored questions with an answer: ``evidence_missed_answer_in`` (no gold memory
+    injected, the answer contained anyway) and ``evidence_all_answer_out`` (every gold memory injected, the answer
+    not contained: an answer the evidence paraphrases, or a label that points elsewhere)."""
+    keys = [k for k in CONFIG if k in rows]
+    r = rows[scored(rows).to_numpy() & rows["answer_contained"].notna().to_numpy()]
+    out = r.assign(evidence_missed_answer_in=(r["n_correct"] == 0) & (r["answer_contained"] == 1),
+                   evidence_all_answer_out=(r["recall"] == 1) & (r["answer_contained"] == 0))
+    return out.groupby(keys, dropna=False, sort=False)[["evidence_missed_answer_in", "evidence_all_answer_out"]].sum().reset_index()
+
+
+def section(run: RunDir, summary: pd.DataFrame, best: pd.DataFrame) -> list[str]:
+    """Markdown lines (and the plots, written into the run directory); [] when no question has an answer."""
+    if not has_answers(summary):
+        return []
+    fixed = summary[summary["threshold"].isna()]
+    chosen = pd.concat([best, fixed], ignore_index=True)
+    rows = run.questions()
+    if "answer_contained" in rows:
+        d = disagreements(rows)
+        chosen = chosen.merge(d, on=[k for k in CONFIG if k in d and k in chosen], how="left")
+    cols = ["dataset", "backend", "strategy", "threshold", "n_answer", "recall", "answer_recall", "answer_contained",
+            "evidence_missed_answer_in", "evidence_all_answer_out", "tokens_injected_mean"]
+    note = ("Over the scored questions with a gold answer (`n_answer`), at each strategy's best threshold by F1. "
+             "answer_recall: SQuAD-normalised token recall of the answer in the injected memories; answer_contained: the whole "
+             "normalised answer inside one injected memory. Where they disagree with evidence recall: "
+             "`evidence_missed_answer_in` = questions with no gold memory injected whose answer was injected anyway (another "
+             "turn says it); `evidence_all_answer_out` = every gold memory injected but the answer's words not (the evidence "
+             "paraphrases it, or the label points elsewhere). Adversarial questions keep their abstention column. Every "
+             "threshold: summary.csv. Definitions: bench/answers.py.")
+    lines = ["## Answer coverage (offline: is the gold answer in the injected context?)", "", note, "",
+             "| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
+    for r in chosen.to_dict("records"):
+        lines.append("| " + " | ".join(_cell(r.get(c)) for c in cols) + " |")
+    lines.append("")
+    for i, ((ds, emb, be), g) in enumerate(summary.groupby(["dataset", "embedder", "backend"], sort=False)):
+        if not has_answers(g):
+            continue
+        p = coverage_vs_tokens(g, f"{ds} / {emb} / {be}", run.path / f"answer_coverage_vs_tokens_{i}_{be}.png")
+        lines += [f"![{p.stem}]({p.name})", ""]
+    return lines
+
+
+def _cell(v) -> str:
+    if v is None or (isinstance(v, float) and math.isnan(v)):
+        return "–"
+    if isinstance(v, float):
+        return f"{v:.0f}" if abs(v) >= 100 or v == int(v) else f"{v:.3f}"
+    return str(v)

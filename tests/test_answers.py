@@ -1,0 +1,100 @@
+"""Answer coverage (bench.answers): SQuAD normalisation, token recall and containment, hand-worked; the index equals
+the plain functions; the sweep's columns and summary."""
+
+import math
+
+import pandas as pd
+import pytest
+
+from bench.answers import AnswerIndex, contained, normalise, token_recall
+from bench.strategies.spec import load_spec
+from bench.sweep import summarise, sweep
+from bench.trace import TRACE_COLUMNS, Trace
+from bench.types import Conversation, Corpus, Question, Turn
+
+
+def test_squad_normalisation():
+    assert normalise("The Eiffel-Tower, in Paris!") == ["eiffeltower", "in", "paris"]
+    assert normalise("  An apple a DAY ") == ["apple", "day"]
+    assert normalise("7 May 2023") == ["7", "may", "2023"]
+    assert normalise("the.") == []
+
+
+def test_token_recall_and_containment_hand_worked():
+    ctx = ["Caroline went to the LGBTQ support group on 7 May 2023.", "She liked it."]
+    # answer tokens [7, may, 2023]: all present -> 1; contained as a phrase in memory 0
+    assert token_recall(answer="7 May 2023", context=ctx) == 1.0 and contained(answer="7 May 2023", context=ctx) == 1.0
+    # [8, may, 2023]: 2 of 3 tokens -> 2/3; not contained
+    assert token_recall(answer="8 May 2023", context=ctx) == pytest.approx(2 / 3) and contained(answer="8 May 2023", context=ctx) == 0.0
+    # multiset: "may may" needs two 'may's, the context has one -> 1/2
+    assert token_recall(answer="may may", context=ctx) == 0.5
+    # a phrase split across two memories is not contained, though every token is there
+    assert token_recall(answer="2023 she", context=ctx) == 1.0 and contained(answer="2023 she", context=ctx) == 0.0
+    # word boundaries: "go" is not inside "group"
+    assert contained(answer="go", context=ctx) == 0.0 and token_recall(answer="go", context=ctx) == 0.0
+    assert token_recall(answer="x", context=[]) == 0.0 and contained(answer="x", context=[]) == 0.0
+    for f in (token_recall, contained):  # no answer: undefined, never 0
+        assert math.isnan(f(answer="", context=ctx)) and math.isnan(f(answer="The!", context=ctx))
+
+
+def _t(i, text, ts=None):
+    return Turn("c1", f"t{i}", "user", "Ann", text, float(i) if ts is None else ts, i)
+
+
+CORPUS = Corpus(
+    name="tiny",
+    conversations=(Conversation("c1", (_t(0, "We moved to Oslo in 2019."), _t(1, "Oslo is cold."), _t(2, "I adopted a cat named Miso."))),),
+    questions=(Question("q1", "c1", "Where did they move?", None, ("t0",), answer="Oslo"),
+               Question("q2", "c1", "Cat's name and city?", None, ("t2",), answer="Miso, Oslo"),
+               Question("q3", "c1", "Dog?", None, ("t1",), answer=""),  # no answer: NaN
+               Question("q4", "c1", "Adversarial?", None, ("t1",), adversarial=True, answer="Oslo")),
+)
+
+
+def test_index_equals_the_plain_functions():
+    idx = AnswerIndex.build(CORPUS)
+    texts = {t.key: t.text for t in CORPUS.conversations[0].turns}
+    for q in CORPUS.questions:
+        for ids in ([], ["c1|t0"], ["c1|t1", "c1|t2"], list(texts), ["c9|t0"]):
+            got = idx.score(q.question_id, ids)
+            want = (token_recall(answer=q.answer, context=[texts[i] for i in ids if i in texts]),
+                    contained(answer=q.answer, context=[texts[i] for i in ids if i in texts]))
+            assert got == pytest.approx(want, nan_ok=True), (q.question_id, ids)
+    assert idx.score("q2", ["c1|t1"]) == (0.5, 0.0)  # "oslo" of ["miso", "oslo"]; the phrase "miso oslo" is nowhere
+
+
+def _trace(hits):
+    rows = [{"question_id": q.question_id, "conversation_id": "c1", "latency_ns": 1.0, "hit_ids": hits[q.question_id],
+             "hit_scores": [0.9 - 0.2 * i for i in range(len(hits[q.question_id]))], "exact_scores": [], "gold_ids": [],
+             "gold_exact_ranks": []} for q in CORPUS.questions]
+    return Trace(pd.DataFrame(rows, columns=TRACE_COLUMNS), {"dataset": "tiny", "embedder": "e", "backend": "exact", "roles": None})
+
+
+def test_sweep_rows_and_summary_carry_answer_coverage():
+    limit1 = load_spec({"name": "limit1", "fn": {"_target_": "bench.strategies.vector.limit", "_partial_": True, "k": 1}})
+    hits = {"q1": ["c1|t1", "c1|t0"], "q2": ["c1|t2", "c1|t1"], "q3": ["c1|t1"], "q4": ["c1|t1"]}
+    rows = sweep(_trace(hits), CORPUS, [limit1], (0.5,), {t.key: 3 for t in CORPUS.turns()})
+    by = rows.set_index("question_id")
+    # q1: injected t1 "Oslo is cold." -> evidence missed (t0 is gold) but the answer is there: recall 0, answer 1
+    assert (by.loc["q1", "recall"], by.loc["q1", "answer_recall"], by.loc["q1", "answer_contained"]) == (0.0, 1.0, 1.0)
+    # q2: t2 "...cat named Miso." -> answer tokens [miso, oslo]: 1/2, phrase not contained; evidence hit
+    assert (by.loc["q2", "recall"], by.loc["q2", "answer_recall"], by.loc["q2", "answer_contained"]) == (1.0, 0.5, 0.0)
+    assert math.isnan(by.loc["q3", "answer_recall"]) and math.isnan(by.loc["q3", "answer_contained"])
+    s = summarise(rows).iloc[0]
+    # scored: q1, q2, q3 (non-adversarial, with gold); with an answer: q1, q2. The adversarial q4 only counts for abstention.
+    assert (s["n_questions"], s["n_answer"]) == (3, 2)
+    assert s["answer_recall"] == pytest.approx(0.75) and s["answer_contained"] == pytest.approx(0.5)
+    assert s["adversarial_abstain_rate"] == 0.0 and s["n_adversarial"] == 1
+
+
+def test_the_report_shows_answer_coverage_with_its_plot(tmp_path_factory):
+    from demo_run import demo_run
+
+    run = demo_run(tmp_path_factory.mktemp("answers_report"))
+    s = pd.read_csv(run / "summary.csv")
+    assert {"n_answer", "answer_recall", "answer_contained"} <= set(s.columns) and (s["n_answer"] > 0).all()
+    full = s[s["kind"] == "full_context"].iloc[0]
+    assert full["answer_recall"] >= s["answer_recall"].max() - 1e-12  # everything injected: the most answer words
+    text = (run / "report.md").read_text()
+    assert "## Answer coverage" in text and "evidence_missed_answer_in" in text
+    assert (run / "answer_coverage_vs_tokens_0_exact.png").stat().st_size > 1000
