@@ -119,6 +119,18 @@ def best_first(ids: Iterable[str], similarities: Iterable[float]) -> Hits:
     return Hits(tuple(order), tuple(map(best.__getitem__, order)))
 
 
+def client_collections(backend) -> list[str]:
+    """Names of the collections a client-based store (chroma, seekdb: ``_client``, ``_connect``, ``_disconnect``) holds;
+    connects if needed and disconnects again if it was not connected; creates nothing."""
+    was_connected = backend._client is not None
+    backend._connect()
+    try:
+        return [c.name if hasattr(c, "name") else str(c) for c in backend._client.list_collections()]
+    finally:
+        if not was_connected:
+            backend._disconnect()
+
+
 def check_metric(metric: str) -> None:
     if metric != "cosine":
         raise ValueError(f"only metric='cosine' is supported (got {metric!r}); vectors are L2-normalised")

@@ -48,6 +48,7 @@ from bench.backends.base import (
     Capabilities,
     best_first,
     check_metric,
+    client_collections,
     import_client,
     mongo_filter,
 )
@@ -339,13 +340,7 @@ class ChromaBackend:
 
     def list_collections(self) -> list[str]:
         """Names of the collections this client (path or server) holds (connects if needed; creates nothing)."""
-        was_connected = self._client is not None
-        self._connect()
-        try:
-            return [c.name if hasattr(c, "name") else str(c) for c in self._client.list_collections()]
-        finally:
-            if not was_connected:
-                self._disconnect()
+        return client_collections(self)
 
     def drop(self) -> None:
         NotFoundError = _client("chromadb.errors").NotFoundError  # noqa: N806

