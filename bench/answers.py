@@ -25,19 +25,20 @@ import string
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
+from operator import itemgetter
 
 import numpy as np
 
 from bench.types import Corpus
 
 NAN = float("nan")
-_PUNCT = set(string.punctuation)
+_NO_PUNCT = str.maketrans("", "", string.punctuation)
 _ARTICLES = re.compile(r"\b(a|an|the)\b")
 
 
 def normalise(text: str) -> list[str]:
     """SQuAD's answer normalisation, as tokens: lower case, no punctuation, no articles, whitespace split."""
-    text = "".join(ch for ch in str(text).lower() if ch not in _PUNCT)
+    text = str(text).lower().translate(_NO_PUNCT)
     return _ARTICLES.sub(" ", text).split()
 
 
@@ -77,11 +78,21 @@ class AnswerIndex:
 
     @staticmethod
     def build(corpus: Corpus) -> AnswerIndex:
-        per_conv: dict[str, tuple[dict, list[Counter], list[str]]] = {}
+        # per conversation: each normalised token's postings (memory rows, counts) and the normalised texts joined
+        # by NUL (which no phrase holds), so a phrase is found by ``str.find`` and mapped back to its memory
+        per_conv: dict[str, tuple] = {}
         for c in corpus.conversations:
-            toks = [normalise(t.text) for t in c.turns]
-            per_conv[c.conversation_id] = ({t.key: i for i, t in enumerate(c.turns)}, [Counter(x) for x in toks],
-                                           [f" {' '.join(x)} " for x in toks])
+            postings: dict[str, tuple[list, list]] = {}
+            texts = []
+            for i, t in enumerate(c.turns):
+                toks = normalise(t.text)
+                for tok, n in Counter(toks).items():
+                    rows, counts = postings.setdefault(tok, ([], []))
+                    rows.append(i)
+                    counts.append(n)
+                texts.append(f" {' '.join(toks)} ")
+            starts = np.cumsum([0] + [len(x) + 1 for x in texts])[:-1]
+            per_conv[c.conversation_id] = ({t.key: i for i, t in enumerate(c.turns)}, postings, "\0".join(texts), starts)
         out: dict = {}
         for q in corpus.questions:
             want = Counter(normalise(q.answer)) if q.answer else Counter()
@@ -89,13 +100,40 @@ class AnswerIndex:
             if not want or conv is None:
                 out[q.question_id] = None
                 continue
-            local, counters, joined = conv
+            local, postings, text, starts = conv
             tokens = list(want)
-            counts = np.array([[cnt[t] for t in tokens] for cnt in counters], dtype=np.int64).reshape(len(counters), len(tokens))
+            counts = np.zeros((len(local), len(tokens)), dtype=np.int64)
+            for j, tok in enumerate(tokens):
+                rows, n = postings.get(tok, ((), ()))
+                counts[list(rows), j] = n
             phrase = f" {' '.join(normalise(q.answer))} "
-            inside = np.array([phrase in text for text in joined], dtype=bool)
+            inside = np.zeros(len(local), dtype=bool)
+            at = text.find(phrase)
+            while at >= 0:
+                inside[np.searchsorted(starts, at, side="right") - 1] = True
+                at = text.find(phrase, at + 1)
             out[q.question_id] = _Question(local, counts, np.array([want[t] for t in tokens], dtype=np.int64), inside)
         return AnswerIndex(out)
+
+    def prefixes(self, question_id: str, ids: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
+        """(answer_recall, answer_contained) of the first n of ``ids`` (distinct), for n = 0 .. len(ids): element n
+        equals ``score(question_id, ids[:n])``. NaN arrays without an answer."""
+        q = self.questions.get(question_id)
+        if q is None:
+            return np.full(len(ids) + 1, NAN), np.full(len(ids) + 1, NAN)
+        try:
+            rows, known = np.array(itemgetter(*ids)(q.local) if len(ids) > 1 else [q.local[i] for i in ids], dtype=np.int64), None
+        except KeyError:  # an id outside the question's conversation: it adds nothing
+            got = [q.local.get(i) for i in ids]
+            rows, known = np.array([r or 0 for r in got], dtype=np.int64), np.array([r is not None for r in got], dtype=bool)
+        counts, inside = q.counts[rows], q.inside[rows]
+        if known is not None:
+            counts, inside = counts * known[:, None], inside & known
+        have = np.zeros((len(ids) + 1, len(q.want)), dtype=np.int64)
+        np.cumsum(counts, axis=0, out=have[1:])
+        recall = np.minimum(have, q.want).sum(axis=1) / q.want.sum()
+        inside = np.concatenate([[False], np.logical_or.accumulate(inside)])
+        return recall, inside.astype(float)
 
     def score(self, question_id: str, ids: Sequence[str]) -> tuple[float, float]:
         """(answer_recall, answer_contained) of a question for the injected memories ``ids``; (NaN, NaN) without an

@@ -79,7 +79,7 @@ class _Prefixes:
 
     def __init__(self, ctx: list[_Ctx], cost, token_counts: Mapping[str, int], separator_tokens: int, table, exact_a: bool):
         self.ctx, self.cost, self.counts, self.sep, self.table, self.exact_a = ctx, cost, token_counts, separator_tokens, table, exact_a
-        self.answer_memo: dict[tuple[int, int], tuple[float, float]] = {}  # (question, n) -> answer coverage of the first n hits
+        self._answers: tuple[np.ndarray, np.ndarray] | None = None
         keys = list(table.last["A"] if table is not None and "A" in table.last else token_counts)
         self.row_of = {k: i for i, k in enumerate(keys)}
         self.keys = keys
@@ -106,6 +106,19 @@ class _Prefixes:
 
     def n_above(self, t: float) -> np.ndarray:
         return (self.neg <= -t).sum(axis=1)  # how many scores >= t (``vector.above``), rows sorted best first
+
+    def answers(self, index: AnswerIndex) -> tuple[np.ndarray, np.ndarray]:
+        """(answer_recall, answer_contained) of the first n hits per question, n = 0..width (``AnswerIndex.prefixes``;
+        NaN past a question's hits and for ``slow`` questions)."""
+        if self._answers is None:
+            nq, width = self.neg.shape
+            rec, cont = np.full((nq, width + 1), NAN), np.full((nq, width + 1), NAN)
+            for i in np.flatnonzero(~self.slow).tolist():
+                c = self.ctx[i]
+                r, k = index.prefixes(c.question.question_id, c.hits.ids)
+                rec[i, : len(r)], cont[i, : len(k)] = r, k
+            self._answers = rec, cont
+        return self._answers
 
     def tokens(self, fmt: str) -> tuple[np.ndarray, np.ndarray]:
         """(tokens of the first n hits per question, n = 0..width; per question: must it be priced one by one)."""
@@ -152,6 +165,7 @@ def sweep(
     formats: Sequence[str] = ("A",),
     format_tokens: TokenTable | None = None,
     calibrated: Mapping[str, np.ndarray] | None = None,
+    record: dict | None = None,
 ) -> pd.DataFrame:
     """One row per (strategy, threshold, format, question).
 
@@ -167,6 +181,8 @@ def sweep(
     (hand-made tests) format A is priced as the sum of ``token_counts`` (memory key -> tokens of
     its line) plus ``separator_tokens`` per newline, which is not the joined text's count.
     ``token_counts`` is also what ``needs_tokens`` strategies get as ``tokens=``.
+    ``record`` (a dict the caller passes) receives the selections behind the rows: (strategy name, threshold
+    rounded to 10 places or None) -> question id -> the selected memory ids (distinct, in selection order).
     ``depth_saturated``: the strategy read the store, kept every candidate the store returned, and
     the store returned fewer memories than the question may see, so a deeper search could have
     changed the selection.
@@ -222,8 +238,9 @@ def sweep(
         if rule is not None and prefixes is None:
             prefixes = _Prefixes(ctx, cost, token_counts, separator_tokens, format_tokens, exact_a)
         for t in (spec.thresholds or thresholds) if spec.thresholded else (None,):
+            chosen = None if record is None else record.setdefault((spec.name, None if t is None else round(float(t), 10)), {})
             if rule is not None:  # a prefix strategy: the first n hits, n for every question at once
-                _prefix_rows(spec, rule, t, ctx, prefixes, cols, tok, formats, cost, answers)
+                _prefix_rows(spec, rule, t, ctx, prefixes, cols, tok, formats, cost, answers, chosen)
                 continue
             state: dict[str, object] = {}
             results: list[Selection | None] = [None] * len(ctx)
@@ -243,6 +260,8 @@ def sweep(
             for i, sel in enumerate(results):
                 c = ctx[i]
                 ids = list(dict.fromkeys(sel.hits.ids if isinstance(sel.hits, Hits) else map(_ID, sel.hits)))
+                if chosen is not None:
+                    chosen[c.question.question_id] = tuple(ids)
                 cols["strategy"].append(spec.name)
                 cols["kind"].append(kind)
                 cols["threshold"].append(NAN if t is None else t)
@@ -268,9 +287,8 @@ def sweep(
 
 
 def _prefix_rows(spec: StrategySpec, rule, t, ctx: list[_Ctx], pre: _Prefixes, cols: dict, tok: dict, formats, cost,
-                 answers: AnswerIndex) -> None:
-    """The rows of a prefix strategy at threshold ``t``, the same as calling it question by question (answer coverage
-    of the first n hits memoised per question and n: most thresholds repeat an n)."""
+                 answers: AnswerIndex, chosen: dict | None) -> None:
+    """The rows of a prefix strategy at threshold ``t``, the same as calling it question by question."""
     nq = len(ctx)
     idx = np.arange(nq)
     n = np.asarray(rule(pre.n_hits, pre.n_above(t) if t is not None else np.zeros(nq, np.int64)), dtype=np.int64)
@@ -282,14 +300,9 @@ def _prefix_rows(spec: StrategySpec, rule, t, ctx: list[_Ctx], pre: _Prefixes, c
         costs[f] = table[idx, n].tolist()
         for i in np.flatnonzero(slow & ~pre.slow).tolist():
             costs[f][i] = cost(f, list(ctx[i].hits.ids[: n[i]]))
+    rec, cont = pre.answers(answers)
+    answer = list(zip(rec[idx, n].tolist(), cont[idx, n].tolist()))
     n, n_cor, sat = n.tolist(), n_cor.tolist(), sat.tolist()
-    memo = pre.answer_memo
-    answer = []
-    for i, c in enumerate(ctx):
-        key = (i, n[i])
-        if key not in memo:
-            memo[key] = answers.score(c.question.question_id, list(c.hits.ids[: n[i]]))
-        answer.append(memo[key])
     for i in np.flatnonzero(pre.slow).tolist():  # unsorted, non-finite, repeated or unknown hits: the function itself
         c = ctx[i]
         hits = spec.fn(c.hits, question=c.question, eligible=c.eligible, threshold=t)
@@ -298,6 +311,11 @@ def _prefix_rows(spec: StrategySpec, rule, t, ctx: list[_Ctx], pre: _Prefixes, c
         answer[i] = answers.score(c.question.question_id, ids)
         for f in formats:
             costs[f][i] = cost(f, ids)
+        if chosen is not None:
+            chosen[c.question.question_id] = tuple(ids)
+    if chosen is not None:
+        for i in np.flatnonzero(~pre.slow).tolist():
+            chosen[ctx[i].question.question_id] = tuple(ctx[i].hits.ids[: n[i]])
     cols["strategy"] += [spec.name] * nq
     cols["kind"] += [spec.kind] * nq
     cols["threshold"] += [NAN if t is None else t] * nq

@@ -63,6 +63,18 @@ def test_index_equals_the_plain_functions():
     assert idx.score("q2", ["c1|t1"]) == (0.5, 0.0)  # "oslo" of ["miso", "oslo"]; the phrase "miso oslo" is nowhere
 
 
+def test_prefix_curves_equal_scoring_every_prefix():
+    idx = AnswerIndex.build(CORPUS)
+    ids = ["c1|t2", "c9|t0", "c1|t0", "c1|t1"]  # c9|t0 is another conversation's: it adds nothing
+    for q in CORPUS.questions:
+        recall, inside = idx.prefixes(q.question_id, ids)
+        assert len(recall) == len(inside) == len(ids) + 1
+        for n in range(len(ids) + 1):
+            assert (recall[n], inside[n]) == pytest.approx(idx.score(q.question_id, ids[:n]), nan_ok=True), (q.question_id, n)
+    recall, inside = idx.prefixes("q2", ["c1|t1", "c1|t2"])
+    assert recall.tolist() == [0.0, 0.5, 1.0] and inside.tolist() == [0.0, 0.0, 0.0]  # oslo, then miso; the phrase in neither
+
+
 def _trace(hits):
     rows = [{"question_id": q.question_id, "conversation_id": "c1", "latency_ns": 1.0, "hit_ids": hits[q.question_id],
              "hit_scores": [0.9 - 0.2 * i for i in range(len(hits[q.question_id]))], "exact_scores": [], "gold_ids": [],

@@ -29,7 +29,6 @@ traces and strategies.json: never the dataset files, never a config to instantia
 from __future__ import annotations
 
 import dataclasses
-import functools
 import logging
 import math
 from collections.abc import Mapping, Sequence
@@ -157,31 +156,13 @@ def counts(misses: pd.DataFrame, by: Sequence[str] = ("dataset", "embedder", "ba
 
 def replay(trace: Trace, corpus: Corpus, specs: Sequence, thresholds: Sequence[float], token_counts: Mapping[str, int],
            **sweep_kwargs) -> dict[tuple[str, float | None], dict[str, tuple[str, ...]]]:
-    """Selected memory ids per (strategy, threshold) and question, from the run's own ``sweep``.
-
-    Wraps each strategy function in a recorder; the sweep itself decides how strategies are called
-    (state, order, token budgets), so the selections are the ones that produced the run's metrics.
-    """
+    """Selected memory ids per (strategy, threshold) and question, from the run's own ``sweep`` (its ``record``), so the
+    selections are the ones that produced the run's metrics; each strategy at ``thresholds``, not its own grid."""
     from bench.sweep import sweep
 
     seen: dict[tuple[str, float | None], dict[str, tuple[str, ...]]] = {}
-
-    def recorder(spec):
-        fn = spec.fn
-
-        def wrapped(hits, *args, question=None, threshold=None, **kw):
-            chosen = fn(hits, *args, question=question, threshold=threshold, **kw)
-            key = (spec.name, None if threshold is None else round(float(threshold), 10))
-            seen.setdefault(key, {})[question.question_id] = tuple(h.id for h in chosen)
-            return chosen
-
-        functools.update_wrapper(wrapped, fn, assigned=("__module__", "__name__", "__qualname__", "__doc__"), updated=())
-        for attr in ("func", "args", "keywords"):
-            if hasattr(fn, attr):
-                setattr(wrapped, attr, getattr(fn, attr))
-        return dataclasses.replace(spec, fn=wrapped, thresholds=None)  # at the thresholds asked for, not its own grid
-
-    sweep(trace, corpus, [recorder(s) for s in specs], tuple(thresholds), token_counts, **sweep_kwargs)
+    sweep(trace, corpus, [dataclasses.replace(s, thresholds=None) for s in specs], tuple(thresholds), token_counts,
+          record=seen, **sweep_kwargs)
     return seen
 
 
