@@ -78,24 +78,28 @@ class AnswerIndex:
 
     @staticmethod
     def build(corpus: Corpus) -> AnswerIndex:
-        # per conversation: each normalised token's postings (memory rows, counts) and the normalised texts joined
-        # by NUL (which no phrase holds), so a phrase is found by ``str.find`` and mapped back to its memory
+        # per conversation: the postings (memory rows, counts) of every token some answer holds, and the normalised
+        # texts joined by NUL (which no phrase holds), so a phrase is found by ``str.find`` and mapped to its memory
+        answers = {q.question_id: normalise(q.answer) if q.answer else [] for q in corpus.questions}
+        wanted: dict[str, set] = {}
+        for q in corpus.questions:
+            wanted.setdefault(q.conversation_id, set()).update(answers[q.question_id])
         per_conv: dict[str, tuple] = {}
         for c in corpus.conversations:
             postings: dict[str, tuple[list, list]] = {}
-            texts = []
+            texts, want = [], wanted.get(c.conversation_id, set())
             for i, t in enumerate(c.turns):
                 toks = normalise(t.text)
-                for tok, n in Counter(toks).items():
+                for tok in want.intersection(toks):
                     rows, counts = postings.setdefault(tok, ([], []))
                     rows.append(i)
-                    counts.append(n)
+                    counts.append(toks.count(tok))
                 texts.append(f" {' '.join(toks)} ")
             starts = np.cumsum([0] + [len(x) + 1 for x in texts])[:-1]
             per_conv[c.conversation_id] = ({t.key: i for i, t in enumerate(c.turns)}, postings, "\0".join(texts), starts)
         out: dict = {}
         for q in corpus.questions:
-            want = Counter(normalise(q.answer)) if q.answer else Counter()
+            want = Counter(answers[q.question_id])
             conv = per_conv.get(q.conversation_id)
             if not want or conv is None:
                 out[q.question_id] = None
@@ -106,7 +110,7 @@ class AnswerIndex:
             for j, tok in enumerate(tokens):
                 rows, n = postings.get(tok, ((), ()))
                 counts[list(rows), j] = n
-            phrase = f" {' '.join(normalise(q.answer))} "
+            phrase = f" {' '.join(answers[q.question_id])} "
             inside = np.zeros(len(local), dtype=bool)
             at = text.find(phrase)
             while at >= 0:

@@ -170,7 +170,8 @@ class TokenTable:
                 g[0], g[1] = pos, anchor
             elif pos > g[2]:
                 g[2], g[3] = pos, brk
-            g[4] = min(g[4], ts)
+            if ts < g[4]:
+                g[4] = ts
         n += sum(g[1] for g in first.values())
         if len(first) > 1:  # every section but the last in ``_sections`` order pays its last line's break
             groups = sorted(first.values(), key=lambda g: (g[5][0], g[4], g[5][1]))

@@ -166,6 +166,7 @@ def sweep(
     format_tokens: TokenTable | None = None,
     calibrated: Mapping[str, np.ndarray] | None = None,
     record: dict | None = None,
+    answer_coverage: bool = True,
 ) -> pd.DataFrame:
     """One row per (strategy, threshold, format, question).
 
@@ -183,6 +184,7 @@ def sweep(
     ``token_counts`` is also what ``needs_tokens`` strategies get as ``tokens=``.
     ``record`` (a dict the caller passes) receives the selections behind the rows: (strategy name, threshold
     rounded to 10 places or None) -> question id -> the selected memory ids (distinct, in selection order).
+    ``answer_coverage=False`` leaves ``answer_recall``/``answer_contained`` NaN (for side sweeps that report tokens only).
     ``depth_saturated``: the strategy read the store, kept every candidate the store returned, and
     the store returned fewer memories than the question may see, so a deeper search could have
     changed the selection.
@@ -228,7 +230,7 @@ def sweep(
             raise ValueError(f"sweep: no calibrated scores for question {e.args[0]!r} (field question_id)") from None
     cols: dict[str, list] = {c: [] for c in ("strategy", "kind", "threshold", "qi", "n_selected", "n_correct", "latency_ns",
                                              "depth_saturated", "route", "l1_selected", "l1_correct", "answer")}
-    answers = AnswerIndex.build(corpus)  # answer coverage of each selection (bench.answers)
+    answers = AnswerIndex.build(corpus) if answer_coverage else AnswerIndex({})  # answer coverage of each selection (bench.answers)
     tok: dict[str, list] = {f: [] for f in formats}
     order = replay_order([c.question for c in ctx])
     prefixes = None
@@ -470,7 +472,8 @@ def format_tokens_table(trace: Trace, corpus: Corpus, strategies: Sequence[Strat
     if not chosen:
         return []
     thresholds = sorted({t for s in chosen if s.thresholded for t in seed[s.kind] if t is not None})
-    rows = sweep(trace, corpus, chosen, thresholds, token_counts, embedder=embedder, formats=("A", "B", "C"), format_tokens=table)
+    rows = sweep(trace, corpus, chosen, thresholds, token_counts, embedder=embedder, formats=("A", "B", "C"), format_tokens=table,
+                 answer_coverage=False)
     keep = pd.Series([t != t or t in seed[k] for k, t in zip(rows["kind"], rows["threshold"])], index=rows.index)
     s = summarise(rows[keep])
     cols = ["dataset", "embedder", "backend", "strategy", "kind", "threshold", "format", "tokens_injected_mean", "tokens_full_mean",
