@@ -47,6 +47,15 @@ def test_embedders_compared_section_and_table(run):
     assert emb["auc"].between(0, 1).all()
 
 
+def test_store_tables_name_the_embedder_when_there_are_several(run):
+    """Two embedders on one store: each store table has an embedder column, so its two rows can be told apart."""
+    text = (run / "report.md").read_text()
+    latency = text.split("## Store latency")[1].split("\n## ")[0]
+    metrics = text.split("## Store metrics")[1].split("\n## ")[0]
+    assert "| dataset | embedder | backend |" in latency.replace("`", "")
+    assert metrics.count("| exact | hashing-v1/") == 2 and "| store | embedder | roles |" in metrics
+
+
 def test_transfer_table_agrees_with_the_summary(run):
     t = pd.read_csv(run / "analysis" / "transfer.csv")
     assert set(t["family"]) == {"cosine", "calibrated", "relative δ", "relative α", "adaptive"}

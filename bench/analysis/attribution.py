@@ -162,7 +162,7 @@ def replay(trace: Trace, corpus: Corpus, specs: Sequence, thresholds: Sequence[f
 
     seen: dict[tuple[str, float | None], dict[str, tuple[str, ...]]] = {}
     sweep(trace, corpus, [dataclasses.replace(s, thresholds=None) for s in specs], tuple(thresholds), token_counts,
-          record=seen, **sweep_kwargs)
+          record=seen, answer_coverage=False, **sweep_kwargs)
     return seen
 
 

@@ -688,18 +688,20 @@ def write_report(run_dir: Path, settings=None) -> Path:
     lines += answer_coverage.section(run, summary, best)
     lines += ["## Seed claims, re-measured", "", seed_claims(summary, strategies), ""]
     lines += strategy_sections(summary, jobs, strategies)
+    multi_emb = summary["embedder"].nunique() > 1  # one row per (store, embedder): name the embedder, else two rows look alike
     lat = summary[summary["latency_p50_ms"].notna()].drop_duplicates(["dataset", "embedder", "backend"])
     if len(lat):
         lines += ["## Store latency (per query, store call only, warm-up discarded)", "",
-                  _table(lat, ["dataset", "backend", "latency_p50_ms", "latency_p95_ms", "latency_p99_ms"]), ""]
-    traces = [t for j in jobs for t in j.get("traces", [j])]
+                  _table(lat, ["dataset", *(["embedder"] if multi_emb else []), "backend", "latency_p50_ms", "latency_p95_ms", "latency_p99_ms"]), ""]
+    traces = [(j, t) for j in jobs for t in j.get("traces", [j])]
     if traces:
         lines += ["## Store metrics (same vectors, same filters; exact = numpy cosine scan of the cached vectors)", "",
-                  "| store | roles | memories | ingest rows/s | read-after-write lag s | fidelity@10 vs exact | short-result rate | max abs score diff vs exact cosine | scores off by > 1e-4 | store dir MB |",
-                  "|---|---|---|---|---|---|---|---|---|---|"]
-        for t in traces:
+                  "| store | " + ("embedder | " if multi_emb else "") + "roles | memories | ingest rows/s | read-after-write lag s | fidelity@10 vs exact | short-result rate | max abs score diff vs exact cosine | scores off by > 1e-4 | store dir MB |",
+                  "|---|" + ("---|" if multi_emb else "") + "---|---|---|---|---|---|---|---|---|"]
+        for j, t in traces:
             mb = t.get("index_bytes")
-            lines.append(f"| {t['backend']} | {','.join(t['roles']) if t.get('roles') else 'all'} | {t['n_memories']} | "
+            emb = f"{j.get('embedder')} | " if multi_emb else ""
+            lines.append(f"| {t['backend']} | {emb}{','.join(t['roles']) if t.get('roles') else 'all'} | {t['n_memories']} | "
                          f"{_fmt(t.get('ingest_per_second'), 0)} | {_fmt(t.get('ready_seconds'), 2)} | {_fmt(t.get('fidelity_at_10'))} | "
                          f"{_fmt(t.get('short_result_rate'))} | {_fmt(t.get('score_max_abs_diff'), 6)} | "
                          f"{t.get('score_mismatches_1e4', 'n/a')} of {t.get('score_pairs', 'n/a')} | {_fmt(mb / 1e6, 1) if mb else 'n/a'} |")
