@@ -24,16 +24,22 @@ WARN_SHARE = 0.05
 _CJK = re.compile("[\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\U00020000-\U0002ffff]")
 
 
+_WHITESPACE = re.compile(r"\s")  # the characters str.isspace accepts, no more and no fewer
+_NOT_LATIN = re.compile("[\u0250-\U0010ffff]+")  # runs of characters at or above U+0250 (the first non-Latin letter)
+
+
 def language(text: str) -> str:
     """``zh`` (holds a CJK ideograph), ``en`` (every letter Latin) or ``other``."""
+    if text.isascii():
+        return "en"
     if _CJK.search(text):
         return "zh"
-    return "en" if all(c < "\u0250" for c in text if c.isalpha()) else "other"
+    return "other" if any(c.isalpha() for run in _NOT_LATIN.findall(text) for c in run) else "en"
 
 
 def n_chars(text: str) -> int:
     """Non-whitespace characters."""
-    return sum(1 for c in text if not c.isspace())
+    return len(text) - len(_WHITESPACE.findall(text))
 
 
 def coverage(texts: Sequence[str], unknown: Sequence[int]) -> dict[str, dict]:
