@@ -130,3 +130,13 @@ def test_measure_keeps_the_record_on_disk_by_content(tmp_path):
         f.write_text("{broken")
     C._LAST.clear()
     assert C.measure(Counting(), texts, cache_dir=tmp_path) == first and calls == [2, 2, 2, 2]  # unreadable: measured again
+
+
+def test_language_and_chars_match_the_per_character_rule():
+    def language(t):
+        return "zh" if C._CJK.search(t) else ("en" if all(c < "\u0250" for c in t if c.isalpha()) else "other")
+
+    texts = ["", " \t\n", "a\u00a0b\u3000c\x1cd\u2028", "price 5 € → done", "ɐ", "caf\u00e9", "x ʰ", "Ωmega", "∑ 3", "日本"]
+    for t in texts:
+        assert C.language(t) == language(t), t
+        assert C.n_chars(t) == sum(1 for c in t if not c.isspace()), t
