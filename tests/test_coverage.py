@@ -102,3 +102,41 @@ def test_report_section_and_console_line():
                     "| demo | http:x | all | | | not measured: remote |"]
     assert [ln for ln in lines if ln.startswith("**Warning:**")] == [f"**Warning:** {C.warning_line(rec, 'demo')}."]
     assert coverage_section([{"dataset": "demo", "embedder": "old"}]) == []  # runs from before the check: no section
+
+
+def test_measure_keeps_the_record_on_disk_by_content(tmp_path):
+    calls = []
+
+    class Counting(Reads):
+        identity = {"embedder": "fake", "tokenizer_sha256": "a"}
+
+        def unknown_chars(self, texts):
+            calls.append(len(texts))
+            return super().unknown_chars(texts)
+
+    texts = ["我擅长什么？", "I like tea"]
+    C._LAST.clear()
+    first = C.measure(Counting(), texts, cache_dir=tmp_path)
+    assert len(list(tmp_path.glob("*.json"))) == 1
+    C._LAST.clear()  # a new process: read from the file, not tokenised
+    assert C.measure(Counting(), texts, cache_dir=tmp_path) == first and calls == [2]
+    C._LAST.clear()
+    other = type("Other", (Counting,), {"identity": {"embedder": "fake", "tokenizer_sha256": "b"}})
+    C.measure(other(), texts, cache_dir=tmp_path)  # another tokenizer: another key
+    C._LAST.clear()
+    C.measure(Counting(), texts[::-1], cache_dir=tmp_path)  # other texts (order counts): another key
+    assert calls == [2, 2, 2] and len(list(tmp_path.glob("*.json"))) == 3
+    for f in tmp_path.glob("*.json"):
+        f.write_text("{broken")
+    C._LAST.clear()
+    assert C.measure(Counting(), texts, cache_dir=tmp_path) == first and calls == [2, 2, 2, 2]  # unreadable: measured again
+
+
+def test_language_and_chars_match_the_per_character_rule():
+    def language(t):
+        return "zh" if C._CJK.search(t) else ("en" if all(c < "\u0250" for c in t if c.isalpha()) else "other")
+
+    texts = ["", " \t\n", "a\u00a0b\u3000c\x1cd\u2028", "price 5 € → done", "ɐ", "caf\u00e9", "x ʰ", "Ωmega", "∑ 3", "日本"]
+    for t in texts:
+        assert C.language(t) == language(t), t
+        assert C.n_chars(t) == sum(1 for c in t if not c.isspace()), t

@@ -278,8 +278,16 @@ def build_grids(rows: pd.DataFrame, *, source: str = QUESTIONS) -> list[Grid]:
         first, qids = first[~left_out], qids[~left_out]
         adv = first["adversarial"].astype(bool).to_numpy()
 
-        f1, rec, prec, tok, empty = (g.pivot(index="question_id", columns="_t", values=col).reindex(index=qids, columns=ts).to_numpy(np.float64)
-                                     for col in ("f1", "recall", "precision", "tokens_injected", "empty"))
+        # (question, threshold) cells by position: the questions of the first threshold, in its order
+        qi, ti = pd.Index(qids).get_indexer(g["question_id"]), np.searchsorted(ts, g["_t"].to_numpy())
+        at = qi >= 0
+
+        def cells(col: str) -> np.ndarray:
+            out = np.full((len(qids), len(ts)), NAN)
+            out[qi[at], ti[at]] = g[col].to_numpy(np.float64)[at]
+            return out
+
+        f1, rec, prec, tok, empty = (cells(col) for col in ("f1", "recall", "precision", "tokens_injected", "empty"))
         main = ~adv[:, None]
         vals = np.stack([
             np.where(main, f1, NAN), np.where(main, rec, NAN), np.where(main, prec, NAN), np.where(main, tok, NAN),

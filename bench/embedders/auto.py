@@ -25,10 +25,11 @@ class AutoEmbedder:
     def __init__(self, *, english: Mapping, multilingual: Mapping, extra: str = "multilingual") -> None:
         self.english, self.multilingual, self.extra = dict(english), dict(multilingual), extra
 
-    def choose(self, texts: Sequence[str]):
-        """(the embedder to use, one line saying why, whether that line is a warning)."""
+    def choose(self, texts: Sequence[str], cache_dir=None):
+        """(the embedder to use, one line saying why, whether that line is a warning); ``cache_dir``: where the
+        coverage record is kept (``bench.embedders.coverage.measure``)."""
         first = instantiate(self.english)
-        bad = coverage.flagged(coverage.measure(first, texts))
+        bad = coverage.flagged(coverage.measure(first, texts, cache_dir=cache_dir))
         if not bad:
             return first, f"embedder=auto: {first.model_id} (its tokenizer reads every language of the corpus)", False
         langs = ", ".join(f"{k} {v['unknown_share']:.0%} unknown" for k, v in bad.items())
@@ -41,10 +42,10 @@ class AutoEmbedder:
         return second, f"embedder=auto: {second.model_id}, because {first.model_id} cannot read part of the corpus ({langs})", False
 
 
-def resolve(embedder, texts: Sequence[str]):
+def resolve(embedder, texts: Sequence[str], cache_dir=None):
     """``embedder`` itself, or the model an ``AutoEmbedder`` chooses for ``texts`` (logged)."""
     if not isinstance(embedder, AutoEmbedder):
         return embedder
-    chosen, why, warn = embedder.choose(texts)
+    chosen, why, warn = embedder.choose(texts, cache_dir)
     (log.warning if warn else log.info)("%s", why)
     return chosen

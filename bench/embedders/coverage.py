@@ -24,16 +24,22 @@ WARN_SHARE = 0.05
 _CJK = re.compile("[\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\U00020000-\U0002ffff]")
 
 
+_WHITESPACE = re.compile(r"\s")  # the characters str.isspace accepts, no more and no fewer
+_NOT_LATIN = re.compile("[\u0250-\U0010ffff]+")  # runs of characters at or above U+0250 (the first non-Latin letter)
+
+
 def language(text: str) -> str:
     """``zh`` (holds a CJK ideograph), ``en`` (every letter Latin) or ``other``."""
+    if text.isascii():
+        return "en"
     if _CJK.search(text):
         return "zh"
-    return "en" if all(c < "\u0250" for c in text if c.isalpha()) else "other"
+    return "other" if any(c.isalpha() for run in _NOT_LATIN.findall(text) for c in run) else "en"
 
 
 def n_chars(text: str) -> int:
     """Non-whitespace characters."""
-    return sum(1 for c in text if not c.isspace())
+    return len(text) - len(_WHITESPACE.findall(text))
 
 
 def coverage(texts: Sequence[str], unknown: Sequence[int]) -> dict[str, dict]:
@@ -54,11 +60,32 @@ def coverage(texts: Sequence[str], unknown: Sequence[int]) -> dict[str, dict]:
 _LAST: list = []  # [(model_id, texts, record)] of the last measure: embedder=auto and the run ask about the same corpus
 
 
-def measure(embedder, texts: Sequence[str]) -> dict:
+def cache_key(embedder, texts: Sequence[str]) -> str:
+    """sha256 of what decides a record: the embedder's identity (its tokenizer files and code), this module's
+    code and the texts in order."""
+    import hashlib
+    import json
+
+    from bench.run import code_digest
+
+    h = hashlib.sha256(json.dumps(getattr(embedder, "identity", None) or embedder.model_id, sort_keys=True, default=str).encode())
+    h.update(code_digest("embedders/coverage").encode())
+    for t in texts:
+        b = t.encode("utf-8", "surrogatepass")
+        h.update(len(b).to_bytes(8, "little") + b)
+    return h.hexdigest()
+
+
+def measure(embedder, texts: Sequence[str], *, cache_dir=None) -> dict:
     """The run's coverage record: ``{"embedder", "threshold", "measured", "languages" | "reason"}``.
 
     The last record is kept (keyed by the model id and the texts themselves, compared in full), so the
-    second call of a run (``embedder=auto`` chose the model with the same corpus) does not tokenise again."""
+    second call of a run (``embedder=auto`` chose the model with the same corpus) does not tokenise again;
+    with ``cache_dir`` the record is also kept there as ``<cache_key>.json``, so a later run on the same
+    corpus and tokenizer does not tokenise at all (an unreadable file is measured again)."""
+    import json
+    from pathlib import Path
+
     record = {"embedder": embedder.model_id, "threshold": WARN_SHARE}
     count = getattr(embedder, "unknown_chars", None)
     if count is None:
@@ -66,7 +93,22 @@ def measure(embedder, texts: Sequence[str]) -> dict:
     texts = tuple(texts)
     if _LAST and _LAST[0][0] == embedder.model_id and _LAST[0][1] == texts:
         return copy.deepcopy(_LAST[0][2])
-    out = {**record, "measured": True, "languages": coverage(texts, count(list(texts)))}
+    path = Path(cache_dir) / f"{cache_key(embedder, texts)}.json" if cache_dir is not None else None
+    out = None
+    if path is not None:
+        try:
+            out = json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            out = None
+    if not (isinstance(out, dict) and out.get("embedder") == embedder.model_id and out.get("measured") is True):
+        out = {**record, "measured": True, "languages": coverage(texts, count(list(texts)))}
+        if path is not None:
+            from bench.output import write_atomic
+
+            try:
+                write_atomic(path, lambda p: p.write_text(json.dumps(out), encoding="utf-8"))
+            except OSError:
+                pass  # a cache that cannot be written only costs the next run the tokenising
     _LAST[:] = [(embedder.model_id, texts, copy.deepcopy(out))]
     return out
 

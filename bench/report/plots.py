@@ -21,13 +21,17 @@ def _figure():
     return plt
 
 
+DPI = 110
+
+
 def _save(fig, path: Path) -> Path:
     import warnings
 
+    fig.set_dpi(DPI)  # lay out at the resolution it is drawn at: savefig then reuses the measured text instead of measuring it again
     with warnings.catch_warnings():  # a layout it cannot fully fit is still drawn; not worth a warning
         warnings.simplefilter("ignore", UserWarning)
         fig.tight_layout()  # one layout pass: bbox_inches="tight" would render the figure twice (~30 % of report time)
-    write_atomic(path, lambda p: fig.savefig(p, format="png", dpi=110))
+    write_atomic(path, lambda p: fig.savefig(p, format="png", dpi=DPI))
     return path
 
 
