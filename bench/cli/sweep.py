@@ -148,7 +148,8 @@ def prepare(cfg: DictConfig) -> Job:
             raise ValueError(f"strict=true: {corpus.name} ({corpus.source}) has {defect_summary(corpus.defects)}")
     from bench.embedders.auto import resolve
 
-    embedder = resolve(build(cfg.embedder), [t.text for t in corpus.turns()] + [q.text for q in corpus.questions])
+    embedder = resolve(build(cfg.embedder), [t.text for t in corpus.turns()] + [q.text for q in corpus.questions],
+                       cache_dir=Path(cfg.paths.cache) / "coverage")
     sha = run.corpus_digest(corpus)
     return Job(corpus, sha, embedder, run.job_key(settings=job_settings(cfg), corpus_sha=sha, embedder=embedder.identity))
 
@@ -248,7 +249,8 @@ def run_job(cfg: DictConfig, out_dir: Path, job: Job | None = None) -> pd.DataFr
         _warn_fault(f"could not write the token-count cache: {error_line(exc)}")
     token_counts = dict(table.memory["A"])  # "role: message" lines
 
-    readable = coverage.measure(inner, [t.text for t in corpus.turns()] + [q.text for q in corpus.questions])  # warned by finish_run
+    readable = coverage.measure(inner, [t.text for t in corpus.turns()] + [q.text for q in corpus.questions],
+                                cache_dir=Path(cfg.paths.cache) / "coverage")  # warned by finish_run
     est = None
     if hasattr(inner, "price_per_mtok"):  # a paid API: what embedding the uncached texts will cost, before it starts
         from bench.embedders.cost import corpus_estimate, estimate_line
