@@ -52,7 +52,7 @@ def test_measure_flag_and_warning_line():
     assert C.flagged(at_threshold) == {}  # "above", not "at"
 
 
-def test_measure_tokenises_a_corpus_once_per_model():
+def test_measure_tokenises_a_corpus_once_per_model(tmp_path):
     calls = []
 
     class Counting(Reads):
@@ -61,14 +61,15 @@ def test_measure_tokenises_a_corpus_once_per_model():
             return super().unknown_chars(texts)
 
     texts = ["我擅长什么？", "I like tea"]
-    first = C.measure(Counting(), texts)
+    first = C.measure(Counting(), texts, cache_dir=tmp_path)
     first["languages"]["zh"]["texts"] = 99  # a caller's change never reaches the kept record
-    again = C.measure(Counting(), list(texts))
+    again = C.measure(Counting(), list(texts), cache_dir=tmp_path)
     assert calls == [2] and again["languages"]["zh"] == {"texts": 1, "chars": 6, "unknown_chars": 5, "unknown_share": pytest.approx(5 / 6)}
     other = type("Other", (Counting,), {"model_id": "other"})
-    C.measure(other(), texts)  # another model, or other texts: measured again
-    C.measure(Counting(), texts[:1])
-    assert calls == [2, 2, 1]
+    C.measure(other(), texts, cache_dir=tmp_path)  # another model, or other texts: measured again
+    C.measure(Counting(), texts[:1], cache_dir=tmp_path)
+    C.measure(Counting(), texts)  # no cache_dir: nothing kept anywhere (no module-level memo), measured again
+    assert calls == [2, 2, 1, 2]
 
 
 def test_not_measured_is_said_not_zero():
@@ -115,20 +116,15 @@ def test_measure_keeps_the_record_on_disk_by_content(tmp_path):
             return super().unknown_chars(texts)
 
     texts = ["我擅长什么？", "I like tea"]
-    C._LAST.clear()
     first = C.measure(Counting(), texts, cache_dir=tmp_path)
     assert len(list(tmp_path.glob("*.json"))) == 1
-    C._LAST.clear()  # a new process: read from the file, not tokenised
-    assert C.measure(Counting(), texts, cache_dir=tmp_path) == first and calls == [2]
-    C._LAST.clear()
+    assert C.measure(Counting(), texts, cache_dir=tmp_path) == first and calls == [2]  # read from the file, not tokenised
     other = type("Other", (Counting,), {"identity": {"embedder": "fake", "tokenizer_sha256": "b"}})
     C.measure(other(), texts, cache_dir=tmp_path)  # another tokenizer: another key
-    C._LAST.clear()
     C.measure(Counting(), texts[::-1], cache_dir=tmp_path)  # other texts (order counts): another key
     assert calls == [2, 2, 2] and len(list(tmp_path.glob("*.json"))) == 3
     for f in tmp_path.glob("*.json"):
         f.write_text("{broken")
-    C._LAST.clear()
     assert C.measure(Counting(), texts, cache_dir=tmp_path) == first and calls == [2, 2, 2, 2]  # unreadable: measured again
 
 

@@ -15,7 +15,6 @@ language's text partly as unknown tokens, so its similarities (and every thresho
 
 from __future__ import annotations
 
-import copy
 import math
 import re
 from collections.abc import Sequence
@@ -57,9 +56,6 @@ def coverage(texts: Sequence[str], unknown: Sequence[int]) -> dict[str, dict]:
     return dict(sorted(out.items()))
 
 
-_LAST: list = []  # [(model_id, texts, record)] of the last measure: embedder=auto and the run ask about the same corpus
-
-
 def cache_key(embedder, texts: Sequence[str]) -> str:
     """sha256 of what decides a record: the embedder's identity (its tokenizer files and code), this module's
     code and the texts in order."""
@@ -79,10 +75,9 @@ def cache_key(embedder, texts: Sequence[str]) -> str:
 def measure(embedder, texts: Sequence[str], *, cache_dir=None) -> dict:
     """The run's coverage record: ``{"embedder", "threshold", "measured", "languages" | "reason"}``.
 
-    The last record is kept (keyed by the model id and the texts themselves, compared in full), so the
-    second call of a run (``embedder=auto`` chose the model with the same corpus) does not tokenise again;
-    with ``cache_dir`` the record is also kept there as ``<cache_key>.json``, so a later run on the same
-    corpus and tokenizer does not tokenise at all (an unreadable file is measured again)."""
+    With ``cache_dir`` the record is kept there as ``<cache_key>.json``, so a later call on the same corpus and
+    tokenizer (the run's, after ``embedder=auto`` chose the model; the next run's) does not tokenise again (an
+    unreadable file is measured again)."""
     import json
     from pathlib import Path
 
@@ -91,8 +86,6 @@ def measure(embedder, texts: Sequence[str], *, cache_dir=None) -> dict:
     if count is None:
         return {**record, "measured": False, "reason": "not measured: this embedder's tokenizer is not reachable from Python"}
     texts = tuple(texts)
-    if _LAST and _LAST[0][0] == embedder.model_id and _LAST[0][1] == texts:
-        return copy.deepcopy(_LAST[0][2])
     path = Path(cache_dir) / f"{cache_key(embedder, texts)}.json" if cache_dir is not None else None
     out = None
     if path is not None:
@@ -109,7 +102,6 @@ def measure(embedder, texts: Sequence[str], *, cache_dir=None) -> dict:
                 write_atomic(path, lambda p: p.write_text(json.dumps(out), encoding="utf-8"))
             except OSError:
                 pass  # a cache that cannot be written only costs the next run the tokenising
-    _LAST[:] = [(embedder.model_id, texts, copy.deepcopy(out))]
     return out
 
 
