@@ -178,7 +178,7 @@ def trace_from_run(path: Path, corpus: Corpus, *, roles: Sequence[str] | None = 
                           "conversation_id": [q.conversation_id for q in corpus.questions],
                           "latency_ns": np.full(len(corpus.questions), np.nan), "hit_ids": hit_ids, "hit_scores": hit_scores,
                           "exact_scores": exact, "gold_ids": gold_ids, "gold_exact_ranks": gold_ranks}, columns=TRACE_COLUMNS)
-    meta = {"dataset": corpus.name, "backend": f"run:{tag}", "run_file": str(path), "embedder": embedder, "depth": depth,
+    meta = {"dataset": corpus.name, "backend": f"run:{tag}", "layout": "none", "run_file": str(path), "embedder": embedder, "depth": depth,
             "roles": list(roles) if roles else None, "n_memories": len(vis.keys), "ingest_seconds": 0.0, "ready_seconds": 0.0,
             "hits_dropped_not_visible": dropped, "hits_filtered_by_role": filtered, "questions_without_lines": missing,
             "measured_at": f"read from {Path(path).name} {time.strftime('%Y-%m-%dT%H:%M:%S%z')} (no store: latency not measured)",

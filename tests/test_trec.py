@@ -104,7 +104,7 @@ def _env():
 
 def test_export_then_import_gives_the_same_summary(tmp_path_factory, tmp_path, capsys):
     """A run exported as TREC and read back with run_file=: every summary column equal except the store's name
-    (``run:<tag>``) and the latency columns (a run file carries no latency: NaN)."""
+    (``run:<tag>``), its layout (a run file has no store: ``none``) and the latency columns (no latency: NaN)."""
     base = tmp_path_factory.mktemp("trec_roundtrip")
     original = demo_run(base).resolve()  # latest moves to the re-imported run
     assert export.main([str(original), "--out", str(tmp_path / "trec")]) == 0
@@ -116,14 +116,14 @@ def test_export_then_import_gives_the_same_summary(tmp_path_factory, tmp_path, c
     latest = base / "demo_run" / "latest"
     assert latest.resolve() != original.resolve()
     a, b = pd.read_csv(original / "summary.csv"), pd.read_csv(latest / "summary.csv")
-    assert set(a["backend"]) == {"exact"} and set(b["backend"]) == {"run:exact"}
+    assert set(a["backend"]) == {"exact"} and set(b["backend"]) == {"run:exact"} and set(b["layout"]) == {"none"}
     latency = [c for c in a.columns if c.startswith("latency_")]
     assert latency and b[latency].isna().all().all() and a[latency].notna().any().any()
-    same = [c for c in a.columns if c not in latency and c != "backend"]
+    same = [c for c in a.columns if c not in latency and c not in ("backend", "layout")]
     assert {"recall", "f1", "precision", "tokens_injected_mean", "token_savings", "adversarial_abstain_rate"} <= set(same)
     pd.testing.assert_frame_equal(a[same], b[same])
     ra, rb = pd.read_csv(original / "ranked.csv"), pd.read_csv(latest / "ranked.csv")
-    pd.testing.assert_frame_equal(ra.drop(columns="backend"), rb.drop(columns="backend"))
+    pd.testing.assert_frame_equal(ra.drop(columns=["backend", "layout"], errors="ignore"), rb.drop(columns=["backend", "layout"], errors="ignore"))
     assert "store `run:exact`" in (latest / "report.md").read_text()
 
 
