@@ -975,7 +975,7 @@ def main(argv: list[str] | None = None) -> int:
         results += pl_all([s for s in args.pl_stores.split(",") if s], k=args.pl_k)
     if "P6" in only or "P7" in only:
         if has_locomo:
-            results += [r for r in p6_p7(data_dir, repeats=args.p6_repeats, sweep_repeats=args.p7_repeats) if r.key in only]
+            results += [r for r in p6_p7(data_dir, repeats=args.p6_repeats, sweep_repeats=args.p7_repeats) if r.key.split("/")[0] in only]
         else:
             notes.append(f"P6/P7 not measured: no LoCoMo under {data_dir} (set BENCH_DATA_DIR)")
     if "PE" in only:
