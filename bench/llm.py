@@ -22,19 +22,16 @@ so the key is also a function of the context's hash. It never holds the key.
 from __future__ import annotations
 
 import hashlib
-import http.client
 import json
 import logging
 import math
 import os
 import time
-import urllib.error
-import urllib.request
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, fields
 from pathlib import Path
 
-from bench.embedders.http import _error_message, _public_url, _retry_after_seconds
+from bench.embedders.http import _error_message, _public_url, post_json
 from bench.output import check_env_name, write_atomic
 
 log = logging.getLogger(__name__)
@@ -225,37 +222,11 @@ class ChatClient:
         key = self._api_key()
         body = json.dumps({"model": cfg.model, "messages": list(messages), "max_tokens": max_tokens,
                            "temperature": cfg.temperature}).encode("utf-8")
-        headers = {"Content-Type": "application/json", "Accept": "application/json"}
-        if key:
-            headers["Authorization"] = f"Bearer {key}"
-        where = f"POST {_public_url(cfg.endpoint)}"
-        attempt = 0
-        while True:
-            self._pace()
-            self.requests += 1
-            wait: float | None = None
-            t0 = time.perf_counter()
-            try:
-                req = urllib.request.Request(cfg.endpoint, data=body, headers=headers, method="POST")
-                with urllib.request.urlopen(req, timeout=cfg.timeout_s) as resp:
-                    raw = resp.read()
-                return self._parse(raw, messages, time.perf_counter() - t0)
-            except urllib.error.HTTPError as e:
-                msg = _error_message(e.read() or b"")
-                if e.code not in RETRY_STATUS and e.code < 500:
-                    raise LLMError(self._scrub(f"llm {cfg.name}: {e.code} {e.reason} from {where}: {msg}")) from None
-                problem = self._scrub(f"{e.code} {e.reason}: {msg}")
-                wait = _retry_after_seconds(e.headers.get("Retry-After") if e.headers else None)
-            except (OSError, http.client.HTTPException) as e:
-                reason = getattr(e, "reason", e)
-                problem = self._scrub(f"connection error: {type(reason).__name__}: {reason}")
-            if attempt >= cfg.max_retries:
-                raise LLMError(f"llm {cfg.name}: {where} failed after {attempt + 1} attempts; last: {problem}")
-            delay = min(MAX_RETRY_AFTER_S, wait) if wait is not None else min(cfg.backoff_max_s, cfg.backoff_base_s * 2**attempt)
-            attempt += 1
-            self.retries += 1
-            log.warning("llm %s: %s: %s; retry %d/%d in %.1f s", cfg.name, where, problem, attempt, cfg.max_retries, delay)
-            self._sleep(delay)
+        raw, latency = post_json(cfg.endpoint, body, key=key, timeout_s=cfg.timeout_s, max_retries=cfg.max_retries,
+                                 backoff_base_s=cfg.backoff_base_s, backoff_max_s=cfg.backoff_max_s, label=f"llm {cfg.name}",
+                                 scrub=self._scrub, error=LLMError, counts=self, sleep=lambda d: self._sleep(d), before=self._pace,
+                                 retry_status=RETRY_STATUS, max_wait_s=MAX_RETRY_AFTER_S)
+        return self._parse(raw, messages, latency)
 
     def _parse(self, raw: bytes, messages: Sequence[Mapping[str, str]], latency: float) -> Reply:
         who = f"llm {self.cfg.name} (POST {_public_url(self.cfg.endpoint)})"

@@ -1,6 +1,6 @@
 """OpenAI-compatible HTTP embedder (OpenRouter, OpenAI, vLLM, ...), stdlib urllib only.
 
-Owns the request/retry loop and response validation for ``POST {base_url}/embeddings`` with
+Owns the request/retry loop (``post_json``, also ``bench.llm``'s) and response validation for ``POST {base_url}/embeddings`` with
 ``{"model", "input", ["dimensions"]}``. The API key is read from the environment variable NAMED
 by ``api_key_env`` at request time; it is never stored on the object, logged, or put in an error
 message (error text from the server is scrubbed of it too). Retries with exponential backoff on
@@ -21,7 +21,7 @@ import time
 import urllib.error
 import urllib.parse
 import urllib.request
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import numpy as np
 
@@ -59,6 +59,49 @@ def _retry_after_seconds(value: str | None) -> float | None:
     except (TypeError, ValueError):
         return None
     return max(0.0, when.timestamp() - time.time())
+
+
+def post_json(url: str, body: bytes, *, key: str | None, timeout_s: float, max_retries: int, backoff_base_s: float,
+              backoff_max_s: float, label: str, scrub: Callable[[str], str], error: type[Exception], counts,
+              sleep: Callable[[float], None], before: Callable[[], None] | None = None, retry_status=RETRY_STATUS,
+              max_wait_s: float = MAX_RETRY_AFTER_S) -> tuple[bytes, float]:
+    """POST ``body`` (JSON) to ``url`` with the retry rule of every HTTP client here (this embedder, ``bench.llm``):
+    ``retry_status`` (408, 429), every 5xx and connection errors are retried up to ``max_retries`` times after
+    ``Retry-After`` (capped at ``max_wait_s``) or an exponential backoff; any other 4xx raises ``error`` at once. Messages start with
+    ``label``, name the URL without query or credentials and pass through ``scrub`` (the key never shows).
+    ``counts`` gets ``requests``/``retries`` incremented; ``before`` runs before each attempt (pacing).
+    Returns (the response body, seconds of the attempt that succeeded)."""
+    headers = {"Content-Type": "application/json", "Accept": "application/json"}
+    if key:
+        headers["Authorization"] = f"Bearer {key}"
+    where = f"POST {_public_url(url)}"
+    attempt = 0
+    while True:
+        if before is not None:
+            before()
+        counts.requests += 1
+        wait: float | None = None
+        t0 = time.perf_counter()
+        try:
+            req = urllib.request.Request(url, data=body, headers=headers, method="POST")
+            with urllib.request.urlopen(req, timeout=timeout_s) as resp:
+                return resp.read(), time.perf_counter() - t0
+        except urllib.error.HTTPError as e:
+            msg = _error_message(e.read() or b"")
+            if e.code not in retry_status and e.code < 500:
+                raise error(scrub(f"{label}: {e.code} {e.reason} from {where}: {msg}")) from None
+            problem = scrub(f"{e.code} {e.reason}: {msg}")
+            wait = _retry_after_seconds(e.headers.get("Retry-After") if e.headers else None)
+        except (OSError, http.client.HTTPException) as e:  # URLError, refused/reset, timeout, truncated
+            reason = getattr(e, "reason", e)
+            problem = scrub(f"connection error: {type(reason).__name__}: {reason}")
+        if attempt >= max_retries:
+            raise error(f"{label}: {where} failed after {attempt + 1} attempts; last: {problem}") from None
+        delay = min(max_wait_s, wait) if wait is not None else min(backoff_max_s, backoff_base_s * 2**attempt)
+        attempt += 1
+        counts.retries += 1
+        log.warning("%s: %s: %s; retry %d/%d in %.1f s", label, where, problem, attempt, max_retries, delay)
+        sleep(delay)
 
 
 def _error_message(body: bytes) -> str:
@@ -211,38 +254,10 @@ class HTTPEmbedder(TwoSided):
         return text.replace(key, "[redacted]") if key else text
 
     def _post(self, body: bytes, key: str | None) -> bytes:
-        headers = {"Content-Type": "application/json", "Accept": "application/json"}
-        if key:
-            headers["Authorization"] = f"Bearer {key}"
-        where = f"POST {_public_url(self.url)}"
-        attempt = 0
-        while True:
-            self.requests += 1
-            wait: float | None = None
-            try:
-                req = urllib.request.Request(self.url, data=body, headers=headers, method="POST")
-                with urllib.request.urlopen(req, timeout=self.timeout_s) as resp:
-                    return resp.read()
-            except urllib.error.HTTPError as e:
-                status = e.code
-                msg = _error_message(e.read() or b"")
-                if status not in RETRY_STATUS and status < 500:
-                    raise EmbeddingHTTPError(self._scrub(f"http embedder: {status} {e.reason} from {where}: {msg}", key)) from None
-                problem = self._scrub(f"{status} {e.reason}: {msg}", key)
-                wait = _retry_after_seconds(e.headers.get("Retry-After") if e.headers else None)
-            except (OSError, http.client.HTTPException) as e:  # URLError, refused/reset, timeout, truncated
-                reason = getattr(e, "reason", e)
-                problem = self._scrub(f"connection error: {type(reason).__name__}: {reason}", key)
-            if attempt >= self.max_retries:
-                raise EmbeddingHTTPError(
-                    f"http embedder: {where} failed after {attempt + 1} attempts; last: {problem}"
-                ) from None
-            backoff = min(self.backoff_max_s, self.backoff_base_s * 2**attempt)
-            delay = min(MAX_RETRY_AFTER_S, wait) if wait is not None else backoff
-            attempt += 1
-            self.retries += 1
-            log.warning("http embedder: %s: %s; retry %d/%d in %.1f s", where, problem, attempt, self.max_retries, delay)
-            self._sleep(delay)
+        return post_json(self.url, body, key=key, timeout_s=self.timeout_s, max_retries=self.max_retries,
+                         backoff_base_s=self.backoff_base_s, backoff_max_s=self.backoff_max_s, label="http embedder",
+                         scrub=lambda text: self._scrub(text, key), error=EmbeddingHTTPError, counts=self,
+                         sleep=lambda d: self._sleep(d))[0]
 
     def _parse(self, raw: bytes, n: int, offset: int, key: str | None) -> np.ndarray:
         who = f"http embedder {self.model} (POST {_public_url(self.url)})"  # the "file" of a bad reply
