@@ -37,3 +37,18 @@ def test_moves_by_hand():
     assert m["regret"] == pytest.approx(0.02)  # B's best 0.33 - A's choice on B 0.31
     missing = moves([("A", "B")], best, summary.iloc[:1])
     assert math.isnan(missing.iloc[0]["regret"])
+
+
+def test_a_job_records_both_digests_so_the_report_need_not_reload_its_corpus(tmp_path_factory):
+    """meta.json carries turns_sha256 and labels_sha256 (the report's "Label releases compared" reads them);
+    they equal the digests of the job's corpus snapshot."""
+    import json
+
+    from demo_run import demo_run
+
+    from bench.rundir import RunDir
+
+    run = RunDir(demo_run(tmp_path_factory.mktemp("releases")))
+    meta = json.loads((run.path / "meta.json").read_text())
+    corpus = run.corpus()
+    assert (meta["turns_sha256"], meta["labels_sha256"]) == (turns_digest(corpus), labels_digest(corpus))

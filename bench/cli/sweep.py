@@ -287,7 +287,7 @@ def run_job(cfg: DictConfig, out_dir: Path, job: Job | None = None) -> pd.DataFr
     out.write_strategies(redact([strategy_record(s, n) for s, n in zip(strategies, nodes)]))
     meta = {**metas[0], "traces": metas, "tokens_encoding": cfg.tokens.encoding, "thresholds": list(grid),
             "strategies": [s.name for s in strategies], "formats": list(formats), "format_tokens": by_format,
-            "corpus_sha256": job.corpus_sha, "labels_sha256": run.labels_digest(corpus), "embedder_identity": inner.identity,
+            "corpus_sha256": job.corpus_sha, "labels_sha256": run.labels_digest(corpus), "turns_sha256": run.turns_digest(corpus), "embedder_identity": inner.identity,
             "overrides": _overrides(), "coverage": readable, "embedding_cost_estimate": est,
             "defects": dict(Counter(d.kind for d in corpus.defects)), "defects_summary": defect_summary(corpus.defects),
             "embed_cache": {"hits": getattr(embedder, "hits", None), "misses": getattr(embedder, "misses", None)},

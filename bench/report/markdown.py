@@ -140,8 +140,13 @@ def releases_section(run: RunDir, a: Analysis) -> list[str]:
 
     digests = {}
     for job in run.job_dirs():
-        ds = job.meta().get("dataset") if job.has(META) else None
-        if ds and ds not in digests and job.has(CORPUS):
+        meta = job.meta() if job.has(META) else {}
+        ds = meta.get("dataset")
+        if not ds or ds in digests:
+            continue
+        if meta.get("turns_sha256") and meta.get("labels_sha256"):
+            digests[ds] = (meta["turns_sha256"], meta["labels_sha256"])
+        elif job.has(CORPUS):  # a run from before meta.json recorded both digests: from its corpus snapshot
             corpus = job.corpus()
             digests[ds] = (turns_digest(corpus), labels_digest(corpus))
     table = moves(release_pairs(digests), a.rec.best(), a.summary)
