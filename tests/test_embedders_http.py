@@ -4,7 +4,6 @@ import json
 import logging
 import socket
 import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import numpy as np
 import pytest
@@ -15,6 +14,7 @@ from bench.embedders.http import (
     _public_url,
     _retry_after_seconds,
 )
+from loopback import json_server
 
 SECRET = "sk-test-SECRET123"
 KEY_ENV = "RECALLBENCH_TEST_EMBED_KEY"
@@ -47,39 +47,8 @@ class Scripted:
 
 @pytest.fixture
 def server():
-    state = Scripted()
-
-    class Handler(BaseHTTPRequestHandler):
-        def setup(self):
-            super().setup()
-            self.connection.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-
-        def do_POST(self):
-            body = self.rfile.read(int(self.headers["Content-Length"]))
-            payload = json.loads(body)
-            state.requests.append({"path": self.path, "auth": self.headers.get("Authorization"), "json": payload})
-            status, headers, out = state.reply(payload)
-            self.send_response(status)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(out)))
-            for k, v in headers.items():
-                self.send_header(k, v)
-            self.end_headers()
-            self.wfile.write(out)
-
-        def log_message(self, *args):
-            pass
-
-    httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    thread = threading.Thread(target=httpd.serve_forever, kwargs={"poll_interval": 0.02}, daemon=True)
-    thread.start()
-    state.base_url = f"http://127.0.0.1:{httpd.server_address[1]}/v1"
-    try:
+    with json_server(Scripted()) as state:
         yield state
-    finally:
-        httpd.shutdown()
-        httpd.server_close()
-        thread.join(5)
 
 
 @pytest.fixture

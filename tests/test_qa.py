@@ -30,12 +30,10 @@ import json
 import logging
 import os
 import re
-import socket
 import string
 import subprocess
 import sys
 import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pandas as pd
@@ -44,6 +42,7 @@ import pytest
 from bench import llm, qa
 from bench.cli.main import main as cli
 from bench.rundir import RunDir
+from loopback import json_server
 
 REPO = Path(__file__).resolve().parent.parent
 SECRET = "sk-test-LLMSECRET-4242"
@@ -104,36 +103,8 @@ class Chat:
 
 @pytest.fixture
 def server():
-    state = Chat()
-
-    class Handler(BaseHTTPRequestHandler):
-        def setup(self):
-            super().setup()
-            self.connection.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-
-        def do_POST(self):
-            payload = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-            state.requests.append({"path": self.path, "auth": self.headers.get("Authorization"), "json": payload})
-            status, headers, out = state.reply(payload)
-            self.send_response(status)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(out)))
-            for k, v in headers.items():
-                self.send_header(k, v)
-            self.end_headers()
-            self.wfile.write(out)
-
-        def log_message(self, *args):
-            pass
-
-    httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    thread = threading.Thread(target=httpd.serve_forever, kwargs={"poll_interval": 0.02}, daemon=True)
-    thread.start()
-    state.base_url = f"http://127.0.0.1:{httpd.server_address[1]}/v1"
-    try:
+    with json_server(Chat()) as state:
         yield state
-    finally:
-        httpd.shutdown()
 
 
 def _config(path: Path, base_url: str, **over) -> Path:
