@@ -188,19 +188,23 @@ class RunDir:
             raise ValueError(f"{path}: the corpus differs from the one measured (sha256 != meta.json corpus_sha256)")
         return corpus
 
-    def labels(self) -> dict[str, str | None]:
-        """dataset -> the labels digest its jobs scored against (``bench.run.labels_digest``): meta.json's
-        ``labels_sha256``, else computed from the job's corpus snapshot, else None (unknown: an old run).
-        Several digests for one dataset within this run: they are joined with '|' (never equal to another run's)."""
-        from bench.run import labels_digest
+    def digest(self, kind: str) -> str | None:
+        """This job's ``labels`` or ``turns`` digest (``bench.run.labels_digest`` / ``turns_digest``): meta.json's
+        ``<kind>_sha256``, else computed from its corpus snapshot, else None (unknown: an old run)."""
+        from bench import run
 
+        value = (self.meta() if self.has(META) else {}).get(f"{kind}_sha256")
+        if value is None and self.has(CORPUS):
+            value = {"labels": run.labels_digest, "turns": run.turns_digest}[kind](self.corpus())
+        return value
+
+    def labels(self) -> dict[str, str | None]:
+        """dataset -> the labels digest its jobs scored against (``digest("labels")``). Several digests for one
+        dataset within this run: they are joined with '|' (never equal to another run's); None when one is unknown."""
         found: dict[str, set] = {}
         for job in self.job_dirs():
             meta = job.meta() if job.has(META) else {}
-            digest = meta.get("labels_sha256")
-            if digest is None and job.has(CORPUS):
-                digest = labels_digest(job.corpus())
-            found.setdefault(str(meta.get("dataset", "")), set()).add(digest)
+            found.setdefault(str(meta.get("dataset", "")), set()).add(job.digest("labels"))
         return {d: (None if None in v else "|".join(sorted(v))) for d, v in found.items()}
 
     def strategies(self) -> list[dict]:

@@ -23,7 +23,7 @@ from bench.analysis.tables import Analysis, analyse, save
 from bench.analysis.verdict import runner_up
 from bench.report import plots
 from bench.report.strategies import strategy_sections
-from bench.rundir import ANALYSIS, CORPUS, META, QUESTIONS, REPORT_MD, RunDir, strategy_names
+from bench.rundir import ANALYSIS, META, QUESTIONS, REPORT_MD, RunDir, strategy_names
 
 log = logging.getLogger(__name__)
 
@@ -136,19 +136,14 @@ def next_knob_section(run: RunDir, a: Analysis, strategies: list[dict]) -> list[
 def releases_section(run: RunDir, a: Analysis) -> list[str]:
     """Two label releases of one corpus in the run (``bench.analysis.releases``): how far the recommendation moves."""
     from bench.analysis.releases import moves, release_pairs
-    from bench.run import labels_digest, turns_digest
 
     digests = {}
     for job in run.job_dirs():
-        meta = job.meta() if job.has(META) else {}
-        ds = meta.get("dataset")
-        if not ds or ds in digests:
-            continue
-        if meta.get("turns_sha256") and meta.get("labels_sha256"):
-            digests[ds] = (meta["turns_sha256"], meta["labels_sha256"])
-        elif job.has(CORPUS):  # a run from before meta.json recorded both digests: from its corpus snapshot
-            corpus = job.corpus()
-            digests[ds] = (turns_digest(corpus), labels_digest(corpus))
+        ds = job.meta().get("dataset") if job.has(META) else None
+        if ds and ds not in digests:
+            turns, labels = job.digest("turns"), job.digest("labels")
+            if turns and labels:
+                digests[ds] = (turns, labels)
     table = moves(release_pairs(digests), a.rec.best(), a.summary)
     if table.empty:
         return []
