@@ -176,3 +176,30 @@ def test_question_values_leave_out_questions_without_gold():
     fa = stats.question_values(rows, {"strategy": "x"}, "f1_abstain")
     assert fa["question_id"].tolist() == ["q1", "q2", "q4"] and fa["value"].tolist() == [1.0, 0.5, 1.0]
     assert stats.question_values(rows, {"strategy": "x"}, "abstained")["question_id"].tolist() == ["q4"]
+
+
+def test_cluster_t_interval_hand_worked():
+    from scipy import stats as sstats
+
+    from bench.analysis.stats import cluster_t_interval
+    # clusters a: (1, 1), b: (0, 0), c: (1, 0) -> mean 3/6 = 0.5; residuals s_c - m n_c = 1, -1, 0
+    # se^2 = 3/2 * 2 / 36 = 1/12; t_{2, 0.975} = 4.303
+    _, s, c = stats.cluster_sums(np.array([1, 1, 0, 0, 1, 0.0]), ["a", "a", "b", "b", "c", "c"])
+    r = cluster_t_interval(s, c)
+    se = (1 / 12) ** 0.5
+    q = sstats.t.ppf(0.975, 2)
+    assert float(r.point) == 0.5 and float(r.n_clusters) == 3
+    assert abs(float(r.se) - se) < 1e-12
+    assert abs(float(r.low) - (0.5 - q * se)) < 1e-12 and abs(float(r.high) - (0.5 + q * se)) < 1e-12
+    # predicting 3 new conversations: sqrt(1 + 3/3) wider
+    assert abs(float(r.pred_high) - (0.5 + q * se * 2 ** 0.5)) < 1e-12
+    # p of mean == 0: t = 0.5 / se on 2 df
+    assert abs(float(r.p_value) - 2 * sstats.t.sf(0.5 / se, 2)) < 1e-12
+
+
+def test_cluster_t_interval_one_cluster_is_undefined():
+    from bench.analysis.stats import cluster_t_interval
+    _, s, c = stats.cluster_sums(np.array([1.0, 0.0]), ["a", "a"])
+    r = cluster_t_interval(s, c)
+    assert float(r.point) == 0.5
+    assert np.isnan(r.low) and np.isnan(r.high) and np.isnan(r.pred_low) and np.isnan(r.p_value)

@@ -109,6 +109,56 @@ def cluster_bootstrap(
 
 
 @dataclass(frozen=True)
+class ClusterInterval:
+    """A small-sample interval of a macro mean over clusters (see :func:`cluster_t_interval`).
+
+    ``low``/``high`` are about the mean of conversations like these (a confidence interval for the
+    population mean); ``pred_low``/``pred_high`` predict the mean of ``new_clusters`` new conversations
+    like these (a prediction interval: what a user should expect on their next corpus). Every field has the
+    trailing shape of the input; NaN where fewer than 2 clusters have a value.
+    """
+
+    point: np.ndarray
+    se: np.ndarray  # cluster-robust standard error of the mean
+    low: np.ndarray
+    high: np.ndarray
+    pred_low: np.ndarray
+    pred_high: np.ndarray
+    p_value: np.ndarray  # two-sided t test of mean == 0 (for paired differences)
+    n_clusters: np.ndarray  # clusters with a value (df = n_clusters - 1)
+
+
+def cluster_t_interval(sums: np.ndarray, counts: np.ndarray, *, confidence: float = 0.95,
+                       new_clusters: int | None = None) -> ClusterInterval:
+    """t-based intervals of the question-weighted mean ``sum(sums) / sum(counts)`` with clusters as the unit.
+
+    ``sums``/``counts`` (C, ...) come from :func:`cluster_sums`. Clusters with count 0 at an entry are left
+    out there. With G clusters, N questions, mean m and residuals e_c = s_c - m n_c (a ratio estimator):
+    se^2 = G/(G-1) * sum(e_c^2) / N^2 (the CR1 cluster-robust variance), and the interval is
+    m +- t_{G-1} se (Student's t with G-1 degrees of freedom: the small-sample correction; 2 clusters give
+    t = 12.7, never the min-max of two means). The prediction interval for the mean of k new clusters of the
+    same average size (k = ``new_clusters``, default G) is m +- t_{G-1} se sqrt(1 + G/k).
+    """
+    from scipy import stats as sstats
+
+    s, n = np.asarray(sums, np.float64), np.asarray(counts, np.float64)
+    has = n > 0
+    g = has.sum(axis=0).astype(np.float64)
+    tot_s, tot_n = np.where(has, s, 0.0).sum(axis=0), n.sum(axis=0)
+    m = ratio(tot_s, tot_n)
+    e = np.where(has, s - m * n, 0.0)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        se = np.where(g >= 2, np.sqrt(g / np.maximum(g - 1, 1) * (e ** 2).sum(axis=0)) / np.where(tot_n > 0, tot_n, 1.0), NAN)
+        q = sstats.t.ppf(0.5 + confidence / 2, np.maximum(g - 1, 1))
+        half = np.where(g >= 2, q * se, NAN)
+        k = g if new_clusters is None else float(new_clusters)
+        pred_half = half * np.sqrt(1.0 + g / k)
+        tstat = np.where(se > 0, np.abs(m) / np.where(se > 0, se, 1.0), np.where(m == 0, 0.0, np.inf))
+        p = np.where(g >= 2, 2 * sstats.t.sf(tstat, np.maximum(g - 1, 1)), NAN)
+    return ClusterInterval(m, se, m - half, m + half, m - pred_half, m + pred_half, p, g)
+
+
+@dataclass(frozen=True)
 class PairedTest:
     n: int  # paired units with both values defined (questions, or conversations when clustered)
     n_questions: int
