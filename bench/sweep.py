@@ -30,6 +30,7 @@ from bench import metrics
 from bench.answers import AnswerIndex
 from bench.formats import TokenTable, check_formats
 from bench.strategies.spec import Selection, StrategySpec, threshold_grid  # noqa: F401  (threshold_grid: re-exported)
+from bench.strategies.vector import passes
 from bench.trace import Trace
 from bench.types import Corpus, Hits, memory_key
 from bench.visibility import Visibility
@@ -105,7 +106,7 @@ class _Prefixes:
         self._tokens: dict[str, tuple[np.ndarray, np.ndarray]] = {}
 
     def n_above(self, t: float) -> np.ndarray:
-        return (self.neg <= -t).sum(axis=1)  # how many scores >= t (``vector.above``), rows sorted best first
+        return passes(-self.neg, t).sum(axis=1)  # how many scores pass t (``vector.above``), rows sorted best first
 
     def answers(self, index: AnswerIndex) -> tuple[np.ndarray, np.ndarray]:
         """(answer_recall, answer_contained) of the first n hits per question, n = 0..width (``AnswerIndex.prefixes``;

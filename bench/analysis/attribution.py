@@ -38,6 +38,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from bench.strategies.vector import passes
 from bench.trace import Trace
 from bench.types import Corpus, memory_key
 from bench.visibility import Visibility
@@ -65,7 +66,7 @@ def classify(*, visible_: bool, uses_store: bool, exact_rank: int | None, top_n:
         return "embedding"
     if store_rank is None:
         return "unreturned" if exact_rank is None else "store"
-    if threshold is not None and not (store_score >= threshold):
+    if threshold is not None and not passes(store_score, threshold):
         return "threshold"
     if cap_k is not None and rank_passing is not None and rank_passing >= cap_k:
         return "cap"
@@ -123,9 +124,9 @@ def attribute(
         for g in missed:
             r = ids.index(g) if g in ids else None  # first occurrence, as a store's hits have no duplicates
             score = float(scores[r]) if r is not None else NAN
-            passes = r is not None and (cut is None or score >= cut)
+            kept = r is not None and (cut is None or passes(score, cut))
             # 0-based position among the hits that pass the threshold (None when g itself does not pass)
-            rank_passing = (r if cut is None else int(np.count_nonzero(scores[:r] >= cut))) if passes else None
+            rank_passing = (r if cut is None else int(np.count_nonzero(passes(scores[:r], cut)))) if kept else None
             cause = classify(visible_=g in vis, uses_store=spec.uses_store, exact_rank=qranks.get(g), top_n=top_n,
                              store_rank=r, store_score=score, threshold=cut, cap_k=cap_k, rank_passing=rank_passing)
             out.append({

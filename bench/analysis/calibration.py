@@ -17,6 +17,8 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
+from bench.strategies.vector import lowest_passing
+
 NAN = float("nan")
 QUANTILES = (0.05, 0.25, 0.5, 0.75, 0.95)
 
@@ -76,12 +78,12 @@ def ecdf(values: np.ndarray, x: np.ndarray) -> np.ndarray:
 
 
 def pass_rates(split: ScoreSplit, thresholds: Sequence[float]) -> pd.DataFrame:
-    """Per threshold: share of returned gold and of non-gold candidates with similarity >= threshold."""
+    """Per threshold: share of returned gold and of non-gold candidates with similarity >= threshold (``passes``)."""
     t = np.asarray(thresholds, np.float64)
 
     def share(v: np.ndarray) -> np.ndarray:
         v = np.sort(v)
-        return (v.size - np.searchsorted(v, t, side="left")) / v.size if v.size else np.full(t.shape, NAN)
+        return (v.size - np.searchsorted(v, lowest_passing(t), side="left")) / v.size if v.size else np.full(t.shape, NAN)
 
     return pd.DataFrame({"threshold": t, "gold_pass": share(split.gold), "nongold_pass": share(split.nongold)})
 

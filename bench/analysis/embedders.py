@@ -16,6 +16,8 @@ from collections.abc import Mapping, Sequence
 import numpy as np
 import pandas as pd
 
+from bench.strategies.vector import passes
+
 NAN = float("nan")
 BANDS = (0.1, 0.5, 0.9)
 REFERENCE = 0.7
@@ -30,7 +32,7 @@ def bands(gold: np.ndarray, nongold: np.ndarray, auc: float, *, reference: float
     for name, v in (("gold", gold), ("nongold", nongold)):
         for q in BANDS:
             out[f"{name}_p{round(q * 100)}"] = float(np.quantile(v, q)) if v.size else NAN
-    g, n = int((gold >= reference).sum()), int((nongold >= reference).sum())
+    g, n = int(passes(gold, reference).sum()), int(passes(nongold, reference).sum())
     tag = f"{reference:.2f}"
     out.update({"auc": auc, "n_gold": int(gold.size), "n_nongold": int(nongold.size),
                 f"gold_pass_{tag}": g / gold.size if gold.size else NAN,

@@ -31,6 +31,7 @@ from functools import lru_cache
 import numpy as np
 
 from bench.strategies.spec import strategy
+from bench.strategies.vector import passes
 from bench.types import Hit, Question, Turn
 from bench.visibility import keys_of, texts_of
 
@@ -156,7 +157,7 @@ def rrf(hits: Sequence[Hit], *, question: Question, eligible: Sequence[Turn] = (
     """Vector + BM25 fusion by reciprocal rank fusion, top k (score = fused RRF score)."""
     if k < 0:
         raise ValueError(f"rrf: k must be >= 0 (got {k})")
-    vector = [h.id for h in hits if threshold is None or h.score >= threshold]
+    vector = [h.id for h in hits if threshold is None or passes(h.score, threshold)]
     texts, keys = _texts_keys(eligible)
     lexical = [keys[i] for i, _ in _ranking(question.text, texts, float(k1), float(b))]
     return tuple(fuse([vector, lexical], k_rrf=k_rrf, limit=k))

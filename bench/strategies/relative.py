@@ -21,7 +21,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from bench.strategies.spec import strategy
-from bench.strategies.vector import above, prefix
+from bench.strategies.vector import above, passes, prefix
 from bench.types import Hit, Hits, Question, Turn
 
 
@@ -39,7 +39,7 @@ def calibrated_threshold(hits: Sequence[Hit], *, question: Question | None = Non
     p = np.asarray(calibrated, dtype=np.float64)
     if len(p) != len(hits):
         raise ValueError(f"calibrated_threshold: {len(p)} calibrated values for {len(hits)} hits")
-    keep = p >= threshold
+    keep = passes(p, threshold)
     n = int(np.count_nonzero(keep))
     if keep[:n].all():  # the usual case: a monotone map keeps a prefix of the hits
         return prefix(hits, n)

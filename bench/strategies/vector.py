@@ -16,6 +16,24 @@ import numpy as np
 from bench.strategies.spec import Selection, strategy
 from bench.types import Hit, Hits, Question, Turn
 
+# Every inclusive cut ("score >= threshold") compares at one stated precision: a score passes when it is at least
+# the threshold minus THRESHOLD_EPS. Stores keep float32 vectors and return float32 distances, so a cosine whose
+# float64 value is 0.20 may arrive as 0.19999996; differences below 1e-6 are rounding, not a ranking. Every such
+# comparison (strategies, the sweep's array path, attribution, calibration) goes through ``passes``/``lowest_passing``;
+# the README's "Metric conventions" states the rule.
+THRESHOLD_EPS = 1e-6
+
+
+def lowest_passing(threshold):
+    """The lowest score that passes ``threshold`` (a float or an array): threshold - THRESHOLD_EPS."""
+    return threshold - THRESHOLD_EPS
+
+
+def passes(score, threshold):
+    """True where ``score`` >= ``threshold`` at the stated precision (floats or arrays; NaN never passes)."""
+    return score >= lowest_passing(threshold)
+
+
 # The seekdb agent-memory article's profile-question detector (English and Chinese), as regexes
 # searched case-insensitively; configurable per strategy config.
 PROFILE_PATTERNS = (
@@ -40,17 +58,18 @@ def limit(hits: Sequence[Hit], *, question: Question | None = None, eligible: Se
 
 @strategy(thresholded=True)
 def threshold(hits: Sequence[Hit], *, question: Question | None = None, eligible: Sequence[Turn] = (), threshold: float | None = None) -> Sequence[Hit]:
-    """Every candidate with similarity >= threshold (bounded only by the search depth)."""
+    """Every candidate with similarity >= threshold (``passes``; bounded only by the search depth)."""
     if threshold is None:
         raise ValueError("threshold: a threshold is required")
     return prefix(hits, above(hits, threshold))
 
 
 def above(hits: Sequence[Hit], threshold: float) -> int:
-    """How many of ``hits`` (best first, as every store returns them) have similarity >= threshold."""
+    """How many of ``hits`` (best first, as every store returns them) pass ``threshold`` (``passes``)."""
+    low = lowest_passing(threshold)
     if isinstance(hits, Hits):
-        return bisect.bisect_right(hits.scores, -threshold, key=neg)
-    return bisect.bisect_right(hits, -threshold, key=lambda h: -h.score)
+        return bisect.bisect_right(hits.scores, -low, key=neg)
+    return bisect.bisect_right(hits, -low, key=lambda h: -h.score)
 
 
 @strategy(thresholded=True)
@@ -89,7 +108,7 @@ def token_budget(hits: Sequence[Hit], *, question: Question | None = None, eligi
         raise ValueError(f"token_budget: budget must be >= 0 (got {budget})")
     out, used = [], 0
     for h in hits:
-        if threshold is not None and h.score < threshold:
+        if threshold is not None and not passes(h.score, threshold):
             break
         try:
             n = tokens[h.id]

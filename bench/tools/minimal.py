@@ -10,7 +10,8 @@ strategy, threshold, n_questions, precision, recall, f1, tokens_injected_mean, t
 The rules it re-implements (README "Metric conventions"):
 - a question sees its conversation's turns said at or before ``asked_at`` (no timestamp = 0.0);
   ranking: cosine (float32 product, as a brute-force store computes it) descending, ties by key;
-- threshold: every seen turn with similarity >= t (compared in float64); hybrid5: that, capped at 5;
+- threshold: every seen turn with similarity >= t - 1e-6 (the README's one stated precision for inclusive
+  thresholds, float32 rounding absorbed); hybrid5: that, capped at 5;
   limit5: the best 5; full_context: every seen turn, conversation order;
 - scored questions: not adversarial, at least one gold key; means over them; precision NaN when
   nothing is selected (left out of its mean), F1 0 then;
@@ -34,6 +35,7 @@ import numpy as np
 
 STRATEGIES = ("limit5", "threshold", "hybrid5", "full_context")
 THRESHOLDS = tuple(i / 100 for i in range(10, 91, 5))  # the nearest doubles to 0.10 .. 0.90, like Decimal -> float
+EPS = 1e-6  # inclusive thresholds: a similarity passes t when >= t - EPS (README "Metric conventions")
 COLUMNS = ("strategy", "threshold", "n_questions", "precision", "recall", "f1", "tokens_injected_mean", "tokens_full_mean")
 
 
@@ -108,7 +110,7 @@ def sweep(ranked: list[dict], keys: np.ndarray, alone, joined, safe, enc, lines,
         hits = np.fromiter((k in r["gold"] for k in keys[r["ranked"]]), dtype=bool, count=len(r["ranked"]))
         correct = np.concatenate([[0], np.cumsum(hits)])
         cost = prefix_costs(r["ranked"], alone, joined, safe, enc, lines)
-        above = np.searchsorted(-r["sims"], -ts, side="right")  # how many sims >= t
+        above = np.searchsorted(-r["sims"], -(ts - EPS), side="right")  # how many sims >= t - EPS
         for name, n in (("limit5", np.array([min(5, len(hits))])), ("threshold", above), ("hybrid5", np.minimum(above, 5))):
             sel[name].append((n, correct[n], cost[n]))
         seen_gold = sum(k in r["gold"] for k in keys[r["seen"]])
