@@ -4,8 +4,12 @@ Formats (whitespace-separated, one record a line, ids as strings without whitesp
 
 - run:   ``qid Q0 docid rank score tag``: qid = the question's id, docid = the memory key
   ``<conversation_id>|<turn_id>``, rank 1-based in the trace's order, score = the store's similarity
-  (written with ``repr``, so it reads back to the same float), tag = the run's name (the store).
-- qrels: ``qid 0 docid 1``: one line per distinct gold memory of every question that has gold.
+  (written with ``repr``, so it reads back to the same float; a score tied with the one before at float32, the
+  precision trec_eval sorts at, is written one float32 step lower, see ``strict_scores``), tag = the run's name
+  (the store). Every question's hits are written, adversarial ones included (read back: the same summary).
+- qrels: ``qid 0 docid 1``: one line per distinct gold memory of every scored question (not adversarial, with
+  gold), the questions ``ranked.csv`` averages over, so trec_eval / ir_measures on these two files give
+  ranked.csv's turn-level numbers (a scored question without hits counts 0 in both; tests check it to 1e-9).
 
 These are what trec_eval, ir_measures and ranx read. Read back (``read_run``), a run's hits are ordered
 by score descending, ties by rank, then by line (trec_eval orders by score too); a hit the question may
@@ -57,33 +61,57 @@ def run_lines(table: pd.DataFrame, tag: str, where: str = "trace") -> list[str]:
     out = []
     for qid, ids, scores in zip(table["question_id"], table["hit_ids"], table["hit_scores"]):
         q = _check_id(qid, "question id", where)
-        for rank, (d, s) in enumerate(zip(ids, scores), 1):
-            out.append(f"{q} Q0 {_check_id(d, 'memory id', where)} {rank} {float(s)!r} {tag}")
+        for rank, (d, s) in enumerate(zip(ids, strict_scores(scores)), 1):
+            out.append(f"{q} Q0 {_check_id(d, 'memory id', where)} {rank} {s!r} {tag}")
     return out
 
 
-def qrels_lines(table: pd.DataFrame, where: str = "trace", corpus: Corpus | None = None) -> list[str]:
-    """The qrels' lines of a trace table: ``qid 0 docid 1`` per distinct gold memory (a trace written before
-    ``gold_ids`` existed: the gold of ``corpus``, the job's snapshot)."""
+def strict_scores(scores) -> list[float]:
+    """The scores as written to a run, strictly decreasing at float32 precision where the trace's are non-increasing.
+
+    trec_eval (and ir_measures through it) holds a score as a float32, sorts by it and breaks ties by docid
+    descending, so two hits whose similarities are equal (duplicate texts) or equal in float32 would be reordered
+    and scored differently from ranked.csv. Such a hit is written one float32 step below the score written before
+    it (about 6e-8 near 1: n tied hits move by n steps); every other score is written as it is (``repr``)."""
+    out: list[float] = []
+    before = math.inf
+    for s in map(float, scores):
+        if out and s <= before and np.float32(s) >= np.float32(out[-1]):
+            out.append(float(np.nextafter(np.float32(out[-1]), np.float32(-np.inf))))
+        else:
+            out.append(s)
+        before = s
+    return out
+
+
+def qrels_lines(table: pd.DataFrame, corpus: Corpus, where: str = "trace") -> list[str]:
+    """The qrels' lines of a trace table: ``qid 0 docid 1`` per distinct gold memory of every *scored* question
+    (not adversarial, with gold: the questions ranked.csv averages over), so the qrels score exactly what the
+    report scores. ``corpus`` (the job's snapshot) says which questions are adversarial, and gives the gold of
+    a trace written before ``gold_ids`` existed."""
+    questions = {q.question_id: q for q in corpus.questions}
     if "gold_ids" in table:
         golds = table["gold_ids"]
-    elif corpus is not None:
-        by_id = {q.question_id: [memory_key(q.conversation_id, e) for e in q.evidence] for q in corpus.questions}
-        golds = [by_id.get(q, []) for q in table["question_id"]]
     else:
-        raise ValueError(f"{where}: the trace has no gold_ids (written by an older version) and no corpus was given")
+        golds = [[memory_key(q.conversation_id, e) for e in q.evidence] if q else [] for q in map(questions.get, table["question_id"])]
     out = []
     for qid, gold in zip(table["question_id"], golds):
+        q = questions.get(qid)
+        if q is None or q.adversarial:
+            continue
         for d in dict.fromkeys(gold):
             out.append(f"{_check_id(qid, 'question id', where)} 0 {_check_id(d, 'memory id', where)} 1")
     return out
 
 
-def export_trace(trace, directory: Path, name: str = "trace", corpus: Corpus | None = None) -> tuple[Path, Path]:
-    """``<directory>/<name>.run`` and ``<name>.qrels`` of one trace (written atomically); the tag is its store's name."""
+def export_trace(trace, directory: Path, corpus: Corpus, name: str = "trace") -> tuple[Path, Path]:
+    """``<directory>/<name>.run`` and ``<name>.qrels`` of one trace (written atomically); the tag is its store's name.
+    The run holds every question's hits (read back with ``run_file=`` it gives the same summary, adversarial
+    abstention included); the qrels hold the scored questions only, so trec_eval / ir_measures average over
+    the questions ranked.csv averages over (a question in the run without qrels is not evaluated)."""
     where = f"{directory / name}"
     run = run_lines(trace.table, tag_of(trace.meta.get("backend", "recallbench")), where)
-    qrels = qrels_lines(trace.table, where, corpus)
+    qrels = qrels_lines(trace.table, corpus, where)
     a = write_atomic(Path(directory) / f"{name}{RUN_SUFFIX}", lambda p: p.write_text("".join(f"{x}\n" for x in run)))
     b = write_atomic(Path(directory) / f"{name}{QRELS_SUFFIX}", lambda p: p.write_text("".join(f"{x}\n" for x in qrels)))
     return a, b

@@ -40,7 +40,7 @@ def _trace():
 
 
 def test_export_writes_run_and_qrels_hand_worked(tmp_path):
-    run, qrels = trec.export_trace(_trace(), tmp_path)
+    run, qrels = trec.export_trace(_trace(), tmp_path, CORPUS)
     assert run.read_text().splitlines() == ["q1 Q0 c1|t2 1 0.75 seekdb_(ef_64)", "q1 Q0 c1|t0 2 0.1 seekdb_(ef_64)",
                                             f"q2 Q0 c2|t1 1 {1 / 3!r} seekdb_(ef_64)"]
     assert qrels.read_text().splitlines() == ["q1 0 c1|t2 1", "q2 0 c2|t0 1", "q2 0 c2|t1 1"]
@@ -48,11 +48,75 @@ def test_export_writes_run_and_qrels_hand_worked(tmp_path):
     assert tag == "seekdb_(ef_64)" and hits == {"q1": [("c1|t2", 0.75), ("c1|t0", 0.1)], "q2": [("c2|t1", 1 / 3)]}  # exact floats
 
 
+def _ir_measures_means(run, qrels, ks) -> dict:
+    """ranked.csv's turn-level (metric, k) -> mean, computed by ir_measures from the exported files alone."""
+    ir = pytest.importorskip("ir_measures")
+    from ir_measures import RR, R, Success, nDCG
+
+    names = {**{nDCG @ k: ("ndcg", k) for k in ks}, **{Success @ k: ("recall_any", k) for k in ks}, RR: ("mrr", None),
+             **{R @ k: ("recall_all", k) for k in ks}}
+    per: dict = {}
+    for m in ir.iter_calc(list(names), list(ir.read_trec_qrels(str(qrels))), list(ir.read_trec_run(str(run)))):
+        metric, k = names[m.measure]
+        per.setdefault((metric, k), []).append(float(m.value == 1.0) if metric == "recall_all" else m.value)
+    return {key: sum(v) / len(v) for key, v in per.items()}
+
+
+def _ranked_means(table) -> dict:
+    t = table[table["level"] == "turn"]
+    return {(m, None if pd.isna(k) else int(k)): v for m, k, v in zip(t["metric"], t["k"], t["mean"])}
+
+
+def test_exported_run_and_qrels_score_like_ranked_csv_with_ir_measures(tmp_path):
+    """The qrels hold the scored questions only (q2, adversarial with LoCoMo-style evidence, is left out as in
+    ranked.csv); q3 (scored, no hits) counts 0 in both; q4's gold t1 ties with t3 and keeps the trace's order."""
+    from bench import ranked
+
+    corpus = Corpus(name="tiny", conversations=(Conversation("c1", tuple(_turn("c1", i) for i in range(4))),),
+                    questions=(Question("q1", "c1", "?", None, ("t2",)),
+                               Question("q2", "c1", "?", None, ("t0",), adversarial=True),  # adversarial with evidence
+                               Question("q3", "c1", "?", None, ("t1",)),  # scored, the store returned nothing
+                               Question("q4", "c1", "?", None, ("t1",)),  # gold t1 tied with t3, t1 first in the trace
+                               Question("q5", "c1", "?", None, ())))  # no gold: excluded
+    hits = {"q1": (["c1|t0", "c1|t2"], [0.9, 0.5]), "q2": (["c1|t0", "c1|t1"], [0.8, 0.7]), "q3": ([], []),
+            "q4": (["c1|t1", "c1|t3", "c1|t0"], [0.6, 0.6, 0.1]), "q5": (["c1|t0"], [0.3])}
+    gold = {q.question_id: [f"c1|{e}" for e in q.evidence] for q in corpus.questions}
+    table = pd.DataFrame([{"question_id": q, "conversation_id": "c1", "latency_ns": 1.0, "hit_ids": ids, "hit_scores": sc,
+                           "exact_scores": sc, "gold_ids": gold[q], "gold_exact_ranks": [1] * len(gold[q])}
+                          for q, (ids, sc) in hits.items()], columns=TRACE_COLUMNS)
+    trace = Trace(table, {"dataset": "tiny", "embedder": "e", "backend": "exact", "roles": None})
+    run, qrels = trec.export_trace(trace, tmp_path, corpus=corpus)
+    assert qrels.read_text().splitlines() == ["q1 0 c1|t2 1", "q3 0 c1|t1 1", "q4 0 c1|t1 1"]
+    assert "q2 Q0 c1|t0 1 0.8 exact" in run.read_text()  # the run keeps every question (read back: same summary)
+    want = _ranked_means(ranked.for_traces([trace], corpus, ks=(1, 3, 5, 10)))
+    # hand-worked: q1 gold at rank 2, q3 nothing, q4 gold at rank 1 -> MRR (1/2 + 0 + 1) / 3
+    assert want["mrr", None] == pytest.approx(0.5)
+    got = _ir_measures_means(run, qrels, (1, 3, 5, 10))
+    assert set(got) == set(want)
+    assert all(abs(got[k] - want[k]) <= 1e-9 for k in want), {k: (got[k], want[k]) for k in want}
+
+
+def test_locomo_export_scores_like_ranked_csv(tmp_path, bench_data_dir):
+    """The real thing on two LoCoMo conversations (hashing embedder: seconds): 304 questions, adversarial ones with
+    evidence; ir_measures on the exported files equals ranked.csv's turn level to 1e-9."""
+    if not (bench_data_dir / "locomo" / "locomo10.json").is_file():
+        pytest.skip(f"LoCoMo not under {bench_data_dir} (set BENCH_DATA_DIR)")
+    env = {**_env(), "BENCH_DATA_DIR": str(bench_data_dir)}
+    cmd = [sys.executable, "-m", "bench", f"paths.reports={tmp_path}", "dataset=locomo_ci", "embedder=hashing",
+           "backend=exact", "progress=false", "defer_report=true"]
+    proc = subprocess.run(cmd, check=False, cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert export.main([str(tmp_path / "latest"), "--out", str(tmp_path / "trec")]) == 0
+    want = _ranked_means(pd.read_csv(tmp_path / "latest" / "ranked.csv"))
+    got = _ir_measures_means(tmp_path / "trec" / "trace.run", tmp_path / "trec" / "trace.qrels", (1, 3, 5, 10))
+    assert all(abs(got[k] - want[k]) <= 1e-9 for k in want), {k: (got[k], want[k]) for k in want}
+
+
 def test_an_id_with_whitespace_cannot_be_exported(tmp_path):
     t = _trace()
     t.table.loc[0, "question_id"] = "q 1"
     with pytest.raises(ValueError, match="question id 'q 1' is empty or holds whitespace"):
-        trec.export_trace(t, tmp_path)
+        trec.export_trace(t, tmp_path, CORPUS)
 
 
 def test_read_run_orders_by_score_then_rank(tmp_path):

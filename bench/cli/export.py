@@ -10,7 +10,8 @@ from bench.rundir import SUMMARY, RunDir
 
 def main(argv: list[str] | None = None) -> int:
     ap = parser("export", "Write each trace of a finished run as a TREC run (qid Q0 docid rank score tag) plus qrels "
-                          "(qid 0 docid 1), for trec_eval, ir_measures or ranx. Read a run back with `recallbench sweep run_file=...`.",
+                          "(qid 0 docid 1) of the scored questions, for trec_eval, ir_measures or ranx: scored with them, the "
+                          "turn-level numbers equal ranked.csv. Read a run back with `recallbench sweep run_file=...`.",
                 examples=["recallbench export                                  # reports/latest -> reports/latest/trec/",
                           "recallbench export reports/latest --out /tmp/trec   # trace.run, trace.qrels (job<N>/ for a multirun)"])
     ap.add_argument("run_dir", nargs="?", default=str(reports_dir("latest")), help="a finished run (default reports/latest)")
@@ -28,11 +29,11 @@ def main(argv: list[str] | None = None) -> int:
     from bench.trace import Trace
 
     for job in jobs:
+        corpus = job.corpus()  # the job's snapshot: which questions are scored (the qrels hold only those)
         for d in job.trace_dirs():
             trace = Trace.load(d)
-            corpus = None if "gold_ids" in trace.table else job.corpus()  # an older trace: gold from the job's corpus snapshot
             target = out if job.path == run.path else out / job.path.name
-            for p in export_trace(trace, target, d.name, corpus):
+            for p in export_trace(trace, target, corpus, d.name):
                 print(p)
                 written += 1
     if not written:
