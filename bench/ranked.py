@@ -20,7 +20,10 @@ the question may not see (said later, another role), exactly as the set recall's
   sessions, deduplicated in rank order (a session ranks where its best turn ranks), so the top k
   sessions are LongMemEval's ``evaluate_retrieval_turn2session`` (its effective depth grows until k
   unique sessions); gold = the sessions of the gold turns. The metrics above are then taken over that
-  session ranking.
+  session ranking. Only where sessions exist: a question whose conversation holds a single session (an
+  own-format corpus without ``session`` fields puts every turn in session 0) gets NaN at session level, since
+  any returned turn would find "the" session and score 1; a corpus with no such question has no session rows
+  to show (the report says "no sessions in this corpus").
 - A question without gold: every metric NaN. As for the set metrics (``bench.metrics``), only the
   scored questions (non-adversarial, with gold) enter the table; ``n_questions`` counts them.
 """
@@ -38,6 +41,7 @@ LEVELS = ("turn", "session")
 METRICS = ("recall_any", "recall_all", "ndcg", "mrr")
 DEFAULT_KS = (1, 3, 5, 10)
 KEYS = ["dataset", "embedder", "backend", "roles"]
+NO_SESSIONS = "n/a: no sessions in this corpus (every conversation holds one session)"
 TABLE_COLUMNS = [*KEYS, "level", "metric", "k", "n_questions", "mean", "ci_low", "ci_high"]
 
 
@@ -122,6 +126,7 @@ def per_question(trace, corpus, *, ks: Sequence[int] = DEFAULT_KS, embedder: str
     """One row per scored question of ``trace`` (non-adversarial, with gold): KEYS, question_id, conversation_id
     and one column per (level, metric, k) named ``<level>/<metric>@<k>`` (``<level>/mrr`` for MRR)."""
     sessions = session_map(corpus)
+    with_sessions = {c.conversation_id for c in corpus.conversations if len({t.session for t in c.turns}) > 1}
     questions = {q.question_id: q for q in corpus.questions}
     roles = trace.meta.get("roles")
     base = {"dataset": trace.meta.get("dataset"), "embedder": embedder or trace.meta.get("embedder"),
@@ -133,6 +138,8 @@ def per_question(trace, corpus, *, ks: Sequence[int] = DEFAULT_KS, embedder: str
         if q is None or q.adversarial or len(gold) == 0:
             continue
         values = question_metrics(ranked=list(hits), gold=list(gold), ks=ks, session_of=lambda x: sessions.get(x, x))
+        if q.conversation_id not in with_sessions:  # one session: nothing to rank at session level
+            values.update({key: NAN for key in values if key[0] == "session"})
         out.append({**base, "question_id": qid, "conversation_id": conv, **{column(*key): v for key, v in values.items()}})
     cols = [*KEYS, "question_id", "conversation_id"] + [column(lv, m, k) for lv in LEVELS for m, k in _metric_keys(ks)]
     return pd.DataFrame(out, columns=cols)
@@ -205,6 +212,9 @@ def report_table(df: pd.DataFrame) -> list[str]:
         return f"{r['mean']:.3f}{ci}"
 
     for key, g in df.groupby([*KEYS, "level"], sort=False):
+        if key[-1] == "session" and not (g["n_questions"] > 0).any():
+            lines.append("| " + " | ".join([*map(str, key), NO_SESSIONS, *[""] * len(ks), ""]) + " |")
+            continue
         for m in METRICS:
             sub = g[g["metric"] == m]
             if not len(sub):

@@ -159,8 +159,9 @@ def test_per_question_and_table_from_a_trace():
     # q1: gold t1 at rank 1 -> 1; q2: gold t0 (rank 2), t3 (rank 4) -> RR 1/2; q3: t1 at rank 2 -> 1/2
     assert rows["turn/mrr"].tolist() == [1.0, 0.5, 0.5]
     # sessions of c1: t0,t1 -> session0; t2,t3 -> session1. q2 ranks session1 (t2), session0 (t0): gold both -> all@2 = 1
-    assert rows["session/recall_all@2"].tolist() == [1.0, 1.0, 1.0]
-    assert rows["session/recall_any@1"].tolist() == [1.0, 1.0, 1.0] and rows["turn/recall_any@1"].tolist() == [1.0, 0.0, 0.0]
+    # c2 holds one session: q3 has no session level (NaN), whatever was returned
+    assert rows["session/recall_all@2"].tolist()[:2] == [1.0, 1.0] and math.isnan(rows["session/recall_all@2"].iloc[2])
+    assert rows["session/recall_any@1"].tolist()[:2] == [1.0, 1.0] and rows["turn/recall_any@1"].tolist() == [1.0, 0.0, 0.0]
     t = R.table(rows, ks=(1, 2), n_resamples=200)
     assert list(t.columns) == R.TABLE_COLUMNS
     mrr = t[(t["level"] == "turn") & (t["metric"] == "mrr")].iloc[0]
@@ -169,6 +170,30 @@ def test_per_question_and_table_from_a_trace():
     assert len(t) == 2 * (3 * 2 + 1)  # levels x (3 metrics x 2 cut-offs + mrr)
     lines = R.report_table(t)
     assert lines[0].startswith("| dataset") and any("| turn | mrr |" in ln and "0.667" in ln for ln in lines)
+
+
+def test_a_corpus_without_sessions_gets_no_session_metrics(tmp_path):
+    """An own-format corpus without ``session`` fields (every turn in session 0): every question's session-level
+    ranking would find "the" session (1.000 [1.000, 1.000] on 7255a18); now NaN, n 0, and the report says why."""
+    import json
+
+    from bench.data.own import load_own
+
+    turns = [{"conversation_id": c, "turn_id": f"t{i}", "role": "user", "text": f"turn {i}"} for c in ("c1", "c2") for i in range(3)]
+    questions = [{"question_id": f"q{c}", "conversation_id": c, "text": "?", "evidence": ["t2"]} for c in ("c1", "c2")]
+    (tmp_path / "turns.jsonl").write_text("".join(json.dumps(t) + "\n" for t in turns))
+    (tmp_path / "questions.jsonl").write_text("".join(json.dumps(q) + "\n" for q in questions))
+    corpus = load_own(path=tmp_path)
+    rows = [{"question_id": q, "conversation_id": c, "latency_ns": 1.0, "hit_ids": [f"{c}|t0", f"{c}|t1"], "hit_scores": [0.9, 0.8],
+             "exact_scores": [], "gold_ids": [f"{c}|t2"], "gold_exact_ranks": []} for q, c in (("qc1", "c1"), ("qc2", "c2"))]
+    trace = Trace(pd.DataFrame(rows, columns=TRACE_COLUMNS), {"dataset": "own", "embedder": "e", "backend": "exact", "roles": None})
+    t = R.for_traces([trace], corpus, ks=(1, 5), n_resamples=50)
+    turn, session = t[t["level"] == "turn"], t[t["level"] == "session"]
+    assert (turn["n_questions"] == 2).all() and turn[turn["metric"] == "recall_any"]["mean"].tolist() == [0.0, 0.0]  # gold t2 not returned
+    assert (session["n_questions"] == 0).all() and session[["mean", "ci_low", "ci_high"]].isna().all().all()
+    lines = R.report_table(t)
+    assert [ln for ln in lines if "| session |" in ln] == [f"| own | e | exact | all | session | {R.NO_SESSIONS} |  |  |  |"]
+    assert not any("1.000" in ln for ln in lines)
 
 
 def test_check_ks():

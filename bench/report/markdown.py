@@ -592,7 +592,8 @@ def ranked_section(run: RunDir) -> list[str]:
             "Each question's ranked hits from the trace against its gold memories (scored questions only). recall_any@k: "
             "a gold item in the top k; recall_all@k: every gold item in the top k; nDCG@k: binary relevance, ideal DCG over "
             "every gold item (trec_eval / ir_measures); MRR over the whole ranked list. Session level: the ranked turns' sessions, "
-            "deduplicated in rank order (LongMemEval's turn-to-session rule). Mean [95 % cluster-bootstrap CI]; ranked.csv has every "
+            "deduplicated in rank order (LongMemEval's turn-to-session rule), for questions whose conversation holds two or more "
+            "sessions (no sessions: n/a). Mean [95 % cluster-bootstrap CI]; ranked.csv has every "
             "value. Definitions: bench/ranked.py.", "", *report_table(table), ""]
 
 
