@@ -5,14 +5,20 @@ are in what was injected, whichever turns carried them (labels are noisy; an ans
 
 Definitions (per question with a gold ``answer``; NaN for a question without one, never a silent 0):
 
-- normalisation = SQuAD's: lower case, punctuation removed, the articles a/an/the removed, whitespace split.
-- ``answer_recall`` = SQuAD-style token recall of the answer in the context: sum over the answer's distinct
-  tokens of min(count in the answer, count in the injected memories' texts) / the answer's token count.
+- tokens (``answer_tokens``, applied alike to the answer and to every memory's text): lower case; apostrophes
+  deleted ("don't" -> "dont") and punctuation between two digits deleted ("1,000" -> "1000", "3.5" -> "35"), as
+  SQuAD does; every other punctuation mark becomes a space (SQuAD deletes it, gluing "C. S.Lewis" into
+  "c slewis"); whitespace split; runs of single letters joined ("c s lewis" -> "cs lewis", so "C. S.Lewis",
+  "C.S. Lewis" and "CS Lewis" all read "cs lewis"; "U.S." and "US" read "us"); the articles and the function
+  words of ``STOP_WORDS`` dropped (prepositions, conjunctions, pronouns, forms of be/do/have, a few modals), so
+  "in", "on" or "and" never count as answer words.
+- ``answer_recall`` = token recall of the answer in the context: sum over the answer's distinct tokens of
+  min(count in the answer, count in the injected memories' texts) / the answer's token count.
 - ``answer_contained`` = 1 when the whole normalised answer (its tokens in order) occurs inside one injected
   memory's normalised text, else 0. A phrase split across two memories does not count.
 - The context is the injected memories' texts (without the ``role:`` prefix of the injection format, so a
   role name never counts as an answer word). Nothing injected: 0 for both.
-- An answer that normalises to nothing (only punctuation or articles) counts as no answer (NaN).
+- An answer with no token left (only punctuation, articles or stop words, e.g. "She") counts as no answer (NaN).
 - As for every quality column, the summary averages them over the scored questions (non-adversarial, with
   gold evidence) that have an answer (``n_answer``); adversarial questions keep their own column
   (``adversarial_abstain_rate``: nothing recalled = correct), whatever their answer field says.
@@ -34,29 +40,57 @@ from bench.types import Corpus
 NAN = float("nan")
 _NO_PUNCT = str.maketrans("", "", string.punctuation)
 _ARTICLES = re.compile(r"\b(a|an|the)\b")
+# Answer coverage's stop words: the English function words that match in any text (the README and
+# docs/interpreting.md point here). Negations (no, not, never) and numbers are content: they stay, and so does
+# "us" (it is also "U.S." / "US" once initials are joined).
+STOP_WORDS = frozenset("""
+    a an the and or but nor so of in on at to for from with by about as into onto over under than
+    i me my mine you your yours he him his she her hers it its we our ours they them their theirs
+    this that these those is am are was were be been being do does did has have had will would can could
+""".split())
+_APOSTROPHES = str.maketrans("", "", "'\u2018\u2019")
+_DIGIT_PUNCT = re.compile(rf"(?<=\d)[{re.escape(string.punctuation)}](?=\d)")
+_PUNCT = str.maketrans(string.punctuation + "\u201c\u201d\u2013\u2014\u2026", " " * (len(string.punctuation) + 5))
 
 
 def normalise(text: str) -> list[str]:
-    """SQuAD's answer normalisation, as tokens: lower case, no punctuation, no articles, whitespace split."""
+    """SQuAD's answer normalisation, as tokens: lower case, no punctuation, no articles, whitespace split
+    (``bench.qa``'s token F1, comparable with published SQuAD-style F1; answer coverage uses ``answer_tokens``)."""
     text = str(text).lower().translate(_NO_PUNCT)
     return _ARTICLES.sub(" ", text).split()
 
 
+def answer_tokens(text: str) -> list[str]:
+    """Answer coverage's tokens of a text (the module docstring's rule): punctuation split, initials joined,
+    stop words dropped."""
+    text = _DIGIT_PUNCT.sub("", str(text).lower().translate(_APOSTROPHES)).translate(_PUNCT)
+    out: list[str] = []
+    initials = False  # the last token is a run of single letters
+    for tok in text.split():
+        single = len(tok) == 1 and tok.isalpha() and tok not in ("a", "i")  # "a" and "i" are words
+        if single and initials:
+            out[-1] += tok
+        else:
+            out.append(tok)
+        initials = single
+    return [t for t in out if t not in STOP_WORDS]
+
+
 def token_recall(*, answer: str, context: Sequence[str]) -> float:
-    """Share of the answer's normalised tokens found in the context's (multiset); NaN without an answer."""
-    want = Counter(normalise(answer))
+    """Share of the answer's tokens (``answer_tokens``) found in the context's (multiset); NaN without an answer."""
+    want = Counter(answer_tokens(answer))
     if not want:
         return NAN
-    have = Counter(t for text in context for t in normalise(text))
+    have = Counter(t for text in context for t in answer_tokens(text))
     return sum(min(c, have[t]) for t, c in want.items()) / sum(want.values())
 
 
 def contained(*, answer: str, context: Sequence[str]) -> float:
-    """1 when the normalised answer occurs, as a token sequence, in one of the context's texts; NaN without an answer."""
-    phrase = " ".join(normalise(answer))
+    """1 when the answer's tokens occur, as a token sequence, in one of the context's texts; NaN without an answer."""
+    phrase = " ".join(answer_tokens(answer))
     if not phrase:
         return NAN
-    return float(any(f" {phrase} " in f" {' '.join(normalise(text))} " for text in context))
+    return float(any(f" {phrase} " in f" {' '.join(answer_tokens(text))} " for text in context))
 
 
 @dataclass(frozen=True)
@@ -80,7 +114,7 @@ class AnswerIndex:
     def build(corpus: Corpus) -> AnswerIndex:
         # per conversation: the postings (memory rows, counts) of every token some answer holds, and the normalised
         # texts joined by NUL (which no phrase holds), so a phrase is found by ``str.find`` and mapped to its memory
-        answers = {q.question_id: normalise(q.answer) if q.answer else [] for q in corpus.questions}
+        answers = {q.question_id: answer_tokens(q.answer) if q.answer else [] for q in corpus.questions}
         wanted: dict[str, set] = {}
         for q in corpus.questions:
             wanted.setdefault(q.conversation_id, set()).update(answers[q.question_id])
@@ -89,7 +123,7 @@ class AnswerIndex:
             postings: dict[str, tuple[list, list]] = {}
             texts, want = [], wanted.get(c.conversation_id, set())
             for i, t in enumerate(c.turns):
-                toks = normalise(t.text)
+                toks = answer_tokens(t.text)
                 for tok in want.intersection(toks):
                     rows, counts = postings.setdefault(tok, ([], []))
                     rows.append(i)

@@ -6,7 +6,7 @@ import math
 import pandas as pd
 import pytest
 
-from bench.answers import AnswerIndex, contained, normalise, token_recall
+from bench.answers import STOP_WORDS, AnswerIndex, answer_tokens, contained, normalise, token_recall
 from bench.strategies.spec import load_spec
 from bench.sweep import summarise, sweep
 from bench.trace import TRACE_COLUMNS, Trace
@@ -29,12 +29,33 @@ def test_token_recall_and_containment_hand_worked():
     # multiset: "may may" needs two 'may's, the context has one -> 1/2
     assert token_recall(answer="may may", context=ctx) == 0.5
     # a phrase split across two memories is not contained, though every token is there
-    assert token_recall(answer="2023 she", context=ctx) == 1.0 and contained(answer="2023 she", context=ctx) == 0.0
+    assert token_recall(answer="2023 liked", context=ctx) == 1.0 and contained(answer="2023 liked", context=ctx) == 0.0
     # word boundaries: "go" is not inside "group"
     assert contained(answer="go", context=ctx) == 0.0 and token_recall(answer="go", context=ctx) == 0.0
     assert token_recall(answer="x", context=[]) == 0.0 and contained(answer="x", context=[]) == 0.0
-    for f in (token_recall, contained):  # no answer: undefined, never 0
+    for f in (token_recall, contained):  # no answer: undefined, never 0 (nor an answer made of stop words only)
         assert math.isnan(f(answer="", context=ctx)) and math.isnan(f(answer="The!", context=ctx))
+        assert math.isnan(f(answer="She", context=ctx))
+
+
+def test_answer_tokens_keep_initials_together_and_drop_function_words():
+    for name in ("C. S.Lewis", "C.S. Lewis", "CS Lewis", "c s lewis"):  # SQuAD: "c slewis", "cs lewis", "cs lewis"
+        assert answer_tokens(name) == ["cs", "lewis"], name
+    assert answer_tokens("U.S.") == answer_tokens("US") == ["us"]
+    assert answer_tokens("The Eiffel-Tower, in Paris!") == ["eiffel", "tower", "paris"]  # "in" is a stop word
+    assert answer_tokens("$1,000 and 3.5 don't") == ["1000", "35", "dont"]  # digits and apostrophes as SQuAD
+    assert answer_tokens("He said no, not at all") == ["said", "no", "not", "all"]  # negations stay
+    assert answer_tokens("a week in Plan B") == ["week", "plan", "b"]  # "a" is a word, never an initial
+    assert {"in", "on", "at", "of", "to", "and"} <= STOP_WORDS and not STOP_WORDS & {"no", "not", "never", "us"}
+    assert normalise("C. S.Lewis") == ["c", "slewis"]  # SQuAD's (bench.qa's token F1) is unchanged
+
+
+def test_function_words_earn_no_answer_coverage():
+    # SQuAD tokens ["in", "paris"]: "in" matched the context -> 0.5 on 7255a18; now only "paris" counts -> 0
+    assert token_recall(answer="in Paris", context=["We live in Rome."]) == 0.0
+    assert token_recall(answer="at the beach on Sunday", context=["We met at noon on Monday."]) == 0.0
+    assert token_recall(answer="C. S.Lewis", context=["She loves C.S. Lewis books."]) == 1.0
+    assert contained(answer="C. S.Lewis", context=["She loves C.S. Lewis books."]) == 1.0
 
 
 def _t(i, text, ts=None):
@@ -61,6 +82,24 @@ def test_index_equals_the_plain_functions():
                     contained(answer=q.answer, context=[texts[i] for i in ids if i in texts]))
             assert got == pytest.approx(want, nan_ok=True), (q.question_id, ids)
     assert idx.score("q2", ["c1|t1"]) == (0.5, 0.0)  # "oslo" of ["miso", "oslo"]; the phrase "miso oslo" is nowhere
+
+
+def test_index_equals_the_plain_functions_on_initials_and_stop_words():
+    turns = (_t(0, "She loves C.S. Lewis books."), _t(1, "We met at noon on Monday."), _t(2, "Lunch in Paris, at the U.S. embassy."))
+    corpus = Corpus(name="tiny2", conversations=(Conversation("c1", turns),),
+                    questions=(Question("q1", "c1", "?", None, ("t0",), answer="C. S.Lewis"),
+                               Question("q2", "c1", "?", None, ("t1",), answer="at the beach on Sunday"),
+                               Question("q3", "c1", "?", None, ("t2",), answer="in Paris at the US embassy"),
+                               Question("q4", "c1", "?", None, ("t2",), answer="At it")))  # stop words only: NaN
+    idx, texts = AnswerIndex.build(corpus), {t.key: t.text for t in turns}
+    for q in corpus.questions:
+        for ids in ([], ["c1|t0"], ["c1|t1", "c1|t2"], list(texts)):
+            want = (token_recall(answer=q.answer, context=[texts[i] for i in ids]), contained(answer=q.answer, context=[texts[i] for i in ids]))
+            assert idx.score(q.question_id, ids) == pytest.approx(want, nan_ok=True), (q.question_id, ids)
+            recall, inside = idx.prefixes(q.question_id, ids)
+            assert (recall[-1], inside[-1]) == pytest.approx(want, nan_ok=True)
+    assert idx.score("q1", ["c1|t0"]) == (1.0, 1.0) and idx.score("q2", list(texts)) == (0.0, 0.0)
+    assert idx.score("q3", ["c1|t2"]) == (1.0, 1.0)  # ["paris", "us", "embassy"]: "US" = "U.S."
 
 
 def test_prefix_curves_equal_scoring_every_prefix():

@@ -67,8 +67,9 @@ def section(run: RunDir, summary: pd.DataFrame, best: pd.DataFrame) -> list[str]
     cols = ["dataset", "backend", "strategy", "threshold", "n_answer", "recall", "answer_recall", "answer_contained",
             "evidence_missed_answer_in", "evidence_all_answer_out", "tokens_injected_mean"]
     note = ("Over the scored questions with a gold answer (`n_answer`), at each strategy's best threshold by F1. "
-             "answer_recall: SQuAD-normalised token recall of the answer in the injected memories; answer_contained: the whole "
-             "normalised answer inside one injected memory. Where they disagree with evidence recall: "
+             "answer_recall: token recall of the answer's content words in the injected memories (function words such as "
+             "in/on/and never count; initials kept together: README, Metric conventions); answer_contained: the whole "
+             "answer inside one injected memory. Where they disagree with evidence recall: "
              "`evidence_missed_answer_in` = questions with no gold memory injected whose answer was injected anyway (another "
              "turn says it); `evidence_all_answer_out` = every gold memory injected but the answer's words not (the evidence "
              "paraphrases it, or the label points elsewhere). Adversarial questions keep their abstention column. Every "
