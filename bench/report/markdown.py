@@ -241,7 +241,7 @@ def recommendation_section(a: Analysis, strategies: list[dict]) -> list[str]:
 def points_section(rec: Recommendation, sig: pd.DataFrame, multi_embedder: bool) -> list[str]:
     name = METRIC_NAMES[rec.cfg.primary]
     lines = ["## Operating points (every configuration at its chosen threshold)", "",
-             f"† = differs from the recommendation ({name}, paired test, Holm-corrected, alpha {rec.cfg.alpha:g}). "
+             f"† = differs from the recommendation ({name}, paired t test over conversations, Holm-corrected, alpha {rec.cfg.alpha:g}). "
              "`chosen in` = share of bootstrap resamples that choose the same threshold.", "",
              "| dataset | configuration | threshold | F1 [95 % CI] | recall [CI] | precision [CI] | tokens [CI] | p99 ms | chosen in | threshold range | note |",
              "|---|---|---|---|---|---|---|---|---|---|---|"]
