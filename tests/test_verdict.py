@@ -170,3 +170,16 @@ def test_power_never_promises_significance_the_questions_cannot_reach(tmp_path):
     assert v["reasons"].endswith("about 4 more conversations (~18 labelled questions) like these would be needed: at 9 "
                                  "conversations the observed difference would be significant (t test at the Holm level 0.05), "
                                  "if it holds; 8 give 6 questions that score differently at the observed rate (4 of 22)")
+
+
+def test_verdict_subsets_tool_recomputes_the_verdict_on_conversation_subsets(tmp_path, capsys):
+    from bench.tools import verdict_subsets
+
+    sizes = {f"c{i}": 8 for i in range(6)}  # a beats b by 0.4 everywhere: "use" on all 6, never on fewer than 5
+    run = write_run(tmp_path / "run", sizes, {f"{c}-q{i}": 0.4 for c in sizes for i in range(8)})
+    assert verdict_subsets.main([str(run.path), "--sizes", "1", "3", "6", "--per-size", "2"]) == 0
+    out = capsys.readouterr().out
+    assert "| 3 | c0,c4,c5 | too_little_data | a | 3 conversations: too few to choose; best so far `a` on `exact` / `emb` |" in out
+    assert out.rstrip().endswith("1 conversations: 0 'use' of 2 subsets (0 name a, the whole run's best)\n"
+                                 "3 conversations: 0 'use' of 2 subsets (0 name a, the whole run's best)\n"
+                                 "6 conversations: 1 'use' of 1 subsets (1 name a, the whole run's best)")

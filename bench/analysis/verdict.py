@@ -97,7 +97,7 @@ def more_data(r: Mapping, *, n_conversations: int, n_questions: int, min_convers
             return math.nan, math.nan, ""
         more = min_conversations - g
         return (float(more), float(math.ceil(more * per_conv)),
-                f"about {more} more conversations (~{math.ceil(more * per_conv):,} labelled questions) like these would reach "
+                f"about {_plural(more, 'more conversation')} (~{math.ceil(more * per_conv):,} labelled questions) like these would reach "
                 f"the {min_conversations} a choice needs")
     n, untied, d = _n(r.get("n")), _n(r.get("wins")) + _n(r.get("losses")), r.get("diff")
     if untied == 0:

@@ -32,8 +32,9 @@ def verdicts(rows: pd.DataFrame, cfg) -> pd.DataFrame:
     rec = recommend(rows, cfg)
     v = verdict_table(rec.points, significance(rows, rec), cfg, metric=ROW_METRIC[cfg.primary])
     best = rec.best().set_index("dataset")
-    return v.assign(best=v["dataset"].map(lambda d: f"{best.loc[d, 'strategy']}@{best.loc[d, 'threshold']:.2f}"
-                                          if d in best.index else ""))
+    label = lambda d: "" if d not in best.index else best.loc[d, "strategy"] + (  # noqa: E731
+        "" if pd.isna(best.loc[d, "threshold"]) else f"@{best.loc[d, 'threshold']:.2f}")
+    return v.assign(best=v["dataset"].map(label))
 
 
 def subsets(conversations: list[str], size: int, per_size: int, rng: np.random.Generator) -> list[tuple[str, ...]]:
