@@ -61,7 +61,8 @@ def test_the_console_ends_with_the_verdict_the_defects_and_the_report_path(two_r
     tail = lines[i:]
     assert tail[1].startswith(f"  measured: F1 {best['f1']:.3f} [{best['f1_lo']:.3f}, {best['f1_hi']:.3f}], recall {best['recall']:.3f}")
     assert tail[2] == ("  why: " + verdict["reasons"].replace("`", "") if verdict["kind"] == "too_little_data"
-                       else f"  how sure: the threshold is chosen in {best['threshold_share']:.0%} of bootstrap resamples; the runner-up is significantly worse")
+                       else f"  how sure: the threshold is chosen in {best['threshold_share']:.0%} of bootstrap resamples; the runner-up is "
+                       f"significantly worse (paired t test over {best['n_conversations']} conversations, Holm-corrected) or there is none")
     assert tail[3] == "demo: no label defects"
     assert len(tail) == 5 and tail[4].startswith("report: ") and tail[4].split()[1].endswith("report.md")
     # the default embedder=auto chose the multilingual model for the half-Chinese demo, and said why

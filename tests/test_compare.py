@@ -6,6 +6,7 @@ run B (store sB): 0.3 -> 0 0 0 0,            0.5 -> 0 0 1 0 (mean .25): B recomm
 """
 
 import json
+import math
 
 import numpy as np
 import pandas as pd
@@ -40,10 +41,12 @@ def test_each_run_at_its_recommended_threshold(runs, capsys):
     a, b = runs
     assert compare_cli.main([str(a), str(b)]) == 0
     out = capsys.readouterr().out
-    # d = (1, 1, 0, 0): mean +0.5; 16 sign patterns, T = +0.5 in 4 -> two-sided p = 0.5 (one pair: Holm p = p)
-    # CI: conversation means of d: c1 = 1, c2 = 0 -> resamples 1, 0.5, 0 -> [0, 1]; q3 and q4 tie
-    assert "| ds | thr | emb / sA @ 0.30 | emb / sB @ 0.50 | 4 | 0.7500 | 0.2500 | +0.5000 [+0.0000, +1.0000] | 0.5 | 0.5 |  | 2/2/0 |" in out
-    assert f"A = {a}" in out and "Holm-corrected across the 1 pairs" in out
+    # d = (1, 1 | 0, 0): mean +0.5; t test over 2 conversations: sums (2, 0), residuals (1, -1), se^2 = 2 * 2 / 16 -> se 0.5,
+    # t = 1 on 1 df: p = 1 - 2 atan(1) / pi = 0.5 (one pair: Holm p = p); CI 0.5 +- 12.706 * 0.5 = [-5.8531, +6.8531]:
+    # it contains 0 as p >= 0.05 says (on 7255a18 a bootstrap CI [+0.0000, +1.0000] stood beside a permutation p)
+    assert ("| ds | thr | emb / sA @ 0.30 | emb / sB @ 0.50 | 2 | 4 | 0.7500 | 0.2500 | +0.5000 [-5.8531, +6.8531] | 0.5 | 0.5 |  "
+            "| 2/2/0 |") in out
+    assert f"A = {a}" in out and "Holm p adjusts p for the 1 pairs" in out and "excludes 0 exactly when p < 0.05" in out
 
 
 def test_all_thresholds_holm(runs, capsys):
@@ -51,12 +54,25 @@ def test_all_thresholds_holm(runs, capsys):
     assert compare_cli.main([str(a), str(b), "--all-thresholds", "--json"]) == 0
     res = json.loads(capsys.readouterr().out)
     assert [r["a"]["threshold"] for r in res] == [0.3, 0.5]
-    # 0.3: d = (1, 1, 1, 0) -> p = 2 * 2/16 = 0.25; 0.5: d = (0, 0, -1, 0) -> |T| is always .25 -> p = 1.
-    # Holm: 0.25 * 2 = 0.5, then max(0.5, 1 * 1) = 1
-    assert [r["p"] for r in res] == pytest.approx([0.25, 1.0])
-    assert [r["p_holm"] for r in res] == pytest.approx([0.5, 1.0])
+    # 0.3: d = (1, 1 | 1, 0): sums (2, 1), m 0.75, se 0.25, t = 3 on 1 df -> p = 1 - 2 atan(3) / pi = 0.2048;
+    # 0.5: d = (0, 0 | -1, 0): sums (0, -1), m -0.25, se 0.25, t = 1 -> p = 0.5. Holm: 0.2048 * 2 = 0.4097, then max(0.4097, 0.5)
+    p3 = 1 - 2 * math.atan(3) / math.pi
+    assert [r["p"] for r in res] == pytest.approx([p3, 0.5])
+    assert [r["p_holm"] for r in res] == pytest.approx([2 * p3, 0.5])
     assert [(r["wins"], r["ties"], r["losses"]) for r in res] == [(3, 1, 0), (0, 3, 1)]
-    assert not any(r["significant"] for r in res)
+    assert [r["n_conversations"] for r in res] == [2, 2] and not any(r["significant"] for r in res)
+
+
+def test_one_conversation_has_no_interval_and_no_test(tmp_path, capsys):
+    a, b = tmp_path / "A1", tmp_path / "B1"
+    a.mkdir()
+    b.mkdir()
+    rows("sA", {0.3: [1, 1, 1, 0]}).assign(conversation_id="c1").to_parquet(a / "questions.parquet")
+    rows("sB", {0.3: [0, 0, 1, 0]}).assign(conversation_id="c1").to_parquet(b / "questions.parquet")
+    assert compare_cli.main([str(a), str(b)]) == 0
+    out = capsys.readouterr().out
+    assert "| 1 | 4 | 0.7500 | 0.2500 | +0.5000 (no interval with 1 conversation) | — | — |  | 2/2/0 |" in out
+    assert "nan" not in out
 
 
 def test_compare_runs_api_metric_choice(runs):

@@ -215,8 +215,7 @@ def test_a_moved_dataset_does_not_break_the_report(tmp_path):
     env = {k: v for k, v in os.environ.items() if k != "BENCH_DATA_DIR"}
     env.update(HTTP_PROXY="http://127.0.0.1:9", HTTPS_PROXY="http://127.0.0.1:9", HF_HUB_OFFLINE="1")
     cmd = [sys.executable, "-m", "bench", f"paths.reports={tmp_path / 'reports'}", "dataset=own", f"dataset.path={corpus}",
-           "embedder=hashing", "backend=exact", "progress=false", "strategy=[limit,threshold]", "recommend.n_resamples=50",
-           "recommend.test_resamples=100"]
+           "embedder=hashing", "backend=exact", "progress=false", "strategy=[limit,threshold]", "recommend.n_resamples=50"]
     proc = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]
     shutil.rmtree(corpus)

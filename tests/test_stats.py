@@ -1,4 +1,5 @@
-"""bench.analysis.stats: cluster sums, cluster bootstrap, paired permutation test, Holm, win/tie/loss.
+"""bench.analysis.stats: cluster sums, cluster bootstrap, the paired t test over conversations, the paired permutation
+test, Holm, win/tie/loss.
 
 Every expected value is worked out by hand next to its fixture.
 """
@@ -9,6 +10,7 @@ import warnings
 import numpy as np
 import pandas as pd
 import pytest
+from scipy import stats as sstats
 
 from bench.analysis import stats
 
@@ -153,14 +155,56 @@ def test_question_values_selects_config_and_handles_adversarial():
 def test_compare_pairs_holm_across_pairs():
     pairs = [({"strategy": "x", "threshold": 0.5}, {"strategy": "y", "threshold": float("nan")}),
              ({"strategy": "y", "threshold": float("nan")}, {"strategy": "y", "threshold": float("nan")})]
-    res = stats.compare_pairs(ROWS, pairs, metric="f1", n_resamples=2000)
+    res = stats.compare_pairs(ROWS, pairs, metric="f1")
     first = res.iloc[0]
-    # d = (1, 0, 0): 8 sign patterns, |T| = 1/3 in every one -> p = 1 (observed is as extreme as all)
-    assert (first["n"], first["mean_a"], first["diff"]) == (3, 0.5, pytest.approx(1 / 3))
-    assert first["p"] == pytest.approx(1.0)
+    # d = (1, 0 | 0) in c1 | c2: sums (1, 0), counts (2, 1), m = 1/3; residuals 1/3, -1/3; se^2 = 2 * (2/9) / 9 -> se = 2/9;
+    # t = 1.5 on 1 df (Cauchy): p = 1 - 2 atan(1.5) / pi = 0.3743
+    assert (first["n"], first["n_conversations"], first["mean_a"], first["diff"]) == (3, 2, 0.5, pytest.approx(1 / 3))
+    assert first["se"] == pytest.approx(2 / 9) and first["p"] == pytest.approx(1 - 2 * math.atan(1.5) / math.pi)
     assert (first["wins"], first["ties"], first["losses"]) == (1, 2, 0)
-    assert res.iloc[1]["p"] == 1.0 and res["p_holm"].tolist() == [1.0, 1.0]
+    assert res.iloc[1]["p"] == 1.0  # identical: d = 0, se = 0
+    # Holm: 0.3743 * 2, then max(0.7487, 1 * 1); the levels: alpha / 2 for the smaller p, alpha for the larger
+    assert res["p_holm"].tolist() == pytest.approx([2 * first["p"], 1.0]) and res["holm_level"].tolist() == [0.025, 0.05]
     assert not res["significant"].any()
+
+
+def test_paired_t_test_two_conversations_by_hand():
+    # d = (1, 1 | 1, 0) in conversations a | b: sums (2, 1), counts (2, 2), m = 0.75; residuals 0.5, -0.5;
+    # se^2 = 2/1 * 0.5 / 16 = 1/16 -> se 0.25; t = 3 on 1 df: p = 1 - 2 atan(3) / pi = 0.2048; CI 0.75 +- 12.706 * 0.25
+    r = stats.paired_t_test(np.array([1.0, 1.0, 1.0, 0.0, np.nan]), np.zeros(5), clusters=["a", "a", "b", "b", "b"])
+    assert (r.n, r.n_questions, r.n_conversations, r.diff, r.se) == (2, 4, 2, 0.75, 0.25)
+    assert r.p_value == pytest.approx(1 - 2 * math.atan(3) / math.pi)
+    q = sstats.t.ppf(0.975, 1)
+    assert (r.ci_low, r.ci_high) == (pytest.approx(0.75 - q * 0.25), pytest.approx(0.75 + q * 0.25))
+    assert (r.wins, r.ties, r.losses) == (3, 1, 0)
+
+
+def test_paired_t_test_one_conversation_and_empty():
+    one = stats.paired_t_test(np.array([1.0, 0.0]), np.zeros(2), clusters=["a", "a"])
+    assert one.diff == 0.5 and one.n_conversations == 1
+    assert math.isnan(one.ci_low) and math.isnan(one.ci_high) and math.isnan(one.p_value) and math.isnan(one.se)
+    empty = stats.paired_t_test(np.array([np.nan]), np.array([1.0]), clusters=["a"])
+    assert empty.n == 0 and math.isnan(empty.p_value) and math.isnan(empty.diff)
+
+
+def test_holm_level_hand_worked():
+    # p-values at least as large: 0.01 -> 4 (0.0125), 0.04 -> 1 (0.05), 0.03 -> 2 (0.025), 0.005 -> 4 of 4 (0.0125);
+    # ties count each other: 0.03, 0.03 -> alpha / 2 each
+    assert stats.holm_level([0.01, 0.04, 0.03, 0.005, np.nan], 0.05)[:4].tolist() == pytest.approx([0.05 / 3, 0.05, 0.025, 0.0125])
+    assert stats.holm_level([0.03, 0.03], 0.05).tolist() == [0.025, 0.025]
+
+
+def test_compare_pairs_interval_and_p_agree_with_two_conversations():
+    # the defect on 7255a18: d = (1, -0.9 | 1, -0.8) in c1 | c2: conversation means 0.05 and 0.1, so a bootstrap CI of the
+    # difference [0.05, 0.1] excluded 0 beside a question-flip permutation p ~0.6. The t test over 2 conversations:
+    # sums (0.1, 0.2), m = 0.075, residuals -0.05, 0.05; se^2 = 2 * 0.005 / 16 -> se 0.025; t = 3: p = 0.2048
+    rows = pd.DataFrame({"strategy": ["x"] * 4 + ["y"] * 4, "question_id": ["q1", "q2", "q3", "q4"] * 2,
+                         "conversation_id": ["c1", "c1", "c2", "c2"] * 2, "adversarial": [False] * 8,
+                         "f1": [1.0, 0.0, 1.0, 0.1, 0.0, 0.9, 0.0, 0.9]})
+    r = stats.compare_pairs(rows, [({"strategy": "x"}, {"strategy": "y"})], metric="f1").iloc[0]
+    assert (r["ci_low"] > 0 or r["ci_high"] < 0) == (r["p"] < 0.05)  # CI clear of 0 <=> p < 1 - confidence
+    assert r["diff"] == pytest.approx(0.075) and r["p"] == pytest.approx(1 - 2 * math.atan(3) / math.pi)
+    assert r["ci_low"] == pytest.approx(0.075 - sstats.t.ppf(0.975, 1) * 0.025)
 
 
 def test_question_values_leave_out_questions_without_gold():

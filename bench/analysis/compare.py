@@ -3,8 +3,8 @@
 Owns pairing configurations across two run directories (same dataset and strategy; every
 embedder/store of A against every one of B), each at its own run's recommended threshold (or at
 every common threshold with ``all_thresholds``), and the paired tests of
-``bench.analysis.stats.compare_pairs`` (permutation test on the same questions, Holm across all pairs,
-win/tie/loss). Reads only each run's per-question rows and ``recommend:`` settings (``bench.rundir.RunDir``).
+``bench.analysis.stats.compare_pairs`` (the report's paired t test over conversations on the same questions,
+Holm across all pairs, win/tie/loss). Reads only each run's per-question rows and ``recommend:`` settings (``bench.rundir.RunDir``).
 """
 
 from __future__ import annotations
@@ -100,7 +100,6 @@ def compare_runs(run_a: Path, run_b: Path, *, metric: str | None = None, all_thr
         raise ValueError(f"{run_a} and {run_b} share no (dataset, strategy) with a feasible operating point: nothing to compare")
     metric = metric or ROW_METRIC[cfg_a.primary]
     rows = pd.concat([rows_a.assign(run="A"), rows_b.assign(run="B")], ignore_index=True)
-    res = stats.compare_pairs(rows, pairs, metric=metric, alpha=cfg_a.alpha, unit=cfg_a.test_unit,
-                              n_resamples=cfg_a.test_resamples, seed=cfg_a.seed, confidence=cfg_a.confidence)
+    res = stats.compare_pairs(rows, pairs, metric=metric, alpha=cfg_a.alpha, confidence=cfg_a.confidence)
     res.attrs["warnings"] = warnings
     return res, cfg_a

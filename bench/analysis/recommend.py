@@ -61,6 +61,11 @@ def _shipped() -> tuple[tuple[str, object], ...]:
     return tuple(out)
 
 
+# Keys of older runs' recommend: blocks, still accepted (config_resolved.yaml of old runs must load) and ignored.
+RETIRED = dict.fromkeys(("test_unit", "test_resamples"), "the paired test is a t test over conversations (bench.analysis.stats."
+                        "paired_t_test): it flips nothing and draws no resamples")
+
+
 @dataclass(frozen=True)
 class RecommendConfig:
     """The ``recommend:`` config block. Its defaults live in configs/recommend/default.yaml only:
@@ -77,8 +82,8 @@ class RecommendConfig:
     neighbours: int  # thresholds each side of the chosen one shown with CIs
     seed: int
     alpha: float  # significance level of the paired tests (after Holm)
-    test_unit: str  # paired permutation unit: question | conversation
-    test_resamples: int
+    min_conversations: int  # the verdict never says "use" on fewer conversations
+    min_untied: int  # ... nor when fewer questions score differently between the best and the runner-up
     attribution_top_n: int  # a gold memory outside the exact top-N is an embedding miss
     min_stable_share: float  # the verdict says "use" only when resamples choose the threshold at least this often
     min_n: int  # groups with fewer scored questions show "n too small", never an interval
@@ -104,15 +109,17 @@ class RecommendConfig:
             raise ValueError(f"{where}: alpha must be in (0, 1) (got {self.alpha!r})")
         if self.ci_method not in CI_METHODS:
             raise ValueError(f"{where}: ci_method must be one of {CI_METHODS} (got {self.ci_method!r})")
-        if self.test_unit not in ("question", "conversation"):
-            raise ValueError(f"{where}: test_unit must be 'question' or 'conversation' (got {self.test_unit!r})")
         if not 0 <= self.usable_recall <= 1:
             raise ValueError(f"{where}: usable_recall must be in [0, 1] (got {self.usable_recall!r})")
         if not 0 <= self.min_stable_share <= 1:
             raise ValueError(f"{where}: min_stable_share must be in [0, 1] (got {self.min_stable_share!r})")
-        for name in ("n_resamples", "test_resamples", "attribution_top_n", "min_n"):
+        for name in ("n_resamples", "attribution_top_n", "min_n"):
             if int(getattr(self, name)) < 1:
                 raise ValueError(f"{where}: {name} must be >= 1 (got {getattr(self, name)!r})")
+        if int(self.min_conversations) < 2:
+            raise ValueError(f"{where}: min_conversations must be >= 2: a test needs two conversations (got {self.min_conversations!r})")
+        if int(self.min_untied) < 1:
+            raise ValueError(f"{where}: min_untied must be >= 1 (got {self.min_untied!r})")
         if int(self.neighbours) < 0:
             raise ValueError(f"{where}: neighbours must be >= 0 (got {self.neighbours!r})")
 
@@ -125,6 +132,10 @@ class RecommendConfig:
     def from_mapping(cls, data: Mapping | None, *, source: str = "config") -> "RecommendConfig":
         """A ``recommend:`` block (keys it leaves out: the shipped defaults)."""
         data = dict(data or {})
+        retired = sorted(set(data) & set(RETIRED))
+        if retired:
+            log.info("%s: recommend key(s) %s ignored: %s", source, retired, RETIRED[retired[0]])
+        data = {k: v for k, v in data.items() if k not in RETIRED}
         known = {f.name for f in fields(cls)}
         unknown = sorted(set(data) - known)
         if unknown:

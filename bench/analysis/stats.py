@@ -2,9 +2,11 @@
 
 Owns: per-cluster sums (a cluster = a conversation; every mean here is a macro mean over
 questions, so a resample of clusters is a ratio of summed sums and summed counts), the cluster
-bootstrap (``scipy.stats.bootstrap`` over cluster indices), the paired permutation test between two
-configurations on the same questions (``scipy.stats.permutation_test``, sign flips of paired
-differences), Holm's step-down correction and win/tie/loss counts. NaN means undefined, never 0.
+bootstrap (``scipy.stats.bootstrap`` over cluster indices), the small-sample t interval over clusters,
+the paired test of two configurations on the same questions that the report, its verdict and
+``recallbench compare`` use (:func:`paired_t_test`: a t test over conversations, whose CI and p agree),
+the paired permutation test the regression gate uses (:func:`paired_test`), Holm's step-down correction
+and win/tie/loss counts. NaN means undefined, never 0.
 """
 
 from __future__ import annotations
@@ -165,12 +167,14 @@ class PairedTest:
     mean_a: float
     mean_b: float
     diff: float  # mean_a - mean_b over the paired questions
-    ci_low: float  # cluster-bootstrap CI of diff (NaN with < 2 clusters)
+    ci_low: float  # CI of diff (NaN with < 2 conversations): the t interval (paired_t_test) or a cluster bootstrap (paired_test)
     ci_high: float
-    p_value: float  # two-sided paired permutation (sign-flip) test
+    p_value: float  # two-sided: t test over conversations (paired_t_test) or sign-flip permutation (paired_test)
     wins: int  # questions where a > b
     ties: int
     losses: int
+    n_conversations: int = 0  # conversations with a paired question
+    se: float = NAN  # cluster-robust standard error of diff (paired_t_test only)
 
 
 def win_tie_loss(a: np.ndarray, b: np.ndarray, tol: float = TIE_TOL) -> tuple[int, int, int]:
@@ -179,6 +183,37 @@ def win_tie_loss(a: np.ndarray, b: np.ndarray, tol: float = TIE_TOL) -> tuple[in
     ok = ~(np.isnan(a) | np.isnan(b))
     d = a[ok] - b[ok]
     return int((d > tol).sum()), int((np.abs(d) <= tol).sum()), int((d < -tol).sum())
+
+
+def _paired(a, b, clusters, where: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Aligned 1-d ``a``, ``b`` and their cluster labels (each question its own cluster when None), pairs with a NaN dropped."""
+    a, b = np.asarray(a, np.float64), np.asarray(b, np.float64)
+    if a.shape != b.shape or a.ndim != 1:
+        raise ValueError(f"{where}: a and b must be aligned 1-d arrays (got {a.shape} and {b.shape})")
+    cl = np.arange(len(a)).astype(str) if clusters is None else np.asarray(clusters).astype(str)
+    ok = ~(np.isnan(a) | np.isnan(b))
+    return a[ok], b[ok], cl[ok]
+
+
+def paired_t_test(a: np.ndarray, b: np.ndarray, *, clusters: Sequence, confidence: float = 0.95) -> PairedTest:
+    """The paired test of the report, its verdict and power estimate, and ``recallbench compare``.
+
+    ``a`` and ``b`` are two configurations' values on the same questions (aligned; pairs with a NaN are
+    dropped). The per-question differences d = a - b are summed per conversation (``clusters``) and their
+    mean sum(d) / N is tested against 0 with :func:`cluster_t_interval`: the cluster-robust (CR1) standard
+    error and Student's t with (conversations - 1) degrees of freedom, so questions of one conversation are
+    not counted as independent evidence. The CI is the same t interval, so it excludes 0 exactly when
+    p < 1 - ``confidence``. With fewer than 2 conversations the CI, se and p are NaN (no test).
+    """
+    a, b, cl = _paired(a, b, clusters, "paired_t_test")
+    w, t, l = win_tie_loss(a, b)
+    if len(a) == 0:
+        return PairedTest(0, 0, NAN, NAN, NAN, NAN, NAN, NAN, 0, 0, 0)
+    _, s, c = cluster_sums(a - b, cl)
+    r = cluster_t_interval(s, c, confidence=confidence)
+    g = int(r.n_clusters)
+    return PairedTest(g, len(a), float(a.mean()), float(b.mean()), float(r.point), float(r.low), float(r.high),
+                      float(r.p_value), w, t, l, g, float(r.se))
 
 
 def paired_test(
@@ -191,7 +226,8 @@ def paired_test(
     seed: int = 0,
     confidence: float = 0.95,
 ) -> PairedTest:
-    """Two configurations measured on the same questions (aligned arrays).
+    """Two configurations measured on the same questions (aligned arrays): the regression gate's test
+    (``bench.tools.regress``; the report and ``recallbench compare`` use :func:`paired_t_test`).
 
     The p-value comes from a paired sign-flip permutation test of the mean difference
     (``scipy.stats.permutation_test``, ``permutation_type='samples'``; exact when 2**n <= n_resamples).
@@ -204,12 +240,7 @@ def paired_test(
 
     if unit not in ("question", "conversation"):
         raise ValueError(f"paired_test: unit must be 'question' or 'conversation' (got {unit!r})")
-    a, b = np.asarray(a, np.float64), np.asarray(b, np.float64)
-    if a.shape != b.shape or a.ndim != 1:
-        raise ValueError(f"paired_test: a and b must be aligned 1-d arrays (got {a.shape} and {b.shape})")
-    cl = np.arange(len(a)).astype(str) if clusters is None else np.asarray(clusters).astype(str)
-    ok = ~(np.isnan(a) | np.isnan(b))
-    a, b, cl = a[ok], b[ok], cl[ok]
+    a, b, cl = _paired(a, b, clusters, "paired_test")
     w, t, l = win_tie_loss(a, b)
     if len(a) == 0:
         return PairedTest(0, 0, NAN, NAN, NAN, NAN, NAN, NAN, 0, 0, 0)
@@ -234,7 +265,7 @@ def paired_test(
     _, s, c = cluster_sums(a - b, cl)
     boot = cluster_bootstrap(s, c, confidence=confidence, n_resamples=n_resamples, seed=seed)
     return PairedTest(len(xa), n_q, float(a.mean()), float(b.mean()), float((a - b).mean()),
-                      float(boot.low), float(boot.high), min(p, 1.0), w, t, l)
+                      float(boot.low), float(boot.high), min(p, 1.0), w, t, l, len(np.unique(cl)))
 
 
 def holm(p_values: Sequence[float]) -> np.ndarray:
@@ -286,32 +317,47 @@ def question_values(rows: pd.DataFrame, where: dict, metric: str) -> pd.DataFram
                          "value": vals.astype(float).to_numpy()})
 
 
+def holm_level(p_values: Sequence[float], alpha: float) -> np.ndarray:
+    """The level each raw p must clear in Holm's step-down (alpha / the number of p-values at least as large;
+    NaN stays NaN): a comparison is significant when its p and every smaller one clear their levels."""
+    p = np.asarray(p_values, dtype=np.float64)
+    ok = p[~np.isnan(p)]
+    with np.errstate(invalid="ignore"):
+        k = (ok[None, :] >= p[:, None]).sum(axis=1)
+    return np.where(np.isnan(p), NAN, alpha / np.maximum(k, 1))
+
+
+COMPARE_COLUMNS = ["a", "b", "metric", "n", "n_conversations", "mean_a", "mean_b", "diff", "se", "ci_low", "ci_high", "p",
+                   "wins", "ties", "losses"]
+
+
 def compare_pairs(
     rows: pd.DataFrame,
     pairs: Sequence[tuple[dict, dict]],
     *,
     metric: str = "f1",
     alpha: float = 0.05,
-    unit: str = "question",
-    n_resamples: int = 2000,
-    seed: int = 0,
     confidence: float = 0.95,
 ) -> pd.DataFrame:
-    """Paired tests for each (config A, config B) on their common questions, Holm-corrected.
+    """Paired t tests over conversations (:func:`paired_t_test`) for each (config A, config B) on their common
+    questions, Holm-corrected across ``pairs``.
 
-    Configs are column->value dicts over ``rows``. Returns one row per pair with the means,
-    difference (A - B) and its CI, p, Holm-adjusted p, ``significant`` (p_holm < alpha), wins/ties/losses.
+    Configs are column->value dicts over ``rows``. Returns one row per pair: ``n`` questions and
+    ``n_conversations``, the means, the difference A - B with its standard error and t interval (not
+    Holm-adjusted), p, ``p_holm``, ``holm_level`` (the level p must clear under Holm), ``significant``
+    (p_holm < alpha; False without a test) and wins/ties/losses.
     """
     out = []
     for a_where, b_where in pairs:
         qa, qb = question_values(rows, a_where, metric), question_values(rows, b_where, metric)
         m = qa.merge(qb, on="question_id", suffixes=("_a", "_b"))
-        r = paired_test(m["value_a"].to_numpy(), m["value_b"].to_numpy(), clusters=m["conversation_id_a"].to_numpy(),
-                        unit=unit, n_resamples=n_resamples, seed=seed, confidence=confidence)
-        out.append({"a": a_where, "b": b_where, "metric": metric, "n": r.n_questions, "mean_a": r.mean_a, "mean_b": r.mean_b,
-                    "diff": r.diff, "ci_low": r.ci_low, "ci_high": r.ci_high, "p": r.p_value,
-                    "wins": r.wins, "ties": r.ties, "losses": r.losses})
-    df = pd.DataFrame(out, columns=["a", "b", "metric", "n", "mean_a", "mean_b", "diff", "ci_low", "ci_high", "p", "wins", "ties", "losses"])
+        r = paired_t_test(m["value_a"].to_numpy(), m["value_b"].to_numpy(), clusters=m["conversation_id_a"].to_numpy(),
+                          confidence=confidence)
+        out.append({"a": a_where, "b": b_where, "metric": metric, "n": r.n_questions, "n_conversations": r.n_conversations,
+                    "mean_a": r.mean_a, "mean_b": r.mean_b, "diff": r.diff, "se": r.se, "ci_low": r.ci_low, "ci_high": r.ci_high,
+                    "p": r.p_value, "wins": r.wins, "ties": r.ties, "losses": r.losses})
+    df = pd.DataFrame(out, columns=COMPARE_COLUMNS)
     df["p_holm"] = holm(df["p"].to_numpy()) if len(df) else []
+    df["holm_level"] = holm_level(df["p"].to_numpy(), alpha) if len(df) else []
     df["significant"] = df["p_holm"] < alpha
     return df

@@ -93,8 +93,8 @@ def load_settings(run: RunDir) -> RecommendConfig:
 
 
 def significance(rows: pd.DataFrame, rec: Recommendation) -> pd.DataFrame:
-    """Paired tests of each dataset's recommended configuration against every other feasible one
-    (each at its own chosen threshold), on the same questions, Holm-corrected per dataset."""
+    """Paired t tests over conversations (``stats.compare_pairs``) of each dataset's recommended configuration against
+    every other feasible one (each at its own chosen threshold), on the same questions, Holm-corrected per dataset."""
     cfg = rec.cfg
     out = []
     for ds, pts in rec.points.groupby("dataset", sort=False):
@@ -106,8 +106,7 @@ def significance(rows: pd.DataFrame, rec: Recommendation) -> pd.DataFrame:
         pairs = [(where(b), where(r)) for _, r in pts.iterrows() if r.name != b.name and r["feasible"]]
         if not pairs:
             continue
-        res = stats.compare_pairs(rows, pairs, metric=ROW_METRIC[cfg.primary], alpha=cfg.alpha, unit=cfg.test_unit,
-                                  n_resamples=cfg.test_resamples, seed=cfg.seed, confidence=cfg.confidence)
+        res = stats.compare_pairs(rows, pairs, metric=ROW_METRIC[cfg.primary], alpha=cfg.alpha, confidence=cfg.confidence)
         res.insert(0, "dataset", ds)
         out.append(res)
     return pd.concat(out, ignore_index=True) if out else pd.DataFrame()
@@ -185,7 +184,7 @@ def analyse(run: RunDir, settings: RecommendConfig | None = None) -> Analysis | 
     cals = tuple(calibrations(jobs, best, not_similarity))
     moved, folds = transfer_.transfer(rows, transfer_.families(records))
     sig = significance(rows, rec)
-    verdicts = verdict_table(rec.points, sig, min_stable_share=cfg.min_stable_share, alpha=cfg.alpha, metric=ROW_METRIC[cfg.primary])
+    verdicts = verdict_table(rec.points, sig, cfg, metric=ROW_METRIC[cfg.primary])
     return Analysis(cfg=cfg, rows=rows, summary=summary, rec=rec, significance=sig, pareto=pareto(summary),
                     calibrations=cals, misses=misses, misses_by_strategy=by_strategy,
                     misses_by_category=by_category, verdicts=verdicts, inputs_note=inputs_note, attribution_note=attr_note,

@@ -1,18 +1,25 @@
 """The verdict: whether the data is enough to say "use X", and if not, how much more would be.
 
-One rule, stated once and used by the report's headline and the console:
+One rule, stated once and used by the report's headline and the console. Every comparison is the paired
+t test over conversations of ``bench.analysis.stats.paired_t_test`` (per-question differences summed per
+conversation, cluster-robust standard error, conversations - 1 degrees of freedom; its interval excludes 0
+exactly when its p does), Holm-corrected per dataset (``stats.compare_pairs``):
 
-- **use**: the recommended point's threshold is chosen in at least ``min_stable_share`` of the bootstrap
-  resamples (or it has no threshold), and the runner-up (the configuration closest to it in the primary
-  metric) is significantly worse (paired test, Holm-corrected) or there is no runner-up;
-- **too little data**: otherwise; the headline names both candidates and why;
+- **use**: the data has at least ``min_conversations`` conversations; the recommended point's threshold is
+  chosen in at least ``min_stable_share`` of the bootstrap resamples (or it has no threshold); and the
+  runner-up (the configuration closest to it in the primary metric) scores differently on at least
+  ``min_untied`` questions and is significantly worse (Holm p < alpha), or there is no runner-up;
+- **too little data**: otherwise; the headline names both candidates (below ``min_conversations``: the
+  number of conversations and the best so far) and the reasons say why, never "use";
 - **none**: no configuration meets the constraints.
 
-Power: a cluster-bootstrap interval narrows as 1/sqrt(conversations). With the observed difference ``d``
-between the two and its interval's half-width ``h`` on ``n`` conversations, the difference would be
-significant (interval clear of 0) at about ``n * (h / |d|)^2`` conversations like these, assuming the same
-spread; more questions = more conversations x questions per conversation. ``d = 0``: more data cannot
-separate them.
+Power, from the same test: with the observed difference ``d`` and its standard error ``se`` on ``G``
+conversations, ``G'`` conversations like these (same spread between conversations, same sizes) give
+se' = se * sqrt((G - 1) / (G' - 1)) (the CR1 variance), and the difference becomes significant at the first
+``G'`` with t_{G'-1} quantile * se' < |d|, at the runner-up's Holm level (alpha / the number of comparisons
+with a p at least as large). The data also has to reach ``min_conversations`` and ``min_untied`` questions
+that score differently (at the observed rate of such questions): the estimate is the largest of the three.
+``d = 0`` or every question tied: more data of the same kind cannot separate them.
 """
 
 from __future__ import annotations
@@ -23,18 +30,28 @@ from dataclasses import asdict, dataclass
 
 import pandas as pd
 
+CAP = 1_000_000  # conversations: beyond this the power estimate says "more than a million"
+
 
 @dataclass(frozen=True)
 class Verdict:
     kind: str  # use | too_little_data | none
     headline: str  # one sentence (Markdown backticks, no bold)
     reasons: tuple[str, ...] = ()
-    more_conversations: float = math.nan  # NaN: not estimated (no runner-up, or already significant)
+    more_conversations: float = math.nan  # NaN: not estimated; inf: more data like this would not separate them
     more_questions: float = math.nan
 
 
 def _nan(x) -> bool:
     return x is None or (isinstance(x, float) and math.isnan(x))
+
+
+def _n(x) -> int:
+    return 0 if _nan(x) else int(x)
+
+
+def _plural(n: int, word: str) -> str:
+    return f"{n:,} {word}" + ("" if n == 1 else "s")
 
 
 def point_label(p: Mapping, like: Mapping | None = None) -> str:
@@ -44,50 +61,138 @@ def point_label(p: Mapping, like: Mapping | None = None) -> str:
     return f"`{p['strategy']}`{at}" + (f" on {' / '.join(where)}" if where else "")
 
 
-def more_data(*, diff: float, ci_low: float, ci_high: float, n_conversations: int, n_questions: int) -> tuple[float, float]:
-    """(more conversations, more questions) for the interval of ``diff`` to clear 0 (module docstring); (inf, inf)
-    when ``diff`` is 0, (0, 0) when it already does, NaN when the interval is unknown."""
-    if any(_nan(x) for x in (diff, ci_low, ci_high)) or n_conversations < 1:
-        return math.nan, math.nan
-    if ci_low > 0 or ci_high < 0:
-        return 0.0, 0.0
+def conversations_for_significance(*, diff: float, se: float, n_conversations: int, level: float) -> float:
+    """The smallest number of conversations G' >= G like these at which the paired t test of ``diff`` is
+    significant at ``level`` (module docstring); inf when ``diff`` is 0 or more than a million would be needed,
+    NaN when ``se`` is unknown (fewer than 2 conversations)."""
+    from scipy import stats as sstats
+
+    g = n_conversations
+    if any(_nan(x) for x in (diff, se, level)) or g < 2:
+        return math.nan
     if diff == 0:
-        return math.inf, math.inf
-    half = (ci_high - ci_low) / 2
-    need = n_conversations * (half / abs(diff)) ** 2
-    more = max(0, math.ceil(need) - n_conversations)
-    return float(more), float(math.ceil(more * n_questions / n_conversations))
+        return math.inf
+
+    def clears(n: int) -> bool:
+        return float(sstats.t.ppf(1 - level / 2, n - 1)) * se * math.sqrt((g - 1) / (n - 1)) < abs(diff)
+
+    if clears(g):
+        return float(g)
+    if not clears(CAP):
+        return math.inf
+    lo, hi = g, CAP  # clears(lo) is False, clears(hi) is True
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        lo, hi = (lo, mid) if clears(mid) else (mid, hi)
+    return float(hi)
 
 
-def verdict(best: Mapping | None, runner_up: Mapping | None, *, min_stable_share: float, alpha: float, metric: str) -> Verdict:
-    """``best``: the recommended point (recommendation.csv row); ``runner_up``: its significance row against the
-    closest configuration (``a`` = best, ``b`` = runner-up, ``diff`` = a − b with its CI, ``significant``), or None."""
+def more_data(r: Mapping, *, n_conversations: int, n_questions: int, min_conversations: int, min_untied: int,
+              alpha: float) -> tuple[float, float, str]:
+    """(more conversations, more questions, the sentence) for the comparison ``r`` (a ``stats.compare_pairs`` row,
+    or None without a runner-up) to pass the rule of the module docstring; NaN and "" when nothing is missing."""
+    g, per_conv = n_conversations, n_questions / max(n_conversations, 1)
+    if r is None:
+        if g >= min_conversations:
+            return math.nan, math.nan, ""
+        more = min_conversations - g
+        return (float(more), float(math.ceil(more * per_conv)),
+                f"about {_plural(more, 'more conversation')} (~{math.ceil(more * per_conv):,} labelled questions) like these would reach "
+                f"the {min_conversations} a choice needs")
+    n, untied, d = _n(r.get("n")), _n(r.get("wins")) + _n(r.get("losses")), r.get("diff")
+    if untied == 0:
+        return math.inf, math.inf, f"they score the same on all {_plural(n, 'question')}: more data like these would not separate them"
+    if d == 0:
+        return math.inf, math.inf, "their mean difference is 0 on these questions: more data like these would not separate them"
+    if g < 2:
+        more = min_conversations - g
+        return (math.nan, math.nan,
+                f"label at least {_plural(more, 'more conversation')} (~{math.ceil(more * per_conv):,} questions) like these "
+                f"before a test can decide: with {g} the spread between conversations is unknown")
+    level = r.get("holm_level")
+    level = alpha if _nan(level) else float(level)
+    g_test = g if bool(r.get("significant")) else conversations_for_significance(
+        diff=float(d), se=float(r.get("se", math.nan)), n_conversations=g, level=level)
+    g_untied = math.ceil(min_untied * g / untied)
+    need = max(g_test, g_untied, min_conversations)
+    if need == math.inf:
+        return (math.inf, math.inf, f"more than {CAP:,} conversations like these would be needed for the observed difference "
+                                    f"({d:+.3g}) to be significant: more data like these would not separate them")
+    if _nan(need) or need <= g:
+        return math.nan, math.nan, ""
+    more = int(need) - g
+    why = []
+    if g_test > g:
+        why.append(f"at {int(g_test)} conversations the observed difference would be significant (t test at the Holm level "
+                   f"{level:.2g}), if it holds")
+    if g_untied > g:
+        why.append(f"{g_untied} give {min_untied} questions that score differently at the observed rate ({untied} of {n})")
+    if min_conversations > g:
+        why.append(f"a choice needs {min_conversations} conversations")
+    return (float(more), float(math.ceil(more * per_conv)),
+            f"about {_plural(more, 'more conversation')} (~{math.ceil(more * per_conv):,} labelled questions) like these would be "
+            f"needed: {'; '.join(why)}")
+
+
+def versus(r: Mapping, best: Mapping, *, metric: str, alpha: float) -> str:
+    """The runner-up comparison in words: the difference with its interval, the test's p and Holm p."""
+    d, g = r.get("diff"), _n(r.get("n_conversations"))
+    who = f"the runner-up {point_label(r['b'], best)}"
+    if _nan(d):
+        return f"{who} could not be compared (no common questions)"
+    if g < 2 or _nan(r.get("p")):
+        return f"{who}: {metric} difference {d:+.3f} (no interval with 1 conversation, so no test)"
+    sig = bool(r.get("significant"))
+    return (f"{who} is {'' if sig else 'not '}significantly worse ({metric} difference {d:+.3f} "
+            f"[{r['ci_low']:+.3f}, {r['ci_high']:+.3f}], t test over {g} conversations p {r['p']:.2g}, "
+            f"Holm p {r['p_holm']:.2g} {'<' if sig else '≥'} {alpha:g})")
+
+
+def verdict(best: Mapping | None, runner_up: Mapping | None, *, min_stable_share: float, alpha: float, metric: str,
+            min_conversations: int, min_untied: int) -> Verdict:
+    """``best``: the recommended point (recommendation.csv row); ``runner_up``: its ``stats.compare_pairs`` row against
+    the closest configuration (``a`` = best, ``b`` = runner-up), or None. The rule is the module docstring's."""
     if best is None:
         return Verdict("none", "no configuration meets the constraints: relax them")
-    reasons = []
+    g = _n(best.get("n_conversations"))
+    few = g < min_conversations
+    reasons = [f"{_plural(g, 'conversation')}: a choice needs at least {min_conversations} (`recommend.min_conversations`)"] if few else []
     share = best.get("threshold_share")
     if not _nan(share) and share < min_stable_share:
         reasons.append(f"{best['threshold']:.2f} is chosen in only {share:.0%} of bootstrap resamples (a stable choice: ≥ {min_stable_share:.0%})")
-    more_c = more_q = math.nan
-    if runner_up is not None and not bool(runner_up.get("significant")):
-        d, lo, hi = runner_up.get("diff"), runner_up.get("ci_low"), runner_up.get("ci_high")
-        reasons.append(f"the runner-up {point_label(runner_up['b'], best)} is not significantly worse ({metric} difference "
-                       + ("n/a" if _nan(d) else f"{d:+.3f} [{lo:+.3f}, {hi:+.3f}]")
-                       + f", Holm p {runner_up.get('p_holm', math.nan):.2g} ≥ {alpha:g})")
-        more_c, more_q = more_data(diff=d, ci_low=lo, ci_high=hi, n_conversations=int(best.get("n_conversations") or 0),
-                                   n_questions=int(best.get("n_questions") or 0))
+    close = False  # the runner-up is not separated from the best
+    if runner_up is not None:
+        untied = _n(runner_up.get("wins")) + _n(runner_up.get("losses"))
+        if few or not bool(runner_up.get("significant")):
+            reasons.append(versus(runner_up, best, metric=metric, alpha=alpha))
+            close = not bool(runner_up.get("significant"))
+        if untied < min_untied:
+            reasons.append(f"only {untied} of {_plural(_n(runner_up.get('n')), 'question')} score differently between them "
+                           f"(a choice needs at least {min_untied}: `recommend.min_untied`)")
+            close = True
     if not reasons:
         return Verdict("use", f"use {point_label(best)}")
-    if runner_up is not None and not bool(runner_up.get("significant")):
+    if few:
+        head = f"{_plural(g, 'conversation')}: too few to choose; best so far {point_label(best)}"
+    elif close:
         head = f"too little data to choose between {point_label(best)} and {point_label(runner_up['b'], best)}"
     else:
         head = f"too little data to be sure of the threshold of {point_label(best)}"
-    if more_c == math.inf:
-        reasons.append("they score the same on these questions: more data would not separate them")
-    elif not _nan(more_c) and more_c > 0:
-        reasons.append(f"about {more_c:.0f} more conversations (~{more_q:.0f} labelled questions) like these would make the observed "
-                       f"difference significant, if it holds")
+    more_c, more_q, text = more_data(runner_up, n_conversations=g, n_questions=_n(best.get("n_questions")),
+                                     min_conversations=min_conversations, min_untied=min_untied, alpha=alpha)
+    if text:
+        reasons.append(text)
     return Verdict("too_little_data", head, tuple(reasons), more_c, more_q)
+
+
+def test_description(cfg, metric: str, n_pairs: str) -> str:
+    """What the paired test is, in one paragraph: the significance table's and ``recallbench compare``'s."""
+    return (f"Paired t test of the mean per-question {metric} difference A − B over conversations: the differences are "
+            "summed per conversation, the standard error is cluster-robust (CR1) and the t distribution has "
+            f"conversations − 1 degrees of freedom, so questions of one conversation do not count as independent evidence "
+            f"(no test with 1 conversation). The {cfg.confidence:.0%} CI is the same t interval, not Holm-adjusted: it excludes 0 "
+            f"exactly when p < {1 - cfg.confidence:.2g}. Holm p adjusts p for the {n_pairs} and decides "
+            f"significance at {cfg.alpha:g}. W/T/L = questions where A wins/ties/loses.")
 
 
 def runner_up(sig: pd.DataFrame) -> Mapping | None:
@@ -97,14 +202,15 @@ def runner_up(sig: pd.DataFrame) -> Mapping | None:
     return sig.loc[sig["mean_b"].sub(sig["mean_a"]).abs().sort_values(kind="stable").index[0]].to_dict()
 
 
-def verdict_table(points: pd.DataFrame, sig: pd.DataFrame, *, min_stable_share: float, alpha: float, metric: str) -> pd.DataFrame:
+def verdict_table(points: pd.DataFrame, sig: pd.DataFrame, cfg, *, metric: str) -> pd.DataFrame:
     """One verdict per dataset of ``points`` (recommendation rows with ``best``) and ``sig`` (significance rows
-    with ``dataset``): columns dataset, kind, headline, reasons (joined with "; "), more_conversations, more_questions."""
+    with ``dataset``) under ``cfg`` (a ``RecommendConfig``): columns dataset, kind, headline, reasons (joined
+    with "; "), more_conversations, more_questions."""
     out = []
     for ds, pts in points.groupby("dataset", sort=False):
         best = pts[pts["best"]]
         s = sig[sig["dataset"] == ds] if len(sig) else sig
-        v = verdict(best.iloc[0].to_dict() if len(best) else None, runner_up(s), min_stable_share=min_stable_share,
-                    alpha=alpha, metric=metric)
+        v = verdict(best.iloc[0].to_dict() if len(best) else None, runner_up(s), min_stable_share=cfg.min_stable_share,
+                    alpha=cfg.alpha, metric=metric, min_conversations=cfg.min_conversations, min_untied=cfg.min_untied)
         out.append({"dataset": ds, **asdict(v), "reasons": "; ".join(v.reasons)})
     return pd.DataFrame(out, columns=["dataset", "kind", "headline", "reasons", "more_conversations", "more_questions"])

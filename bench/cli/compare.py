@@ -13,6 +13,7 @@ import pandas as pd
 
 from bench.analysis.compare import METRIC_CHOICES, compare_runs
 from bench.analysis.recommend import RecommendConfig
+from bench.analysis.verdict import test_description
 from bench.cli.common import fail, parser, setup_logging
 
 
@@ -20,30 +21,37 @@ def _thr(t) -> str:
     return "—" if t is None or (isinstance(t, float) and math.isnan(t)) else f"{t:.2f}"
 
 
+def _p(p: float) -> str:
+    return "—" if math.isnan(p) else f"{p:.4g}"
+
+
+def _diff(r) -> str:
+    if math.isnan(r["diff"]):
+        return "n/a"
+    if math.isnan(r["ci_low"]):
+        return f"{r['diff']:+.4f} (no interval with 1 conversation)"
+    return f"{r['diff']:+.4f} [{r['ci_low']:+.4f}, {r['ci_high']:+.4f}]"
+
+
 def format_table(res: pd.DataFrame, cfg: RecommendConfig, run_a: Path, run_b: Path) -> str:
-    unit = "questions" if cfg.test_unit == "question" else "whole conversations"
     metric = res["metric"].iloc[0] if len(res) else "?"
     lines = [f"**WARNING: {w}**" for w in res.attrs.get("warnings", [])]
     lines += [f"A = {run_a}", f"B = {run_b}", "",
-             f"Paired sign-flip permutation test of the mean per-question {metric} difference (flipping {unit}, "
-             f"{cfg.test_resamples} resamples, seed {cfg.seed}); Holm-corrected across the {len(res)} pairs; "
-             f"* = significant at {cfg.alpha:g}. CI of A − B: {cfg.confidence:.0%} cluster bootstrap over conversations. "
-             "W/T/L = questions where A wins/ties/loses."
-             + (" The p-value treats questions as independent; the CI resamples whole conversations: when they disagree, "
-                "trust the CI (or set recommend.test_unit=conversation in the run's config)." if cfg.test_unit == "question" else ""), "",
-             "| dataset | strategy | A (embedder / store @ threshold) | B (embedder / store @ threshold) | n | mean A | mean B | A − B [CI] | p | Holm p | sig | W/T/L |",
-             "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+              test_description(cfg, metric, f"{len(res)} pairs") + " * = significant.", "",
+              "| dataset | strategy | A (embedder / store @ threshold) | B (embedder / store @ threshold) | conversations | n | mean A | mean B | A − B [CI] | p | Holm p | sig | W/T/L |",
+              "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for _, r in res.iterrows():
         a, b = r["a"], r["b"]
-        ci = "n/a" if math.isnan(r["diff"]) else f"{r['diff']:+.4f} [{r['ci_low']:+.4f}, {r['ci_high']:+.4f}]"
         lines.append(f"| {a['dataset']} | {a['strategy']} | {a['embedder']} / {a['backend']} @ {_thr(a['threshold'])} | "
-                     f"{b['embedder']} / {b['backend']} @ {_thr(b['threshold'])} | {r['n']} | {r['mean_a']:.4f} | {r['mean_b']:.4f} | "
-                     f"{ci} | {r['p']:.4g} | {r['p_holm']:.4g} | {'*' if r['significant'] else ''} | {r['wins']}/{r['ties']}/{r['losses']} |")
+                     f"{b['embedder']} / {b['backend']} @ {_thr(b['threshold'])} | {r['n_conversations']} | {r['n']} | {r['mean_a']:.4f} | "
+                     f"{r['mean_b']:.4f} | {_diff(r)} | {_p(r['p'])} | {_p(r['p_holm'])} | {'*' if r['significant'] else ''} | "
+                     f"{r['wins']}/{r['ties']}/{r['losses']} |")
     return "\n".join(lines)
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = parser("compare", "Significance table between two finished runs (paired tests on the same questions, Holm-corrected).",
+    ap = parser("compare", "Significance table between two finished runs (paired t tests over conversations on the same "
+                "questions, Holm-corrected).",
                 examples=["recallbench compare reports/runs/<run A> reports/runs/<run B>",
                           "recallbench compare RUN_A RUN_B --metric recall --all-thresholds --json"])
     ap.add_argument("run_a", type=Path)

@@ -435,11 +435,12 @@ def verdict_lines(run: RunDir) -> list[str]:
                        f"({b['n_questions']} questions, {b['n_conversations']} conversations)")
         if v["kind"] == "too_little_data":
             out.append(f"  why: {plain(v['reasons'])}")
-        elif len(best) and pd.notna(best.iloc[0]["threshold_share"]):
-            out.append(f"  how sure: the threshold is chosen in {best.iloc[0]['threshold_share']:.0%} of bootstrap resamples; "
-                       "the runner-up is significantly worse")
         elif len(best):
-            out.append("  how sure: the runner-up is significantly worse (or there is none)")
+            b = best.iloc[0]
+            stable = (f"the threshold is chosen in {b['threshold_share']:.0%} of bootstrap resamples; "
+                      if pd.notna(b["threshold_share"]) else "")
+            out.append(f"  how sure: {stable}the runner-up is significantly worse (paired t test over {b['n_conversations']} "
+                       "conversations, Holm-corrected) or there is none")
     return out
 
 

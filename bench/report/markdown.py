@@ -20,7 +20,7 @@ import pandas as pd
 
 from bench.analysis.recommend import CONFIG_KEYS, Recommendation, neighbours
 from bench.analysis.tables import Analysis, analyse, save
-from bench.analysis.verdict import runner_up
+from bench.analysis.verdict import runner_up, test_description
 from bench.report import plots
 from bench.report.strategies import strategy_sections
 from bench.rundir import ANALYSIS, META, QUESTIONS, REPORT_MD, RunDir, strategy_names
@@ -225,12 +225,9 @@ def recommendation_section(a: Analysis, strategies: list[dict]) -> list[str]:
         s = sig[sig["dataset"] == ds] if len(sig) else sig
         if len(s):
             r = runner_up(s)  # the one the verdict names
-            verdict = "significant" if r["significant"] else "not significant"
             at = "" if math.isnan(r["b"]["threshold"]) else f" at {r['b']['threshold']:.2f}"
-            lines.append(f"- **Runner-up**: `{r['b']['strategy']}` on `{r['b']['backend']}`{at} "
-                         f"({name} {r['mean_b']:.3f}); difference {r['diff']:+.3f} [{r['ci_low']:+.3f}, {r['ci_high']:+.3f}], "
-                         f"p = {r['p']:.3g}, Holm p = {r['p_holm']:.3g}: {verdict} at {cfg.alpha:g} "
-                         f"(wins/ties/losses {r['wins']}/{r['ties']}/{r['losses']}).")
+            lines.append(f"- **Runner-up**: `{r['b']['strategy']}` on `{r['b']['backend']}`{at} ({name} {r['mean_b']:.3f}); "
+                         f"{test_phrase(r, cfg.alpha)} (wins/ties/losses {r['wins']}/{r['ties']}/{r['losses']}).")
             lines += [f"  {t}" for t in [counts_note(r)] if t]
         if b["n_adversarial"]:
             lines.append(f"- **Adversarial questions** ({b['n_adversarial']}): nothing recalled (correct) for {b['abstained']:.1%} of them.")
@@ -244,7 +241,7 @@ def recommendation_section(a: Analysis, strategies: list[dict]) -> list[str]:
 def points_section(rec: Recommendation, sig: pd.DataFrame, multi_embedder: bool) -> list[str]:
     name = METRIC_NAMES[rec.cfg.primary]
     lines = ["## Operating points (every configuration at its chosen threshold)", "",
-             f"† = differs from the recommendation ({name}, paired test, Holm-corrected, alpha {rec.cfg.alpha:g}). "
+             f"† = differs from the recommendation ({name}, paired t test over conversations, Holm-corrected, alpha {rec.cfg.alpha:g}). "
              "`chosen in` = share of bootstrap resamples that choose the same threshold.", "",
              "| dataset | configuration | threshold | F1 [95 % CI] | recall [CI] | precision [CI] | tokens [CI] | p99 ms | chosen in | threshold range | note |",
              "|---|---|---|---|---|---|---|---|---|---|---|"]
@@ -273,23 +270,35 @@ def points_section(rec: Recommendation, sig: pd.DataFrame, multi_embedder: bool)
     return lines
 
 
+def test_phrase(r, alpha: float) -> str:
+    """A ``stats.compare_pairs`` row in words: the difference, its t interval, p and Holm p, or why there is no test."""
+    g = int(r["n_conversations"])
+    if math.isnan(r["diff"]):
+        return "no common questions"
+    if math.isnan(r["p"]):
+        return f"difference {r['diff']:+.3f} on {g} conversation{'' if g == 1 else 's'}: no interval with 1 conversation, no test"
+    return (f"difference {r['diff']:+.3f} [{r['ci_low']:+.3f}, {r['ci_high']:+.3f}], t test over {g} conversations "
+            f"p = {r['p']:.3g}, Holm p = {r['p_holm']:.3g}: {'significant' if r['significant'] else 'not significant'} at {alpha:g}")
+
+
+def _diff_ci(r) -> str:
+    if math.isnan(r["diff"]) or not math.isnan(r["ci_low"]):
+        return _ci(r["diff"], r["ci_low"], r["ci_high"])
+    return f"{r['diff']:.3f} (no interval with 1 conversation)"
+
+
 def significance_section(sig: pd.DataFrame, rec: Recommendation, multi_embedder: bool) -> list[str]:
     if sig.empty:
         return []
     cfg = rec.cfg
-    unit = "questions" if cfg.test_unit == "question" else "whole conversations"
     lines = ["## Significance: recommendation vs every other configuration", "",
-             f"Paired sign-flip permutation test of the mean per-question {METRIC_NAMES[cfg.primary]} difference "
-             f"(flipping {unit}, {cfg.test_resamples} resamples), Holm-corrected per dataset; CI of the difference by cluster bootstrap. "
-             "W/T/L = questions where the recommendation wins/ties/loses."
-             + (" The p-value treats questions as independent; the CI resamples whole conversations and is wider: when they disagree, "
-                "trust the CI (or set `recommend.test_unit=conversation`)." if cfg.test_unit == "question" else ""), "",
-             "| dataset | recommendation | vs | n | mean A | mean B | A − B [CI] | p | Holm p | significant | W/T/L |",
-             "|---|---|---|---|---|---|---|---|---|---|---|"]
+             "A = the recommendation. " + test_description(cfg, METRIC_NAMES[cfg.primary], "comparisons of each dataset"), "",
+             "| dataset | recommendation | vs | conversations | n | mean A | mean B | A − B [CI] | p | Holm p | significant | W/T/L |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for _, r in sig.iterrows():
         a, b = r["a"], r["b"]
         lines.append(f"| {r['dataset']} | {_label(a, multi_embedder)} @ {_thr(a['threshold'])} | {_label(b, multi_embedder)} @ {_thr(b['threshold'])} | "
-                     f"{r['n']} | {_fmt(r['mean_a'])} | {_fmt(r['mean_b'])} | {_ci(r['diff'], r['ci_low'], r['ci_high'])} | "
+                     f"{r['n_conversations']} | {r['n']} | {_fmt(r['mean_a'])} | {_fmt(r['mean_b'])} | {_diff_ci(r)} | "
                      f"{_fmt(r['p'], 4)} | {_fmt(r['p_holm'], 4)} | {'**yes**' if r['significant'] else 'no'} | {r['wins']}/{r['ties']}/{r['losses']} |")
     return lines + [""]
 
