@@ -518,13 +518,16 @@ def thresholds_transfer_section(a: Analysis) -> list[str]:
     plumbing = set(a.embedders.loc[~a.embedders["for_results"], "embedder"]) if a.embedders is not None and len(a.embedders) else set()
     lines += corpora_lines(t[t["protocol"] == "corpora"], plumbing)
     lo = t[t["protocol"] == "loco"]
+    one = sorted(set(lo.loc[lo["n_conversations"] == lo["n_questions"], "dataset"]))
+    single = (f" {', '.join(one)}: one question per conversation, so the hindsight F1 is each question's own best setting "
+              "(an oracle): read `regret vs it`.") if one else ""
     if len(lo):
         lines += ["### Stability across conversations of this corpus (leave one conversation out)", "",
                   "Per fold: choose on every other conversation of the same corpus, score the held-out one; hindsight = the held-out "
                   "conversation's own best cosine threshold (pooled over folds, question-weighted); `best single cosine` = one "
                   "threshold for all conversations chosen in hindsight. A regret near 0 says the choice is stable across these "
                   "conversations (when every fold chooses the same setting it is that setting's in-sample F1), not that it carries "
-                  "over to another corpus.", "",
+                  "over to another corpus." + single, "",
                   "| dataset | embedder | store | family | setting chosen (over folds) | held-out F1 | hindsight F1 | stability regret [fold range] | best single cosine F1 | regret vs it |",
                   "|---|---|---|---|---|---|---|---|---|---|"]
         for _, r in lo.iterrows():
