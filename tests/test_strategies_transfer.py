@@ -326,7 +326,7 @@ def test_the_report_calls_loco_stability_and_measures_transfer_across_corpora():
 
     rows = corpora_rows()
     out, _ = TR.transfer(rows, CFAM)
-    text = "\n".join(markdown.thresholds_transfer_section(NS(transfer=out, embedders=None)))
+    text = "\n".join(markdown.thresholds_transfer_section(NS(transfer=out, embedders=None, cfg=NS(confidence=0.95))))
     heads = [h for h in text.splitlines() if h.startswith("#")]
     assert "### Transfer to another corpus" in heads
     assert "### Stability across conversations of this corpus (leave one conversation out)" in heads

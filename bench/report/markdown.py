@@ -472,7 +472,7 @@ def _setting(r) -> str:
     return SETTING.get(r["family"], "") + rng
 
 
-def corpora_lines(t: pd.DataFrame, plumbing: set) -> list[str]:
+def corpora_lines(t: pd.DataFrame, plumbing: set, confidence: float) -> list[str]:
     """The ``corpora`` protocol of ``bench.analysis.transfer``: per family, chosen on one corpus, scored on another,
     with each corpus's base rate of relevant memories."""
     if t.empty:
@@ -480,11 +480,11 @@ def corpora_lines(t: pd.DataFrame, plumbing: set) -> list[str]:
     lines = ["### Transfer to another corpus", "",
              "Each family's setting chosen on the source corpus (all its questions, same embedder and store) and applied to "
              "the target corpus (all its questions); hindsight = the target's best fixed cosine threshold. Regret "
-             "[95 % interval]: mean per-question regret with a t interval over the target's conversations "
+             f"[{confidence:.0%} interval]: mean per-question regret with a t interval over the target's conversations "
              "(`bench.analysis.stats.cluster_t_interval`; the hindsight threshold taken as fixed). The calibrated family's "
              "p is applied to the target's own P(relevant), fitted on the target's labels: the same p is a different "
              "similarity cut on a corpus with another base rate of relevant memories.", "",
-             "| source → target | embedder | store | family | setting chosen on source | F1 on target | target's best cosine F1 | regret [95 % CI] | conversations | target's own best in family |",
+             f"| source → target | embedder | store | family | setting chosen on source | F1 on target | target's best cosine F1 | regret [{confidence:.0%} CI] | conversations | target's own best in family |",
              "|---|---|---|---|---|---|---|---|---|---|"]
     for _, r in t.iterrows():
         lines.append(f"| {r['source']} → {r['dataset']} | {_emb(r['embedder'], r['embedder'] in plumbing)} | {r['backend']} | {r['family']} | "
@@ -516,7 +516,7 @@ def thresholds_transfer_section(a: Analysis) -> list[str]:
              "`-m dataset=locomo,longmemeval_oracle`); leaving one conversation out measures stability within one corpus. Tables: "
              "`analysis/transfer.csv`, `analysis/transfer_folds.csv`.", ""]
     plumbing = set(a.embedders.loc[~a.embedders["for_results"], "embedder"]) if a.embedders is not None and len(a.embedders) else set()
-    lines += corpora_lines(t[t["protocol"] == "corpora"], plumbing)
+    lines += corpora_lines(t[t["protocol"] == "corpora"], plumbing, a.cfg.confidence)
     lo = t[t["protocol"] == "loco"]
     one = sorted(set(lo.loc[lo["n_conversations"] == lo["n_questions"], "dataset"]))
     single = (f" {', '.join(one)}: one question per conversation, so the hindsight F1 is each question's own best setting "
