@@ -8,7 +8,7 @@ ARGS ?=
 EMBEDDERS ?=
 
 .DEFAULT_GOAL := help
-.PHONY: help sweep test report data install clean-cache stores compare regress baseline harden load bench labels ray
+.PHONY: help sweep test report data install clean-cache stores compare regress baseline harden load bench labels corpora ray
 
 help: ## List the targets
 	@grep -E '^[a-zA-Z_-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-12s %s\n", $$1, $$2}'
@@ -27,8 +27,11 @@ sweep: $(STAMP) ## Run the main sweep (LoCoMo if the data path has it, else the 
 test: $(STAMP) ## Run the test suite
 	$(BIN)/python -m pytest -q $(ARGS)
 
-labels: $(STAMP) ## LoCoMo original vs 2025 label-corrected release: how far the recommendation moves -> reports/latest/
+labels: $(STAMP) ## LoCoMo original vs 2025 label-corrected release (same conversations: label robustness) -> reports/latest/
 	$(BIN)/recallbench sweep -m dataset=locomo,locomo_2025 $(ARGS)
+
+corpora: $(STAMP) ## Thresholds that transfer to another corpus: LoCoMo <-> LongMemEval oracle, every family of cuts -> reports/latest/
+	$(BIN)/recallbench sweep -m dataset=locomo,longmemeval_oracle experiment=transfer backend=exact $(ARGS)
 
 report: $(STAMP) ## Rebuild report.md and plots of reports/latest (or RUN=reports/runs/<dir>)
 	$(BIN)/recallbench report $(or $(RUN),reports/latest)

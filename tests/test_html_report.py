@@ -89,7 +89,7 @@ def test_chromium_renders_every_image(run, tmp_path):
     n_images = len(re.findall(r"!\[[^\]]*\]\(", (run / "report.md").read_text()))
     assert got["total"] == n_images == 9 and got["loaded"] == got["total"]
     assert got["external"] == []
-    assert got["h2"][0] == "Recommendation" and "Does it transfer? Leave one conversation out" in got["h2"]
+    assert got["h2"][0] == "Recommendation" and "Stability across conversations of this corpus (leave one conversation out)" in got["h2"]
     best = pd.read_csv(run / "analysis" / "recommendation.csv").query("best").iloc[0]
     assert f"similarity ≥ {best['threshold']:.2f}" in got["box"]
     assert f"[{best['f1_lo']:.3f}, {best['f1_hi']:.3f}]" in got["box"] and "LOCO gap" in got["box"]

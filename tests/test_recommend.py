@@ -242,6 +242,11 @@ def test_cross_dataset_transfer():
     assert (b["target_f1_at_source_threshold"], b["gap"]) == (pytest.approx(0.4), pytest.approx(0.1))
     assert len(rec.transfer) == 2  # lim has no threshold; ds2 has no lim
     assert rec.best()["dataset"].tolist() == ["ds1", "ds2"]
+    assert set(rec.transfer["relation"]) == {"another corpus"}  # conversations d1 vs c1, c2
+    # a release of the same conversations with other labels measures label robustness, not another corpus
+    relabelled = ROWS.assign(dataset="ds1_2025")
+    rel = recommend(pd.concat([ROWS, relabelled], ignore_index=True), RecommendConfig.defaults(n_resamples=50)).transfer
+    assert len(rel) == 2 and set(rel["relation"]) == {"same conversations, other labels"}
 
 
 def test_neighbours_and_grid_errors():

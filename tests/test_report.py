@@ -41,7 +41,7 @@ def test_report_starts_with_an_actionable_recommendation(run):
     assert heads[0] == "Recommendation"
     assert heads[1] == "What would help most"
     for name in ("Operating points (every configuration at its chosen threshold)", "Pareto frontier: recall vs injected tokens",
-                 "Does it transfer? Leave one conversation out", "Calibration: where relevant and irrelevant memories score",
+                 "Stability across conversations of this corpus (leave one conversation out)", "Calibration: where relevant and irrelevant memories score",
                  "Seed claims, re-measured", "Best threshold by F1 per strategy", "Full sweep"):
         assert name in heads, name
     best = pd.read_csv(run / "analysis" / "recommendation.csv").query("best").iloc[0]

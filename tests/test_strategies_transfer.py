@@ -250,3 +250,96 @@ def test_the_sweep_command_caches_the_calibrated_column_by_content(tmp_path):
     assert rec3["status"] == "miss" and rec3["key"] != rec1["key"]
     _, rec4 = cli.get_calibrated(cfg, NS(corpus=CORPUS, corpus_sha="other labels"), Trace(TABLE, {}))
     assert rec4["status"] == "miss"
+
+
+# --- across corpora: chosen on corpus x, scored on corpus y (and back), worked by hand ------------------
+
+CORPORA = {  # dataset -> question -> (conversation, F1 at threshold .3, .5, calibrated .5, .8)
+    "x": {"q1": ("x1", 0.6, 0.4, 0.8, 0.2), "q2": ("x1", 0.4, 0.2, 0.6, 0.4), "q3": ("x2", 0.5, 0.3, 0.7, 0.0)},
+    "y": {"p1": ("y1", 0.2, 0.6, 0.1, 0.5), "p2": ("y1", 0.0, 0.4, 0.3, 0.7), "p3": ("y2", 0.4, 0.8, 0.2, 0.6),
+          "p4": ("y3", 0.4, 0.6, 0.2, 0.6)},
+}
+GOLD = {"x": ((1, 10), (2, 10), (1, 20)), "y": ((1, 4),) * 4}  # (n_gold, memories a question can recall) per question
+T975 = {1: 12.706204736174707, 2: 4.302652729911275}  # Student's t 0.975 quantile by degrees of freedom
+
+
+def corpora_rows(datasets=CORPORA):
+    rows = []
+    for ds, qs in datasets.items():
+        for (qid, (conv, *values)), (gold, memories) in zip(qs.items(), GOLD[ds[0]]):
+            base = {"dataset": ds, "embedder": "e", "backend": "exact", "question_id": qid, "conversation_id": conv,
+                    "adversarial": False, "n_gold": gold}
+            for (strategy, kind, t), f1 in zip((("threshold", "threshold", 0.3), ("threshold", "threshold", 0.5),
+                                                ("calibrated", "calibrated_threshold", 0.5), ("calibrated", "calibrated_threshold", 0.8)), values):
+                rows.append({**base, "strategy": strategy, "kind": kind, "threshold": t, "f1": f1, "n_selected": 1})
+            rows.append({**base, "strategy": "full_context", "kind": "full_context", "threshold": float("nan"), "f1": 0.1,
+                         "n_selected": memories})
+    return pd.DataFrame(rows)
+
+
+CFAM = {"threshold": "cosine", "calibrated": "calibrated"}
+
+
+def test_across_corpora_regret_and_its_interval_by_hand():
+    out, _ = TR.transfer(corpora_rows(), CFAM)
+    t = out[out.protocol == "corpora"].set_index(["source", "dataset", "family"])
+    assert len(t) == 4
+    # x -> y, cosine: x chooses .3 (x means .5 vs .3); y at .3 = (.2+0+.4+.4)/4 = .25; y's best cosine .5 = 2.4/4 = .6: regret .35
+    # per-question regret (.6 - .2, .4 - 0, .8 - .4, .6 - .4) = (.4, .4, .4, .2); clusters y1 (sum .8, n 2), y2 (.4, 1), y3 (.2, 1)
+    # residuals s - .35 n = (.1, .05, -.15): se^2 = 3/2 * .035 / 4^2; t with 2 df
+    r = t.loc[("x", "y", "cosine")]
+    half = T975[2] * np.sqrt(1.5 * 0.035 / 16)
+    assert (r.param_min, r.f1_held_out, r.f1_hindsight, r.regret) == (0.3, pytest.approx(0.25), pytest.approx(0.6), pytest.approx(0.35))
+    assert (r.regret_lo, r.regret_hi) == (pytest.approx(0.35 - half), pytest.approx(0.35 + half)) and r.n_conversations == 3
+    assert r.n_questions == 4 and np.isnan(r.n_folds)
+    # x -> y, calibrated: x chooses p .5 (.7 vs .2); y at p .5 = .8/4 = .2: regret .4; its own best p (.8) gives .6
+    # per-question (.5, .1, .6, .4): clusters (.6, 2), (.6, 1), (.4, 1); residuals (-.2, .2, 0): se^2 = 3/2 * .08 / 16
+    r = t.loc[("x", "y", "calibrated")]
+    half = T975[2] * np.sqrt(1.5 * 0.08 / 16)
+    assert (r.param_min, r.f1_held_out, r.regret, r.f1_in_sample) == (0.5, pytest.approx(0.2), pytest.approx(0.4), pytest.approx(0.6))
+    assert (r.regret_lo, r.regret_hi) == (pytest.approx(0.4 - half), pytest.approx(0.4 + half))
+    # y -> x, cosine: y chooses .5 (.6); x at .5 = .3, x's best .3 = .5: regret .2, every question .2 -> interval [.2, .2]
+    r = t.loc[("y", "x", "cosine")]
+    assert (r.param_min, r.regret, r.regret_lo, r.regret_hi) == (0.5, pytest.approx(0.2), pytest.approx(0.2), pytest.approx(0.2))
+    # y -> x, calibrated: y chooses p .8 (.6); x at .8 = .2: regret .3; per question (.4, 0, .5), clusters x1 (.4, 2), x2 (.5, 1)
+    # residuals (-.2, .2): se^2 = 2/1 * .08 / 3^2, t with 1 df: two conversations give a wide interval, never their min-max
+    r = t.loc[("y", "x", "calibrated")]
+    half = T975[1] * np.sqrt(2 * 0.08 / 9)
+    assert (r.regret, r.regret_lo, r.regret_hi) == (pytest.approx(0.3), pytest.approx(0.3 - half), pytest.approx(0.3 + half))
+    # base rates from the full-context selections: x 4 gold / 40 memories, y 4 / 16
+    assert (r.gold_share, r.source_gold_share, r.gold_per_question) == (pytest.approx(0.1), pytest.approx(0.25), pytest.approx(4 / 3))
+    rates = TR.base_rates(corpora_rows()).set_index("dataset")
+    assert rates.loc["y", "memories_per_question"] == 4 and rates.loc["x", "gold_share"] == pytest.approx(0.1)
+
+
+def test_two_releases_of_the_same_conversations_are_not_two_corpora():
+    relabelled = {"x": CORPORA["x"], "x_2025": {q: ("x1" if q != "q3" else "x2", *v[1:]) for q, v in CORPORA["x"].items()}}
+    out, _ = TR.transfer(corpora_rows(relabelled), CFAM)
+    assert not (out.protocol == "corpora").any()  # label robustness, not transfer: no "another corpus" row
+    assert set(out.protocol) == {"loco"}
+
+
+def test_the_report_calls_loco_stability_and_measures_transfer_across_corpora():
+    from types import SimpleNamespace as NS
+
+    from bench.report import markdown
+
+    rows = corpora_rows()
+    out, _ = TR.transfer(rows, CFAM)
+    text = "\n".join(markdown.thresholds_transfer_section(NS(transfer=out, embedders=None, cfg=NS(confidence=0.95))))
+    heads = [h for h in text.splitlines() if h.startswith("#")]
+    assert "### Transfer to another corpus" in heads
+    assert "### Stability across conversations of this corpus (leave one conversation out)" in heads
+    assert not any("transfer" in h.lower() and "conversation out" in h.lower() for h in heads)  # LOCO is not called transfer
+    assert "| x → y | e | exact | calibrated | P ≥ 0.5 | 0.200 | 0.600 | 0.400 [" in text  # the regret with its t interval
+    assert "x 1.33 gold per question, 10.00% of the memories" in text and "y 1.00 gold per question, 25.00% of the memories" in text
+
+
+def test_readme_says_what_was_measured_not_what_was_hoped():
+    from pathlib import Path
+
+    readme = (Path(__file__).parents[1] / "README.md").read_text()
+    section = readme.split("### Comparing embedders, and thresholds that transfer")[1].split("\n### ")[0]
+    assert "carry over from one" not in section  # the promise nothing measured
+    assert "stability across conversations of this corpus" in section and "dataset=locomo,longmemeval_oracle" in section
+    assert "leave-one-conversation-out transfer" not in readme

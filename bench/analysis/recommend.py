@@ -1,10 +1,11 @@
-"""Operating-point recommendation: which threshold to ship, how sure we are, whether it transfers.
+"""Operating-point recommendation: which threshold to ship, how sure we are, how stable it is.
 
 Owns the objectives (max F1 by default; max recall s.t. mean injected tokens <= B; min tokens
 s.t. recall >= R; optional store p99 latency <= L), the choice of a threshold per
 (dataset, embedder, backend, strategy), 95 % cluster-bootstrap CIs (conversations resampled as
 clusters, via ``bench.analysis.stats.cluster_bootstrap``) and the bootstrap stability of the chosen
-threshold, leave-one-conversation-out (LOCO) transfer, cross-dataset transfer, per-category
+threshold, leave-one-conversation-out (LOCO: stability across the conversations of one corpus, not
+transfer to another corpus), the threshold chosen on one dataset applied to another, per-category
 results (optionally a threshold per category) and the Pareto frontier of recall vs tokens.
 
 Input is the tidy per-question table of a run (``questions.parquet``); every function is pure.
@@ -383,7 +384,9 @@ def threshold_stability(sums: np.ndarray, counts: np.ndarray, thresholds: np.nda
 
 
 def loco(grid: Grid, cfg: RecommendConfig) -> tuple[dict, pd.DataFrame]:
-    """Leave-one-conversation-out: tune on all conversations but one, evaluate on the one left out.
+    """Leave-one-conversation-out: tune on all conversations but one, evaluate on the one left out. It
+    measures stability across the conversations of this corpus (every fold trains on the same corpus),
+    not transfer to another corpus (``bench.analysis.transfer``, protocol ``corpora``).
 
     Per fold: the threshold chosen on the others, the objective metric there (``train``) and on the
     held-out conversation (``held_out``), ``gap`` = how much worse held-out is (sign-adjusted, so
@@ -488,8 +491,10 @@ def categories(grid: Grid, cfg: RecommendConfig, point: dict) -> pd.DataFrame:
 
 
 def transfer(grids: list[Grid], points: pd.DataFrame, cfg: RecommendConfig) -> pd.DataFrame:
-    """Cross-dataset transfer: the threshold chosen on one dataset, applied to another (same
-    embedder/backend/strategy); ``gap`` = how much worse than the target's own choice (sign-adjusted)."""
+    """Across datasets: the threshold chosen on one dataset, applied to another (same
+    embedder/backend/strategy); ``gap`` = how much worse than the target's own choice (sign-adjusted).
+    ``relation``: "another corpus", or "same conversations, other labels" when the two share a conversation id
+    (a label release: label robustness, not transfer)."""
     by = {g.key: g for g in grids}
     datasets = list(dict.fromkeys(g.key[0] for g in grids))
     out = []
@@ -513,7 +518,9 @@ def transfer(grids: list[Grid], points: pd.DataFrame, cfg: RecommendConfig) -> p
                     _, sums, counts = cluster_sums(other.values[:, :, hit[0]], other.conversations)
                     m = ratio(sums.sum(0), counts.sum(0))
                     at, tok = m[M[p]], m[M["tokens"]]
-                out.append({"source": src, "target": dst, "embedder": g.key[1], "backend": g.key[2], "strategy": g.key[3],
+                same = bool(set(g.conversations) & set(other.conversations))
+                out.append({"source": src, "target": dst, "relation": "same conversations, other labels" if same else "another corpus",
+                            "embedder": g.key[1], "backend": g.key[2], "strategy": g.key[3],
                             "source_threshold": ps["threshold"], f"source_{p}": ps.get(p, NAN),
                             f"target_{p}_at_source_threshold": at, "target_tokens_at_source_threshold": tok,
                             "target_threshold": pt["threshold"], f"target_{p}_own": pt.get(p, NAN),

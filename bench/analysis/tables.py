@@ -182,7 +182,7 @@ def analyse(run: RunDir, settings: RecommendConfig | None = None) -> Analysis | 
     records = run.strategies()
     not_similarity = frozenset(r["name"] for r in records if r.get("threshold_on", "similarity") != "similarity")
     cals = tuple(calibrations(jobs, best, not_similarity))
-    moved, folds = transfer_.transfer(rows, transfer_.families(records))
+    moved, folds = transfer_.transfer(rows, transfer_.families(records), confidence=cfg.confidence)
     sig = significance(rows, rec)
     verdicts = verdict_table(rec.points, sig, cfg, metric=ROW_METRIC[cfg.primary])
     return Analysis(cfg=cfg, rows=rows, summary=summary, rec=rec, significance=sig, pareto=pareto(summary),

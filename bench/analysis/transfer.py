@@ -7,18 +7,35 @@ of its own: its settings are the adaptive strategies of the run). A family's *se
 (strategy, threshold) of it.
 
 Each family chooses its setting on training data (the one with the highest macro F1 over the training
-questions; ties: the first in (strategy, threshold) order) and is scored on held-out data:
+questions; ties: the first in (strategy, threshold) order) and is scored on held-out data. Three
+protocols, which measure different things:
 
-- **leave one conversation out** (per dataset, embedder and store): for each conversation, train on
-  the others, score it. ``f1_held_out`` pools the held-out questions (question-weighted); the
-  reference ``f1_hindsight`` is, per held-out conversation, the best fixed cosine threshold chosen on
-  that conversation itself, pooled the same way; ``regret = f1_hindsight - f1_held_out`` (its range over
-  folds: ``regret_min``/``regret_max``). ``f1_best_fixed``: one cosine threshold for all conversations,
-  chosen in hindsight on all of them, and ``regret_vs_fixed`` against it.
-- **across embedders** (per dataset and store, when a run holds two or more embedders): choose on
-  embedder A's run (all its questions), apply the same setting to embedder B's run (the questions both
-  answered); the reference is B's best fixed cosine threshold in hindsight. The calibrated family's p
-  is applied to B's own calibrated scores, so it still needs labelled data for B.
+- ``loco``, **stability across conversations of this corpus** (leave one conversation out, per dataset,
+  embedder and store): for each conversation, train on the others, score it. ``f1_held_out`` pools the
+  held-out questions (question-weighted); the reference ``f1_hindsight`` is, per held-out conversation,
+  the best fixed cosine threshold chosen on that conversation itself, pooled the same way;
+  ``regret = f1_hindsight - f1_held_out`` (its range over folds: ``regret_min``/``regret_max``).
+  ``f1_best_fixed``: one cosine threshold for all conversations, chosen in hindsight on all of them, and
+  ``regret_vs_fixed`` against it. Every fold trains on conversations of the same corpus (same
+  speakers, question writers, base rate of relevant memories): when every fold picks the same setting
+  its held-out F1 is that setting's in-sample F1, so a regret near 0 says the choice is stable across
+  these conversations, not that it carries over to another corpus.
+- ``embedders`` (per dataset and store, when a run holds two or more embedders): choose on embedder
+  A's run (all its questions), apply the same setting to embedder B's run (the questions both
+  answered); the reference is B's best fixed cosine threshold in hindsight.
+- ``corpora``, **transfer to another corpus** (per embedder and store, when a run holds two or more
+  datasets that share no conversation): choose on corpus A's run (all its questions), apply the same
+  setting to corpus B's run (all its questions); the reference is B's best fixed cosine threshold in
+  hindsight. Two datasets that share conversations (``locomo`` and ``locomo_2025``: the same
+  conversations with corrected labels) measure label robustness, not another corpus, and are skipped.
+
+In ``embedders`` and ``corpora`` the calibrated family's p is applied to B's own calibrated scores (an
+isotonic map fitted on B's labels), so it still needs labelled data for B; and the same p is a
+different similarity cut on a corpus with another base rate of relevant memories (``gold_share``: gold
+memories over the memories a question can recall, from the run's full-context strategy). Their
+``regret_lo``/``regret_hi`` is a ``confidence`` t interval (``bench.analysis.stats.cluster_t_interval``)
+of the mean per-question regret (B's best fixed cosine F1 minus the family's F1, question by question)
+with B's conversations as clusters; the reference is chosen on B in hindsight and taken as fixed.
 
 F1 is the rows' per-question F1 over the scored questions (``bench.metrics.scored``), as everywhere.
 Pure functions of the per-question rows; nothing here reads a file.
@@ -33,15 +50,19 @@ import numpy as np
 import pandas as pd
 
 from bench import metrics
+from bench.analysis.stats import cluster_sums, cluster_t_interval
 
 NAN = float("nan")
 FAMILIES = {"threshold": "cosine", "calibrated_threshold": "calibrated", "relative_delta": "relative δ",
             "relative_ratio": "relative α", "largest_gap": "adaptive"}
 REFERENCE = "cosine"
 ORDER = list(FAMILIES.values())
+PROTOCOLS = {"loco": "stability across conversations of this corpus", "embedders": "transfer to another embedder",
+             "corpora": "transfer to another corpus"}
 COLUMNS = ["protocol", "dataset", "backend", "source", "embedder", "family", "strategy", "param_min", "param_max", "n_folds",
-           "n_questions", "f1_held_out", "f1_hindsight", "regret", "regret_min", "regret_max", "f1_best_fixed",
-           "regret_vs_fixed", "f1_in_sample"]
+           "n_conversations", "n_questions", "f1_held_out", "f1_hindsight", "regret", "regret_lo", "regret_hi", "regret_min",
+           "regret_max", "f1_best_fixed", "regret_vs_fixed", "f1_in_sample", "gold_per_question", "gold_share",
+           "source_gold_share"]
 
 
 def families(strategies: Sequence[Mapping]) -> dict[str, str]:
@@ -124,7 +145,7 @@ def loco(s: Settings) -> tuple[list[dict], pd.DataFrame]:
         pooled = float(np.nansum(got * n) / n[~np.isnan(got)].sum()) if (~np.isnan(got)).any() else NAN
         hindsight = float((hind * n).sum() / N)
         out.append({"protocol": "loco", "source": "other conversations", "family": family, **_describe(s, chosen),
-                    "n_folds": len(labels), "n_questions": int(N), "f1_held_out": pooled, "f1_hindsight": hindsight,
+                    "n_folds": len(labels), "n_conversations": len(labels), "n_questions": int(N), "f1_held_out": pooled, "f1_hindsight": hindsight,
                     "regret": hindsight - pooled, "regret_min": float(np.nanmin(regret)), "regret_max": float(np.nanmax(regret)),
                     "f1_best_fixed": fixed, "regret_vs_fixed": fixed - pooled, "f1_in_sample": float((total[idx] / N).max())})
         folds.append(pd.DataFrame({"family": family, "conversation_id": labels, "n_questions": n.astype(int),
@@ -134,38 +155,70 @@ def loco(s: Settings) -> tuple[list[dict], pd.DataFrame]:
     return out, pd.concat(folds, ignore_index=True)
 
 
-def across(a: Settings, b: Settings) -> list[dict]:
-    """Every family's setting chosen on ``a`` (one embedder's run) applied to ``b`` (another's), on the
-    questions both hold; the reference is ``b``'s best fixed cosine threshold in hindsight."""
-    common = np.intersect1d(a.question_ids, b.question_ids)
-    if not len(common):
+def _key(s: Settings, j: int) -> tuple[str, float | None]:
+    return s.strategies[j], None if np.isnan(s.thresholds[j]) else float(s.thresholds[j])
+
+
+def across(a: Settings, b: Settings, *, protocol: str = "embedders", confidence: float = 0.95) -> list[dict]:
+    """Every family's setting chosen on ``a`` applied to ``b``; the reference is ``b``'s best fixed cosine
+    threshold in hindsight. ``protocol="embedders"``: two embedders' runs of one dataset, on the questions
+    both hold; ``"corpora"``: two corpora, each with all its questions (see the module)."""
+    if protocol == "embedders":
+        common = np.intersect1d(a.question_ids, b.question_ids)
+        if not len(common):
+            return []
+        a, b = a.subset(common), b.subset(common)
+    if not len(a.question_ids) or not len(b.question_ids):
         return []
-    a, b = a.subset(common), b.subset(common)
-    where_b = {(n, None if np.isnan(t) else float(t)): j for j, (n, t) in enumerate(zip(b.strategies, b.thresholds))}
+    where_b = {_key(b, j): j for j in range(len(b.strategies))}
     mean_a, mean_b = a.f1.mean(0), b.f1.mean(0)
     ref = [j for j, f in enumerate(b.family) if f == REFERENCE]
     if not ref:
         return []
-    fixed = float(mean_b[ref].max())
+    best = ref[int(np.argmax(mean_b[ref]))]
+    fixed = float(mean_b[best])
+    _, sums, counts = cluster_sums(b.f1[:, best][:, None] - b.f1, b.conversations)  # per-question regret of every setting
+    ci = cluster_t_interval(sums, counts, confidence=confidence)
     out = []
     for family in [f for f in ORDER if f in set(a.family)]:
-        idx = np.array([j for j, f in enumerate(a.family) if f == family
-                        and (a.strategies[j], None if np.isnan(a.thresholds[j]) else float(a.thresholds[j])) in where_b])
+        idx = np.array([j for j, f in enumerate(a.family) if f == family and _key(a, j) in where_b])
         if not len(idx):
             continue
         j = _choose(mean_a, idx)
-        jb = where_b[(a.strategies[j], None if np.isnan(a.thresholds[j]) else float(a.thresholds[j]))]
+        jb = where_b[_key(a, j)]
         got = float(mean_b[jb])
         own = [k for k, f in enumerate(b.family) if f == family]
-        out.append({"protocol": "embedders", "family": family, **_describe(a, [j]), "n_folds": NAN, "n_questions": len(common),
-                    "f1_held_out": got, "f1_hindsight": fixed, "regret": fixed - got, "regret_min": NAN, "regret_max": NAN,
+        out.append({"protocol": protocol, "family": family, **_describe(a, [j]), "n_folds": NAN,
+                    "n_conversations": int(ci.n_clusters[jb]), "n_questions": len(b.question_ids),
+                    "f1_held_out": got, "f1_hindsight": fixed, "regret": fixed - got, "regret_lo": float(ci.low[jb]),
+                    "regret_hi": float(ci.high[jb]), "regret_min": NAN, "regret_max": NAN,
                     "f1_best_fixed": fixed, "regret_vs_fixed": fixed - got, "f1_in_sample": float(mean_b[own].max())})
     return out
 
 
-def transfer(rows: pd.DataFrame, fam: Mapping[str, str]) -> tuple[pd.DataFrame, pd.DataFrame]:
+def base_rates(rows: pd.DataFrame) -> pd.DataFrame:
+    """Per (dataset, embedder, backend): scored questions, gold memories per question, memories a question
+    can recall (what the run's ``full_context`` strategy selects: every earlier turn) and ``gold_share`` =
+    gold over those memories, pooled over the questions: the base rate a P(relevant) map is fitted on
+    (empty without a full-context strategy in the rows' ``kind``)."""
+    cols = ["dataset", "embedder", "backend", "n_questions", "gold_per_question", "memories_per_question", "gold_share"]
+    rows = rows[rows["kind"] == "full_context"] if "kind" in rows else rows.iloc[0:0]
+    rows = rows[metrics.scored(rows).to_numpy()] if len(rows) else rows
+    out = []
+    for key, g in rows.groupby(["dataset", "embedder", "backend"], sort=False):
+        g = g.drop_duplicates("question_id")
+        gold, mem = float(g["n_gold"].sum()), float(g["n_selected"].sum())
+        out.append(dict(zip(cols, (*(str(k) for k in key), len(g), gold / len(g), mem / len(g), gold / mem if mem else NAN))))
+    return pd.DataFrame(out, columns=cols)
+
+
+def transfer(rows: pd.DataFrame, fam: Mapping[str, str], confidence: float = 0.95) -> tuple[pd.DataFrame, pd.DataFrame]:
     """(the regret table: one row per protocol x configuration x family, COLUMNS; the LOCO folds)."""
     tables = settings(rows, fam)
+    rates = base_rates(rows).set_index(["dataset", "embedder", "backend"])
+    share = lambda *key: float(rates.loc[key, "gold_share"]) if key in rates.index else NAN  # noqa: E731
+    per_q = lambda *key: float(rates.loc[key, "gold_per_question"]) if key in rates.index else NAN  # noqa: E731
+    convs = {k: set(s.conversations) for k, s in tables.items()}
     out, folds = [], []
     for (ds, emb, be), s in tables.items():
         recs, f = loco(s)
@@ -175,7 +228,13 @@ def transfer(rows: pd.DataFrame, fam: Mapping[str, str]) -> tuple[pd.DataFrame, 
     for (ds, ea, be), a in tables.items():
         for (ds2, eb, be2), b in tables.items():
             if (ds2, be2) == (ds, be) and eb != ea:
-                out += [{**r, "dataset": ds, "backend": be, "source": ea, "embedder": eb} for r in across(a, b)]
+                out += [{**r, "dataset": ds, "backend": be, "source": ea, "embedder": eb}
+                        for r in across(a, b, confidence=confidence)]
+            elif (eb, be2) == (ea, be) and ds2 != ds and not convs[(ds, ea, be)] & convs[(ds2, eb, be2)]:
+                out += [{**r, "dataset": ds2, "backend": be, "source": ds, "embedder": eb, "source_gold_share": share(ds, ea, be)}
+                        for r in across(a, b, protocol="corpora", confidence=confidence)]
+    out = [{**r, "gold_share": share(r["dataset"], r["embedder"], r["backend"]),
+            "gold_per_question": per_q(r["dataset"], r["embedder"], r["backend"])} for r in out]
     folds = pd.concat(folds, ignore_index=True) if folds else pd.DataFrame()
     if len(folds):
         folds = folds[["dataset", "embedder", "backend", *[c for c in folds.columns if c not in ("dataset", "embedder", "backend")]]]

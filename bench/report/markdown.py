@@ -1,7 +1,7 @@
 """Markdown + HTML report and plots from a finished run directory (never reopens a store).
 
 ``write_report`` renders what ``bench.analysis.tables.analyse`` computed from the run directory
-(recommendation, operating points, Pareto frontier, significance, LOCO, categories, calibration, miss
+(recommendation, operating points, Pareto frontier, significance, LOCO stability, categories, calibration, miss
 attribution) plus the summary tables: ``report.md``, the self-contained ``report.html`` and PNG
 figures, with the analysis tables saved in ``analysis/``. It starts with the recommendation. Everything
 comes from the run directory (``bench.rundir.RunDir``): calibration and attribution read each job's
@@ -217,7 +217,8 @@ def recommendation_section(a: Analysis, strategies: list[dict]) -> list[str]:
         lo = lo[(lo[CONFIG_KEYS] == b[CONFIG_KEYS]).all(axis=1)] if len(lo) else lo
         if len(lo) and lo.iloc[0]["n_folds"] >= 2 and not math.isnan(lo.iloc[0]["mean_gap"]):
             r = lo.iloc[0]
-            lines.append(f"- **Does it transfer** (leave one conversation out, {r['n_folds']} folds): thresholds chosen "
+            lines.append(f"- **Stable across conversations of this corpus** (leave one conversation out, {r['n_folds']} folds; "
+                         "not transfer to another corpus, see Thresholds that transfer): thresholds chosen "
                          f"{r['threshold_min']:.2f}–{r['threshold_max']:.2f}; held-out {name} {r['pooled_held_out']:.3f} vs "
                          f"{r['in_sample']:.3f} tuned in-sample; LOCO gap (tuned minus held-out, mean over folds) "
                          f"{r['mean_gap']:+.3f} (folds {r['gap_min']:+.3f} to {r['gap_max']:+.3f}); tuning each held-out conversation "
@@ -307,8 +308,11 @@ def transfer_section(rec: Recommendation, multi_embedder: bool) -> list[str]:
     name = METRIC_NAMES[rec.cfg.primary]
     lines = []
     if len(rec.loco):
-        lines += ["## Does it transfer? Leave one conversation out", "",
-                  f"Per fold: choose the threshold on all other conversations, measure {name} on the held-out one. "
+        lines += ["## Stability across conversations of this corpus (leave one conversation out)", "",
+                  f"Per fold: choose the threshold on all other conversations, measure {name} on the held-out one. Every fold "
+                  "trains on conversations of the same corpus, so this measures how stable the choice is across these "
+                  "conversations, not whether it carries over to another corpus (when every fold chooses the same threshold, the "
+                  "held-out result is that threshold's in-sample result). "
                   "Gap = tuned (on the others) minus held-out, averaged over folds (positive: the held-out conversation does worse); "
                   "regret = held-out at its own best threshold minus at the transferred one; optimism = in-sample minus pooled held-out.", "",
                   "| dataset | configuration | folds | thresholds chosen | std | same as full data | mean gap | gap range | mean regret | pooled held-out | in-sample | optimism |",
@@ -322,12 +326,14 @@ def transfer_section(rec: Recommendation, multi_embedder: bool) -> list[str]:
         lines.append("")
     if len(rec.transfer):
         p = rec.cfg.primary
-        lines += ["## Cross-dataset transfer", "",
-                  f"The threshold chosen on the source dataset applied to the target; gap = target's own best {name} minus {name} at the source's threshold.", "",
-                  "| source → target | configuration | source threshold | target at source threshold | target's own threshold | target own | gap |",
-                  "|---|---|---|---|---|---|---|"]
+        lines += ["## Across datasets (per configuration)", "",
+                  f"The threshold chosen on the source dataset applied to the target; gap = target's own best {name} minus {name} at the "
+                  "source's threshold. `relation`: two datasets with the same conversations (a label release) measure label "
+                  "robustness, not transfer to another corpus.", "",
+                  "| source → target | relation | configuration | source threshold | target at source threshold | target's own threshold | target own | gap |",
+                  "|---|---|---|---|---|---|---|---|"]
         for _, r in rec.transfer.iterrows():
-            lines.append(f"| {r['source']} → {r['target']} | {_label(r, multi_embedder)} | {_thr(r['source_threshold'])} | "
+            lines.append(f"| {r['source']} → {r['target']} | {r['relation']} | {_label(r, multi_embedder)} | {_thr(r['source_threshold'])} | "
                          f"{_fmt(r[f'target_{p}_at_source_threshold'])} | {_thr(r['target_threshold'])} | {_fmt(r[f'target_{p}_own'])} | {_fmt(r['gap'])} |")
         lines.append("")
     return lines
@@ -475,6 +481,32 @@ def _setting(r) -> str:
     return SETTING.get(r["family"], "") + rng
 
 
+def corpora_lines(t: pd.DataFrame, plumbing: set, confidence: float) -> list[str]:
+    """The ``corpora`` protocol of ``bench.analysis.transfer``: per family, chosen on one corpus, scored on another,
+    with each corpus's base rate of relevant memories."""
+    if t.empty:
+        return []
+    lines = ["### Transfer to another corpus", "",
+             "Each family's setting chosen on the source corpus (all its questions, same embedder and store) and applied to "
+             "the target corpus (all its questions); hindsight = the target's best fixed cosine threshold. Regret "
+             f"[{confidence:.0%} interval]: mean per-question regret with a t interval over the target's conversations "
+             "(`bench.analysis.stats.cluster_t_interval`; the hindsight threshold taken as fixed). The calibrated family's "
+             "p is applied to the target's own P(relevant), fitted on the target's labels: the same p is a different "
+             "similarity cut on a corpus with another base rate of relevant memories.", "",
+             f"| source → target | embedder | store | family | setting chosen on source | F1 on target | target's best cosine F1 | regret [{confidence:.0%} CI] | conversations | target's own best in family |",
+             "|---|---|---|---|---|---|---|---|---|---|"]
+    for _, r in t.iterrows():
+        lines.append(f"| {r['source']} → {r['dataset']} | {_emb(r['embedder'], r['embedder'] in plumbing)} | {r['backend']} | {r['family']} | "
+                     f"{_setting(r)} | {_fmt(r['f1_held_out'])} | {_fmt(r['f1_hindsight'])} | "
+                     f"{_ci(r['regret'], r['regret_lo'], r['regret_hi'])} | {r['n_conversations']} | {_fmt(r['f1_in_sample'])} |")
+    rates = t.drop_duplicates("dataset")[["dataset", "gold_per_question", "gold_share"]]
+    if rates["gold_share"].notna().any():
+        lines += ["", "Base rate of relevant memories (what a P(relevant) cut depends on): " + "; ".join(
+            f"{r['dataset']} {r['gold_per_question']:.2f} gold per question, {r['gold_share']:.2%} of the memories a question "
+            "can recall (the full-context selection) are gold" for _, r in rates.iterrows()) + "."]
+    return lines + [""]
+
+
 def thresholds_transfer_section(a: Analysis) -> list[str]:
     """Each family of cuts (raw cosine, calibrated, relative, adaptive): chosen on training data, scored on
     held-out data, its F1 regret against the best fixed cosine threshold chosen in hindsight."""
@@ -488,16 +520,24 @@ def thresholds_transfer_section(a: Analysis) -> list[str]:
              "chosen in hindsight on the held-out data minus the family's held-out F1 (negative: it beats every fixed cosine "
              "threshold). The calibrated family **needs labelled data**: P(relevant) is the store's similarity mapped through an "
              "isotonic fit (pool adjacent violators) of gold vs non-gold candidates, fitted per embedder and store, leave one "
-             "conversation out (a question is never scored by a map that saw its labels; `bench/relevance.py`). Tables: "
+             "conversation out (a question is never scored by a map that saw its labels; `bench/relevance.py`). Transfer to "
+             "another corpus is measured only across corpora (a run over two or more datasets that share no conversation, e.g. "
+             "`-m dataset=locomo,longmemeval_oracle`); leaving one conversation out measures stability within one corpus. Tables: "
              "`analysis/transfer.csv`, `analysis/transfer_folds.csv`.", ""]
     plumbing = set(a.embedders.loc[~a.embedders["for_results"], "embedder"]) if a.embedders is not None and len(a.embedders) else set()
+    lines += corpora_lines(t[t["protocol"] == "corpora"], plumbing, a.cfg.confidence)
     lo = t[t["protocol"] == "loco"]
+    one = sorted(set(lo.loc[lo["n_conversations"] == lo["n_questions"], "dataset"]))
+    single = (f" {', '.join(one)}: one question per conversation, so the hindsight F1 is each question's own best setting "
+              "(an oracle): read `regret vs it`.") if one else ""
     if len(lo):
-        lines += ["### Leave one conversation out", "",
-                  "Per fold: choose on every other conversation, score the held-out one; hindsight = the held-out conversation's own "
-                  "best cosine threshold (pooled over folds, question-weighted); `best single cosine` = one threshold for all "
-                  "conversations chosen in hindsight.", "",
-                  "| dataset | embedder | store | family | setting chosen (over folds) | held-out F1 | hindsight F1 | regret [fold range] | best single cosine F1 | regret vs it |",
+        lines += ["### Stability across conversations of this corpus (leave one conversation out)", "",
+                  "Per fold: choose on every other conversation of the same corpus, score the held-out one; hindsight = the held-out "
+                  "conversation's own best cosine threshold (pooled over folds, question-weighted); `best single cosine` = one "
+                  "threshold for all conversations chosen in hindsight. A regret near 0 says the choice is stable across these "
+                  "conversations (when every fold chooses the same setting it is that setting's in-sample F1), not that it carries "
+                  "over to another corpus." + single, "",
+                  "| dataset | embedder | store | family | setting chosen (over folds) | held-out F1 | hindsight F1 | stability regret [fold range] | best single cosine F1 | regret vs it |",
                   "|---|---|---|---|---|---|---|---|---|---|"]
         for _, r in lo.iterrows():
             rng = f" [{r['regret_min']:+.3f}, {r['regret_max']:+.3f}]" if not math.isnan(r["regret_min"]) else ""
@@ -553,7 +593,7 @@ def analysis_sections(run: RunDir, a: Analysis | None, strategies: list[dict]) -
         f = rec.loco_folds
         f = f[(f[CONFIG_KEYS] == b[CONFIG_KEYS]).all(axis=1)] if len(f) else f
         if len(f):
-            fig = plots.loco(f.reset_index(drop=True), METRIC_NAMES[cfg.primary], f"LOCO: {b['dataset']} / {_label(b, multi)}",
+            fig = plots.loco(f.reset_index(drop=True), METRIC_NAMES[cfg.primary], f"Stability across conversations (LOCO): {b['dataset']} / {_label(b, multi)}",
                              out / f"loco_{i}.png")
             lines += [f"![{fig.stem}]({ANALYSIS}/{fig.name})", ""]
     lines += thresholds_transfer_section(a)

@@ -239,8 +239,9 @@ def calibration(gold, nongold, overlap: tuple[float, float], marks: dict, title:
 
 
 def loco(folds: pd.DataFrame, metric: str, title: str, path: Path) -> Path:
-    """Leave-one-conversation-out per fold: the metric tuned on the other conversations, on the
-    held-out one at that threshold, and the held-out one's own best; chosen thresholds annotated."""
+    """Leave-one-conversation-out per fold (stability across the conversations of one corpus): the metric
+    tuned on the other conversations, on the held-out one at that threshold, and the held-out one's own
+    best; chosen thresholds annotated."""
     plt = _figure()
     fig, ax = plt.subplots(figsize=(max(6.5, 0.45 * len(folds) + 2), 4))
     x = range(len(folds))

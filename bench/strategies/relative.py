@@ -1,8 +1,9 @@
 """Thresholds meant to transfer across embedders and data: calibrated, relative and adaptive cuts.
 
 A raw cosine threshold belongs to one embedder (MiniLM's gold memories score far below 0.7). These
-cuts speak another unit, so a setting chosen on one model or one conversation may carry over
-(``bench.analysis.transfer`` measures whether it does):
+cuts speak another unit, so a setting chosen on one model or one corpus may carry over
+(``bench.analysis.transfer`` measures whether it does, across embedders and across corpora; a P(relevant)
+cut depends on the corpus's base rate of relevant memories):
 
 - ``calibrated_threshold``: the out-of-fold P(relevant) of each candidate >= p (``bench.relevance``:
   fitted on labelled data, leave one conversation out); needs labelled data.
