@@ -306,7 +306,8 @@ def ranked_table(cfg: DictConfig, traces, corpus, embedder: str) -> pd.DataFrame
     rc = cfg.get("ranked") or {}
     ks = ranked.check_ks(list(rc.get("ks", ranked.DEFAULT_KS)))
     return ranked.for_traces(traces, corpus, ks=ks, embedder=embedder, confidence=float(rc.get("confidence", 0.95)),
-                             n_resamples=int(rc.get("n_resamples", 1000)), seed=int(cfg.get("seed", 0)))
+                             n_resamples=int(rc.get("n_resamples", 1000)), seed=int(cfg.get("seed", 0)),
+                             method=str((cfg.get("recommend") or {}).get("ci_method", "t")))  # one interval rule for every table
 
 
 def _warn_fault(line: str) -> None:
