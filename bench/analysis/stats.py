@@ -1,8 +1,11 @@
 """Statistics shared by the recommender, the report and ``bench.analysis.compare``: pure, seeded, no I/O.
 
 Owns: per-cluster sums (a cluster = a conversation; every mean here is a macro mean over
-questions, so a resample of clusters is a ratio of summed sums and summed counts), the cluster
-bootstrap (``scipy.stats.bootstrap`` over cluster indices), the paired permutation test between two
+questions, so a resample of clusters is a ratio of summed sums and summed counts), the small-sample
+t intervals of such a mean (``cluster_t_interval``: the CI about the mean of conversations like these and the
+prediction interval for a new corpus) and the one rule every table of means prints (``mean_intervals``: t by
+default, clipped to the metric's range), the cluster bootstrap (``scipy.stats.bootstrap`` over cluster
+indices), the paired permutation test between two
 configurations on the same questions (``scipy.stats.permutation_test``, sign flips of paired
 differences), Holm's step-down correction and win/tie/loss counts. NaN means undefined, never 0.
 """

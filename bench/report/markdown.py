@@ -358,7 +358,8 @@ def category_section(rec: Recommendation, multi_embedder: bool) -> list[str]:
     lines = ["## Per category (at the recommended configuration's threshold)", "",
              "Adversarial/abstention questions are credited when nothing is recalled (`abstained`). A category with fewer "
              f"than {rec.cfg.min_n} scored questions shows `n too small` instead of F1 and recall (`recommend.min_n`): "
-             "its mean and interval would say more about the few questions than about the setting.", ""]
+             "its mean and interval would say more about the few questions than about the setting. [CI] = about the mean of "
+             "conversations like these; a category found in one conversation has none.", ""]
     own = "own_threshold" in cats
     head = "| dataset | configuration | category | n | threshold | F1 [CI] | recall [CI] | tokens | abstained |"
     if own:
