@@ -59,7 +59,7 @@ harden: $(STAMP) ## Hardening suite: bad input, planted secrets, store faults, s
 load: $(STAMP) ## 8 threads x 1,000 queries on every local store and the real seekdb/chroma servers
 	$(BIN)/recallbench load $(ARGS)
 
-bench: $(STAMP) ## Performance ratios P1-P7, PL (store layout) and PE (embedding memory) with targets and PASS/FAIL, measured in one run
+bench: $(STAMP) ## Performance ratios P1-P7, PL (store layout), PE (embedding memory) and PC (split-half coverage of the printed intervals) with targets and PASS/FAIL, measured in one run
 	$(BIN)/recallbench bench $(ARGS)
 
 ray: $(STAMP) ## A LoCoMo multirun on Ray: starts a local head on loopback when none runs, stops what it started

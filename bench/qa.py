@@ -20,8 +20,8 @@ phrase), else WRONG with F1 0; no judge call is made for them. A judge reply tha
 leaves J undefined (NaN) for that question. Questions without a gold answer that are not adversarial
 are not sampled.
 
-Accuracy (J) and F1 are means over the sampled questions with 95 % cluster-bootstrap CIs over
-conversations (``bench.analysis.stats``); each point's J is compared with full context's on the same
+Accuracy (J) and F1 are means over the sampled questions with 95 % CIs of the mean over conversations like
+these (Student t with conversations - 1 df, ``bench.analysis.stats.mean_intervals``); each point's J is compared with full context's on the same
 questions (difference, its CI, paired sign-flip permutation p). Dollars per 1,000 questions are the
 reader's recorded cost x 1000 / questions (what answering with that context costs);
 ``eval_usd_per_1k_questions`` adds the judge's (what the evaluation costs). A cached call keeps the cost
@@ -267,14 +267,15 @@ SUMMARY_KEYS = ["dataset", "embedder", "backend", "point", "strategy", "threshol
 
 
 def summarise(rows: pd.DataFrame, *, seed: int = 0, n_resamples: int = 1000) -> pd.DataFrame:
-    """Per point: J and token F1 with 95 % cluster-bootstrap CIs over conversations, J on answerable questions,
+    """Per point: J and token F1 with 95 % CIs of the mean over conversations (t with conversations - 1 df,
+    ``bench.analysis.stats.mean_intervals``; none with 1 conversation), J on answerable questions,
     mean injected tokens and reader input tokens, dollars per 1,000 questions (reader; reader + judge), mean reader latency."""
-    from bench.analysis.stats import cluster_bootstrap, cluster_sums
+    from bench.analysis.stats import cluster_sums, mean_intervals
 
     out = []
     for key, g in rows.groupby(SUMMARY_KEYS, dropna=False, sort=False):
         _, sums, counts = cluster_sums(g[["correct", "f1"]].to_numpy(np.float64), g["conversation_id"].astype(str).tolist())
-        b = cluster_bootstrap(sums, counts, n_resamples=n_resamples, seed=seed)
+        b = mean_intervals(sums, counts, bounds=(0.0, 1.0))
         ans = g[~g["adversarial"].astype(bool)]
         out.append({**dict(zip(SUMMARY_KEYS, key)), "n_questions": len(g), "n_adversarial": int(g["adversarial"].sum()),
                     "n_unjudged": int(g["correct"].isna().sum()),
@@ -324,7 +325,8 @@ def markdown(summary: pd.DataFrame, cfg: LLMConfig, *, sample: int, seed: int, f
              f"questions at every point; context rendered in format {fmt}. J = share judged CORRECT by a LoCoMo/mem0-style "
              f"judge; token F1 = SQuAD-normalised token F1 against the gold answer. Adversarial questions (gold: no answer) "
              f"are CORRECT (F1 1) exactly when the reader abstains (\"{ABSTAIN}\"), without a judge call. "
-             "95 % cluster-bootstrap CIs over conversations. $ / 1k questions = the recorded cost of the reader's calls "
+             "[95 % CI] = about the mean of conversations like these (Student t with conversations − 1 df; none with one "
+             "conversation). $ / 1k questions = the recorded cost of the reader's calls "
              "(what answering with this context costs) per 1,000 questions, and of reader + judge calls (what this "
              f"evaluation costs), at ${cfg.price_in:g} / ${cfg.price_out:g} per million input / output tokens (check the prices).",
              "", "| dataset | point | n | J [95 % CI] | J answerable | token F1 [95 % CI] | injected tokens | $ / 1k questions (reader) | $ / 1k (reader + judge) |",

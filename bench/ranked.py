@@ -42,7 +42,7 @@ METRICS = ("recall_any", "recall_all", "ndcg", "mrr")
 DEFAULT_KS = (1, 3, 5, 10)
 KEYS = ["dataset", "embedder", "backend", "roles"]
 NO_SESSIONS = "n/a: no sessions in this corpus (every conversation holds one session)"
-TABLE_COLUMNS = [*KEYS, "level", "metric", "k", "n_questions", "mean", "ci_low", "ci_high"]
+TABLE_COLUMNS = [*KEYS, "level", "metric", "k", "n_questions", "mean", "ci_low", "ci_high", "pred_low", "pred_high"]
 
 
 def gold_ranks(*, ranked: Sequence[str], gold: Iterable[str]) -> list[int]:
@@ -154,34 +154,37 @@ def column(level: str, metric: str, k: int | None) -> str:
 
 
 def table(rows: pd.DataFrame, *, ks: Sequence[int] = DEFAULT_KS, confidence: float = 0.95, n_resamples: int = 1000,
-          seed: int = 0) -> pd.DataFrame:
-    """The tidy table (TABLE_COLUMNS): per KEYS group, level, metric and k, the mean over the scored questions
-    and its cluster-bootstrap CI (clusters = conversations, ``bench.analysis.stats``)."""
-    from bench.analysis.stats import cluster_bootstrap, cluster_sums
+          seed: int = 0, method: str = "t") -> pd.DataFrame:
+    """The tidy table (TABLE_COLUMNS): per KEYS group, level, metric and k, the mean over the scored questions,
+    ``ci_low``/``ci_high`` the CI about the mean of conversations like these and ``pred_low``/``pred_high`` the
+    prediction interval for a new corpus of as many conversations (``bench.analysis.stats.mean_intervals``:
+    clusters = conversations, t-based unless ``method`` names a bootstrap method; clipped to [0, 1])."""
+    from bench.analysis.stats import cluster_sums, mean_intervals
 
     keys = [(lv, m, k) for lv in LEVELS for m, k in _metric_keys(ks)]
     out = []
     for key, g in rows.groupby(KEYS, sort=False, dropna=False):
         values = g[[column(*x) for x in keys]].to_numpy(dtype=np.float64)
         _, sums, counts = cluster_sums(values, g["conversation_id"].to_numpy())
-        res = cluster_bootstrap(sums, counts, confidence=confidence, n_resamples=n_resamples, seed=seed)
+        res = mean_intervals(sums, counts, method=method, confidence=confidence, bounds=(0.0, 1.0), n_resamples=n_resamples, seed=seed)
         n = (~np.isnan(values)).sum(axis=0)
         for j, (lv, m, k) in enumerate(keys):
             out.append({**dict(zip(KEYS, key)), "level": lv, "metric": m, "k": k, "n_questions": int(n[j]),
-                        "mean": float(res.point[j]), "ci_low": float(res.low[j]), "ci_high": float(res.high[j])})
+                        "mean": float(res.point[j]), "ci_low": float(res.low[j]), "ci_high": float(res.high[j]),
+                        "pred_low": float(res.pred_low[j]), "pred_high": float(res.pred_high[j])})
     df = pd.DataFrame(out, columns=TABLE_COLUMNS)
     df["k"] = df["k"].astype("Int64")
     return df
 
 
 def for_traces(traces: Iterable, corpus, *, ks: Sequence[int] = DEFAULT_KS, embedder: str | None = None,
-               confidence: float = 0.95, n_resamples: int = 1000, seed: int = 0) -> pd.DataFrame:
+               confidence: float = 0.95, n_resamples: int = 1000, seed: int = 0, method: str = "t") -> pd.DataFrame:
     """The tidy table over several traces of one job (one per role filter)."""
     rows = [per_question(t, corpus, ks=ks, embedder=embedder) for t in traces]
     rows = [r for r in rows if len(r)]
     if not rows:
         return pd.DataFrame(columns=TABLE_COLUMNS)
-    return table(pd.concat(rows, ignore_index=True), ks=ks, confidence=confidence, n_resamples=n_resamples, seed=seed)
+    return table(pd.concat(rows, ignore_index=True), ks=ks, confidence=confidence, n_resamples=n_resamples, seed=seed, method=method)
 
 
 def check_ks(ks: Iterable, where: str = "ranked.ks") -> tuple[int, ...]:

@@ -59,7 +59,8 @@ def test_the_console_ends_with_the_verdict_the_defects_and_the_report_path(two_r
     best = pd.read_csv(tmp / "latest" / "analysis" / "recommendation.csv").query("best").iloc[0]
     i = lines.index("demo: " + verdict["headline"].replace("`", ""))
     tail = lines[i:]
-    assert tail[1].startswith(f"  measured: F1 {best['f1']:.3f} [{best['f1_lo']:.3f}, {best['f1_hi']:.3f}], recall {best['recall']:.3f}")
+    assert tail[1].startswith(f"  measured: F1 {best['f1']:.3f} [{best['f1_pred_lo']:.3f}, {best['f1_pred_hi']:.3f}], recall {best['recall']:.3f}")
+    assert f"(95% for a new corpus of {best['n_conversations']} conversations like these; " in tail[1]  # what the range is about
     assert tail[2] == ("  why: " + verdict["reasons"].replace("`", "") if verdict["kind"] == "too_little_data"
                        else f"  how sure: the threshold is chosen in {best['threshold_share']:.0%} of bootstrap resamples; the runner-up is "
                        f"significantly worse (paired t test over {best['n_conversations']} conversations, Holm-corrected) or there is none")

@@ -199,6 +199,11 @@ def test_answer_end_to_end_cache_and_secret(tiny_run, tmp_path, server, capsys, 
     assert summary.loc["full_context", "token_f1"] == pytest.approx((2 / 7 + 1 / 3 + 1 / 4 + 1) / 4)
     assert summary.loc["recency1", "token_f1"] == pytest.approx((1 / 3 + 1) / 4)
     assert summary.loc["recency1", "accuracy_j_answerable"] == pytest.approx(1 / 3)
+    # intervals over the 2 conversations (t, 1 df): recency1's J is 1/2 in both (c1 q1 0 q2 1, c2 q3 0 q4 1): [.5, .5];
+    # its token F1: c1 1/3 over 2, c2 1 over 2, mean 1/3, residuals -+1/3, se = sqrt(2 * 2/9) / 4 = 1/6:
+    # 1/3 -+ 12.71/6 clipped to [0, 1] (a percentile bootstrap printed the two conversations' min-max [1/6, 1/2])
+    assert (summary.loc["recency1", "accuracy_j_lo"], summary.loc["recency1", "accuracy_j_hi"]) == (0.5, 0.5)
+    assert (summary.loc["recency1", "token_f1_lo"], summary.loc["recency1", "token_f1_hi"]) == (0.0, 1.0)
     # recency1 - full on the same questions: (0, 1, 0, 1) - (1, 1, 1, 1) -> -0.5; 2 of 4 pairs differ -> exact p = 2/4 = 0.5
     assert summary.loc["recency1", "j_minus_full"] == -0.5 and summary.loc["recency1", "p_vs_full"] == pytest.approx(0.5)
     assert pd.isna(summary.loc["full_context", "j_minus_full"])

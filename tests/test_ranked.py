@@ -166,7 +166,12 @@ def test_per_question_and_table_from_a_trace():
     assert list(t.columns) == R.TABLE_COLUMNS
     mrr = t[(t["level"] == "turn") & (t["metric"] == "mrr")].iloc[0]
     assert mrr["mean"] == pytest.approx(2 / 3) and mrr["n_questions"] == 3 and pd.isna(mrr["k"])
-    assert mrr["ci_low"] <= mrr["mean"] <= mrr["ci_high"]
+    # 2 conversations: c1 RR 1 + .5 over 2, c2 .5 over 1; residuals 1.5 - 4/3 = +1/6, .5 - 2/3 = -1/6;
+    # se = sqrt(2/1 * 2/36) / 3 = 1/9; t with 1 df: 2/3 -+ 12.71/9, clipped to [0, 1] (prediction interval: wider, clipped too).
+    # A percentile bootstrap prints the min-max of the two conversations (c2c2 .5, c1c1 .75) as a "95 % CI".
+    assert (mrr["ci_low"], mrr["ci_high"], mrr["pred_low"], mrr["pred_high"]) == (0.0, 1.0, 0.0, 1.0)
+    boot = R.table(rows, ks=(1, 2), n_resamples=2000, method="percentile")
+    assert boot.loc[(boot["level"] == "turn") & (boot["metric"] == "mrr"), ["ci_low", "ci_high"]].iloc[0].tolist() == pytest.approx([0.5, 0.75])
     assert len(t) == 2 * (3 * 2 + 1)  # levels x (3 metrics x 2 cut-offs + mrr)
     lines = R.report_table(t)
     assert lines[0].startswith("| dataset") and any("| turn | mrr |" in ln and "0.667" in ln for ln in lines)

@@ -145,8 +145,9 @@ def test_max_f1_choice_ci_and_best_across_configs():
     rec = recommend(ROWS, RecommendConfig.defaults(n_resamples=2000, seed=3))
     thr, lim = point(rec, "thr"), point(rec, "lim")
     assert thr["threshold"] == 0.3 and thr["f1"] == pytest.approx(0.5) and thr["tokens"] == pytest.approx(50)
-    # cluster bootstrap of F1 at 0.3: c1 sum 0.9 over 2, c2 0.6 over 1 -> c1c1 0.45, c1c2 0.5, c2c2 0.6
-    assert (thr["f1_lo"], thr["f1_hi"]) == pytest.approx((0.45, 0.6))
+    # t interval of F1 at 0.3 (2 conversations: 1 df, t = 12.71): c1 sum 0.9 over 2, c2 0.6 over 1, mean 0.5;
+    # residuals -0.1, +0.1; se = sqrt(2/1 * 0.02) / 3 = 0.0667; 0.5 -+ 0.847 clipped to F1's range [0, 1]
+    assert (thr["f1_lo"], thr["f1_hi"]) == (0.0, 1.0)
     # chosen threshold per resample: c1c1 -> 0.5 (means .45 vs .5), c1c2 -> 0.3, c2c2 -> 0.3: 0.3 in ~3/4
     assert abs(thr["threshold_share"] - 0.75) < 0.04
     assert (thr["threshold_lo"], thr["threshold_hi"]) == (0.3, 0.5)
@@ -156,6 +157,30 @@ def test_max_f1_choice_ci_and_best_across_configs():
     assert rec.best()["strategy"].tolist() == ["lim"]
     assert thr["n_questions"] == 3 and thr["n_adversarial"] == 1 and thr["n_conversations"] == 2
     assert thr["abstained"] == 0.0 and point(rec, "lim")["abstained"] == 0.0
+
+
+def test_intervals_are_t_based_with_a_prediction_interval_never_the_min_max_of_two_conversations():
+    """Two conversations: the old default (percentile cluster bootstrap) printed the min-max of their means as a
+    "95 % CI"; the default is now Student t with 1 df, and each point also carries a prediction interval."""
+    from scipy import stats as sstats
+
+    q = sstats.t.ppf(0.975, 1)  # 12.706
+    thr = point(recommend(ROWS), "thr")
+    # tokens at 0.3: c1 60 over 2, c2 90 over 1 -> mean 50; residuals 60 - 100 = -40, 90 - 50 = +40;
+    # se = sqrt(2/1 * 3200) / 3 = 80/3; CI 50 -+ q * 80/3 = [-288.8, 388.8], clipped at 0 (tokens >= 0)
+    assert thr["tokens_lo"] == 0.0 and thr["tokens_hi"] == pytest.approx(50 + q * 80 / 3)
+    # prediction interval for a new corpus of 2 conversations: sqrt(1 + 2/2) wider
+    assert thr["tokens_pred_lo"] == 0.0 and thr["tokens_pred_hi"] == pytest.approx(50 + q * 80 / 3 * 2 ** 0.5)
+    assert thr["f1_pred_lo"] == 0.0 and thr["f1_pred_hi"] == 1.0  # 0.5 -+ 1.2, clipped to [0, 1]
+    # one new conversation: sqrt(1 + 2/1) wider
+    one = point(recommend(ROWS, RecommendConfig.defaults(new_conversations=1)), "thr")
+    assert one["tokens_pred_hi"] == pytest.approx(50 + q * 80 / 3 * 3 ** 0.5)
+    # the bootstrap is still selectable: its percentile interval is the min-max of c1c1 0.45, c1c2 0.5, c2c2 0.6
+    boot = point(recommend(ROWS, RecommendConfig.defaults(ci_method="percentile", n_resamples=2000, seed=3)), "thr")
+    assert (boot["f1_lo"], boot["f1_hi"]) == pytest.approx((0.45, 0.6))
+    assert boot["f1_pred_hi"] == 1.0  # the prediction interval is t whatever ci_method says
+    with pytest.raises(ValueError, match="new_conversations must be >= 1"):
+        RecommendConfig.defaults(new_conversations=0)
 
 
 def test_constrained_objectives():
@@ -215,9 +240,10 @@ def test_categories_with_and_without_own_thresholds():
     c = rec.categories[rec.categories["strategy"] == "thr"].set_index("category")
     assert c.loc["single-hop", "f1"] == pytest.approx(0.55) and c.loc["multi-hop", "f1"] == pytest.approx(0.4)  # at 0.3
     assert c.loc["single-hop", "n"] == 2 and c.loc["adversarial", "abstained"] == 0.0
-    # single-hop: q1 (c1) .5, q3 (c2) .6 -> resamples c1c1 .5, c1c2 .55, c2c2 .6; multi-hop only in c1 -> [.4, .4]
-    assert (c.loc["single-hop", "f1_lo"], c.loc["single-hop", "f1_hi"]) == pytest.approx((0.5, 0.6))
-    assert (c.loc["multi-hop", "f1_lo"], c.loc["multi-hop", "f1_hi"]) == pytest.approx((0.4, 0.4))
+    # single-hop: q1 (c1) .5, q3 (c2) .6 -> mean .55, se = sqrt(2 * (.05^2 + .05^2)) / 2 = .05, t(1 df) 12.71:
+    # .55 -+ .635 clipped to [0, 1]; multi-hop only in c1: one conversation, no interval (the bootstrap said [.4, .4])
+    assert (c.loc["single-hop", "f1_lo"], c.loc["single-hop", "f1_hi"]) == (0.0, 1.0)
+    assert math.isnan(c.loc["multi-hop", "f1_lo"]) and math.isnan(c.loc["multi-hop", "f1_hi"])
     assert math.isnan(c.loc["adversarial", "f1"]) and bool(c.loc["adversarial", "adversarial"])
     # single-hop on its own: 0.3 -> .55, 0.5 -> (1 + .2)/2 = .6: own threshold 0.5, gain .05; multi-hop keeps 0.3
     assert (c.loc["single-hop", "own_threshold"], c.loc["single-hop", "own_f1"]) == (0.5, pytest.approx(0.6))

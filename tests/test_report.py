@@ -52,7 +52,12 @@ def test_report_starts_with_an_actionable_recommendation(run):
     else:  # the same point, named as the best measured, under a "too little data" headline and its reasons
         assert verdict["kind"] == "too_little_data" and f"{verdict['headline']}. The best measured: `{best['strategy']}` with similarity ≥ {best['threshold']:.2f}" in rec
         assert f"- **Why no firm choice**: {verdict['reasons']}." in rec
-    assert f"F1 {best['f1']:.3f} [{best['f1_lo']:.3f}, {best['f1_hi']:.3f}]" in rec
+    # the headline's range is the prediction interval, labelled; the CI about the mean follows, labelled (issue 23)
+    assert (f"F1 {best['f1']:.3f} [{best['f1_pred_lo']:.3f}, {best['f1_pred_hi']:.3f}]" in rec
+            and f"(95% for a new corpus of {best['n_conversations']} conversations like these)" in rec)
+    assert f"the mean of conversations like these (95% CI): F1 [{best['f1_lo']:.3f}, {best['f1_hi']:.3f}]" in rec
+    assert best["f1_pred_lo"] <= best["f1_lo"] <= best["f1_hi"] <= best["f1_pred_hi"]
+    assert "about the mean of conversations like these (Student t with conversations − 1 degrees of freedom" in rec
     assert "LOCO gap" in rec and "How sure" in rec and "Runner-up" in rec and "Scores" in rec
     assert "Plumbing run" in text.split("## Recommendation")[0]  # hashing embedder: flagged before anything else
 
@@ -100,12 +105,14 @@ def test_analysis_tables_written(run):
 def test_settings_come_from_the_runs_config(copy):
     cfg_path = copy / "config_resolved.yaml"
     cfg = yaml.safe_load(cfg_path.read_text())
-    cfg["recommend"] = {"objective": "max_recall", "token_budget": 50, "n_resamples": 50, "per_category": True, "test_resamples": 100}
+    cfg["recommend"] = {"objective": "max_recall", "token_budget": 50, "n_resamples": 50, "per_category": True, "test_resamples": 100,
+                        "ci_method": "percentile"}
     cfg_path.write_text(yaml.safe_dump(cfg))
     assert load_settings(RunDir(copy)) == RecommendConfig.defaults(objective="max_recall", token_budget=50, n_resamples=50,
-                                                                   per_category=True, test_resamples=100, seed=cfg["seed"])
+                                                                   per_category=True, test_resamples=100, seed=cfg["seed"],
+                                                                   ci_method="percentile")
     text = report.write_report(copy).read_text()
-    assert "maximise recall subject to mean injected tokens <= 50" in text and "50 resamples" in text
+    assert "maximise recall subject to mean injected tokens <= 50" in text and "50 resamples of whole conversations, percentile" in text
     pts = pd.read_csv(copy / "analysis" / "recommendation.csv")
     assert (pts.loc[pts["feasible"], "tokens"] <= 50).all() and not pts.set_index("strategy").loc["full_context", "feasible"]
     assert "own_threshold" in pd.read_csv(copy / "analysis" / "categories.csv")

@@ -247,3 +247,21 @@ def test_cluster_t_interval_one_cluster_is_undefined():
     r = cluster_t_interval(s, c)
     assert float(r.point) == 0.5
     assert np.isnan(r.low) and np.isnan(r.high) and np.isnan(r.pred_low) and np.isnan(r.p_value)
+
+
+def test_mean_intervals_t_by_default_clipped_to_the_metric_range():
+    from scipy import stats as sstats
+
+    # the hand-worked clusters above: a (1, 1), b (0, 0), c (1, 0): mean 0.5, se sqrt(1/12), t(2 df) 4.303:
+    # CI 0.5 -+ 1.242 -> clipped to [0, 1]; unclipped (bounds left open) it is the t interval itself
+    _, s, c = stats.cluster_sums(np.array([1, 1, 0, 0, 1, 0.0]), ["a", "a", "b", "b", "c", "c"])
+    half = sstats.t.ppf(0.975, 2) * (1 / 12) ** 0.5
+    r = stats.mean_intervals(s, c, bounds=(0.0, 1.0))
+    assert (float(r.low), float(r.high), float(r.pred_low), float(r.pred_high)) == (0.0, 1.0, 0.0, 1.0)
+    open_ = stats.mean_intervals(s, c)
+    assert float(open_.low) == pytest.approx(0.5 - half) and float(open_.pred_high) == pytest.approx(0.5 + half * 2 ** 0.5)
+    # a bootstrap method replaces the CI only; the prediction interval stays t (3 clusters, means 1, 0, 0.5)
+    b = stats.mean_intervals(s, c, method="percentile", n_resamples=2000, seed=0)
+    assert (float(b.low), float(b.high)) == (0.0, 1.0) and float(b.pred_high) == pytest.approx(0.5 + half * 2 ** 0.5)
+    with pytest.raises(ValueError, match="method must be one of"):
+        stats.mean_intervals(s, c, method="normal")

@@ -1,8 +1,8 @@
 """Analysis: tables computed from a finished run's results (never a store, never a config to instantiate).
 
 ``tables`` (everything the report shows, from the run directory: ``analyse(RunDir) -> Analysis``),
-``recommend`` (operating points with CIs, LOCO stability, categories, a threshold across datasets), ``stats`` (bootstrap,
-paired tests, Holm), ``calibration`` (gold vs non-gold scores), ``attribution`` (why gold memories
+``recommend`` (operating points with intervals, LOCO stability, categories, a threshold across datasets), ``stats`` (t intervals,
+bootstrap, paired tests, Holm), ``holdout`` (split-half coverage of the printed intervals), ``calibration`` (gold vs non-gold scores), ``attribution`` (why gold memories
 were missed), ``embedders`` (embedders compared: operating points beside score bands), ``transfer``
 (thresholds that transfer: each family of cuts' F1 regret across corpora and embedders, and its
 LOCO stability within one corpus), ``compare``

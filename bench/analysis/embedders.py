@@ -1,8 +1,8 @@
 """Embedders compared: per embedder, each strategy's operating point beside where its scores lie.
 
 One tidy table (``analysis/embedders.csv``): one row per (dataset, store, embedder, strategy) with the
-strategy's chosen threshold and its F1 / recall / tokens with their CIs (``bench.analysis.recommend``'s
-points: same objective, same cluster bootstrap), and the embedder's score bands on that store (the
+strategy's chosen threshold and its F1 / recall / tokens with their CIs about the mean of conversations like these
+and F1's prediction interval for a new corpus (``bench.analysis.recommend``'s points: same objective, same intervals), and the embedder's score bands on that store (the
 unfiltered trace's gold and non-gold candidate similarities, ``bench.analysis.calibration``):
 p10 / p50 / p90 of each, AUC, and at the often-quoted 0.7 the share of gold and non-gold candidates
 that pass and the share of passing candidates that are gold ("> 0.7 usually indicates high relevance",
@@ -21,7 +21,7 @@ from bench.strategies.vector import passes
 NAN = float("nan")
 BANDS = (0.1, 0.5, 0.9)
 REFERENCE = 0.7
-POINT_COLUMNS = ["threshold", "f1", "f1_lo", "f1_hi", "recall", "recall_lo", "recall_hi", "tokens", "tokens_lo", "tokens_hi",
+POINT_COLUMNS = ["threshold", "f1", "f1_lo", "f1_hi", "f1_pred_lo", "f1_pred_hi", "recall", "recall_lo", "recall_hi", "tokens", "tokens_lo", "tokens_hi",
                  "n_questions", "feasible"]
 
 

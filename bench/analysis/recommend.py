@@ -2,10 +2,11 @@
 
 Owns the objectives (max F1 by default; max recall s.t. mean injected tokens <= B; min tokens
 s.t. recall >= R; optional store p99 latency <= L), the choice of a threshold per
-(dataset, embedder, backend, strategy), 95 % cluster-bootstrap CIs (conversations resampled as
-clusters, via ``bench.analysis.stats.cluster_bootstrap``) and the bootstrap stability of the chosen
-threshold, leave-one-conversation-out (LOCO: stability across the conversations of one corpus, not
-transfer to another corpus), the threshold chosen on one dataset applied to another, per-category
+(dataset, embedder, backend, strategy), 95 % intervals of every mean over conversations (``intervals``:
+the CI about the mean of conversations like these, t-based by default, and the prediction interval for a
+new corpus of conversations like these, ``bench.analysis.stats.mean_intervals``) and the cluster-bootstrap
+stability of the chosen threshold, leave-one-conversation-out (LOCO: stability across the conversations of one
+corpus, not transfer to another corpus), the threshold chosen on one dataset applied to another, per-category
 results (optionally a threshold per category) and the Pareto frontier of recall vs tokens.
 
 Input is the tidy per-question table of a run (``questions.parquet``); every function is pure.
@@ -28,7 +29,7 @@ import numpy as np
 import pandas as pd
 
 from bench import metrics
-from bench.analysis.stats import cluster_bootstrap, cluster_sums, ratio
+from bench.analysis.stats import INTERVAL_METHODS, ClusterInterval, cluster_bootstrap, cluster_sums, mean_intervals, ratio
 from bench.rundir import QUESTIONS
 
 log = logging.getLogger(__name__)
@@ -44,7 +45,8 @@ OBJECTIVES = {  # name -> (metric, +1 maximise / -1 minimise)
     "max_recall": ("recall", 1),
     "min_tokens": ("tokens", -1),
 }
-CI_METHODS = ("percentile", "basic", "BCa")
+CI_METHODS = INTERVAL_METHODS  # t (default: small-sample, Student t with G-1 df) or a cluster-bootstrap method
+UPPER = np.array([np.inf if m == "tokens" else 1.0 for m in METRICS])  # every metric >= 0; all but tokens <= 1
 TIE = 1e-12
 
 
@@ -80,6 +82,7 @@ class RecommendConfig:
     confidence: float
     n_resamples: int
     ci_method: str
+    new_conversations: int | None  # the prediction interval is for a new corpus of this many conversations (None: as many as these)
     neighbours: int  # thresholds each side of the chosen one shown with CIs
     seed: int
     alpha: float  # significance level of the paired tests (after Holm)
@@ -121,6 +124,8 @@ class RecommendConfig:
             raise ValueError(f"{where}: min_conversations must be >= 2: a test needs two conversations (got {self.min_conversations!r})")
         if int(self.min_untied) < 1:
             raise ValueError(f"{where}: min_untied must be >= 1 (got {self.min_untied!r})")
+        if self.new_conversations is not None and int(self.new_conversations) < 1:
+            raise ValueError(f"{where}: new_conversations must be >= 1 or null (got {self.new_conversations!r})")
         if int(self.neighbours) < 0:
             raise ValueError(f"{where}: neighbours must be >= 0 (got {self.neighbours!r})")
 
@@ -320,6 +325,16 @@ def _latency_ok(grid: Grid, cfg: RecommendConfig) -> bool:
     return cfg.max_p99_ms is None or math.isnan(grid.latency_p99_ms) or grid.latency_p99_ms <= cfg.max_p99_ms
 
 
+def intervals(sums: np.ndarray, counts: np.ndarray, cfg: RecommendConfig, *, metric_axis: int = -2) -> ClusterInterval:
+    """The intervals of means over conversations (``stats.mean_intervals``; ``sums`` (C, ...) with METRICS along
+    ``metric_axis``): the CI about the mean of conversations like these by ``cfg.ci_method`` and the t prediction
+    interval for a new corpus of ``cfg.new_conversations`` (default: as many as these), clipped to each metric's range."""
+    shape = [1] * (np.ndim(sums) - 1)
+    shape[metric_axis] = len(METRICS)
+    return mean_intervals(sums, counts, method=cfg.ci_method, confidence=cfg.confidence, new_clusters=cfg.new_conversations,
+                          bounds=(0.0, UPPER.reshape(shape)), n_resamples=cfg.n_resamples, seed=cfg.seed)
+
+
 def analyse(grid: Grid, cfg: RecommendConfig, mask: np.ndarray | None = None) -> tuple[dict, pd.DataFrame]:
     """The chosen point of one configuration (dict) and its curve with CIs (one row per threshold).
 
@@ -331,16 +346,16 @@ def analyse(grid: Grid, cfg: RecommendConfig, mask: np.ndarray | None = None) ->
     sums, counts = sums[keep], counts[keep]
     means = ratio(sums.sum(0), counts.sum(0))
     idx = int(choose(means, cfg)) if _latency_ok(grid, cfg) and sums.size else -1
-    boot = cluster_bootstrap(sums, counts, confidence=cfg.confidence, n_resamples=cfg.n_resamples, seed=cfg.seed,
-                             method=cfg.ci_method) if sums.size else None
-    curve = pd.DataFrame({"threshold": grid.thresholds})
+    ci = intervals(sums, counts, cfg) if sums.size else None
+    cols = {"threshold": grid.thresholds}
     for m in METRICS:
-        curve[m] = means[M[m]]
-        if m in CI_METRICS:
-            curve[f"{m}_lo"] = boot.low[M[m]] if boot is not None else NAN
-            curve[f"{m}_hi"] = boot.high[M[m]] if boot is not None else NAN
-    curve["n_questions"] = int((~grid.adversarial[mask] if mask is not None else ~grid.adversarial).sum())
-    curve["chosen"] = np.arange(len(curve)) == idx
+        cols[m] = means[M[m]]
+        if m in CI_METRICS:  # lo/hi: CI about the mean of conversations like these; pred_lo/pred_hi: for a new corpus
+            for col, part in (("lo", "low"), ("hi", "high"), ("pred_lo", "pred_low"), ("pred_hi", "pred_high")):
+                cols[f"{m}_{col}"] = getattr(ci, part)[M[m]] if ci is not None else np.full(len(grid.thresholds), NAN)
+    cols["n_questions"] = int((~grid.adversarial[mask] if mask is not None else ~grid.adversarial).sum())
+    cols["chosen"] = np.arange(len(grid.thresholds)) == idx
+    curve = pd.DataFrame(cols)
     point = {**grid.where(), "threshold": NAN, "feasible": idx >= 0, "objective": cfg.objective,
              "n_questions": int(curve["n_questions"].iloc[0]) if len(curve) else 0,
              "n_adversarial": int((grid.adversarial[mask] if mask is not None else grid.adversarial).sum()),
@@ -470,8 +485,7 @@ def categories(grid: Grid, cfg: RecommendConfig, point: dict) -> pd.DataFrame:
     stacked = np.stack([np.where((grid.groups == label)[:, None], col, NAN) for label in labels], axis=1)  # (Q, K, M)
     _, sums, counts = cluster_sums(stacked, grid.conversations)
     means = ratio(sums.sum(0), counts.sum(0))
-    boot = cluster_bootstrap(sums, counts, confidence=cfg.confidence, n_resamples=cfg.n_resamples, seed=cfg.seed,
-                             method=cfg.ci_method) if j >= 0 and len(sums) else None
+    ci = intervals(sums, counts, cfg, metric_axis=-1) if j >= 0 and len(sums) else None
     for k, label in enumerate(labels):
         mask = grid.groups == label
         adv = bool(grid.adversarial[mask].all())
@@ -479,8 +493,8 @@ def categories(grid: Grid, cfg: RecommendConfig, point: dict) -> pd.DataFrame:
         for m in ("f1", "recall", "precision", "tokens", "abstained", "f1_abstain"):
             row[m] = means[k, M[m]] if j >= 0 else NAN
         for m in ("f1", "recall"):
-            row[f"{m}_lo"] = boot.low[k, M[m]] if boot is not None and not adv else NAN
-            row[f"{m}_hi"] = boot.high[k, M[m]] if boot is not None and not adv else NAN
+            row[f"{m}_lo"] = ci.low[k, M[m]] if ci is not None and not adv else NAN
+            row[f"{m}_hi"] = ci.high[k, M[m]] if ci is not None and not adv else NAN
         if cfg.per_category and grid.thresholded:
             own = analyse(grid, cfg, mask)[0] if not adv else {"threshold": NAN, p: NAN}
             row["own_threshold"] = own["threshold"]
@@ -542,6 +556,24 @@ class Recommendation:
         return self.points[self.points["best"]]
 
 
+def best_flags(points: pd.DataFrame, cfg: RecommendConfig, never_best: frozenset = frozenset()) -> pd.Series:
+    """True at each dataset's best operating point (``choose`` over the feasible points; configurations of the
+    embedders in ``never_best`` never are)."""
+    best = pd.Series(False, index=points.index)
+    for _, d in points.groupby("dataset", sort=False):
+        d = d[~d["embedder"].isin(list(never_best))]
+        if d.empty:
+            continue
+        means = np.full((1, len(METRICS), len(d)), NAN)
+        for m in METRICS:
+            means[0, M[m]] = d[m].to_numpy(np.float64)
+        means[0, :, ~d["feasible"].to_numpy(bool)] = NAN
+        i = int(choose(means, cfg)[0])
+        if i >= 0:
+            best[d.index[i]] = True
+    return best
+
+
 def recommend(rows: pd.DataFrame, cfg: RecommendConfig | None = None, *, source: str = QUESTIONS,
               never_best: frozenset = frozenset()) -> Recommendation:
     """Choose an operating point for every configuration in ``rows`` and the best one per dataset.
@@ -563,18 +595,7 @@ def recommend(rows: pd.DataFrame, cfg: RecommendConfig | None = None, *, source:
             folds.append(f)
         cats.append(categories(g, cfg, point))
     pts = pd.DataFrame(points)
-    pts["best"] = False
-    for _, d in pts.groupby("dataset", sort=False):
-        d = d[~d["embedder"].isin(list(never_best))]
-        if d.empty:
-            continue
-        means = np.full((1, len(METRICS), len(d)), NAN)
-        for m in METRICS:
-            means[0, M[m]] = d[m].to_numpy(np.float64)
-        means[0, :, ~d["feasible"].to_numpy(bool)] = NAN
-        i = int(choose(means, cfg)[0])
-        if i >= 0:
-            pts.loc[d.index[i], "best"] = True
+    pts["best"] = best_flags(pts, cfg, never_best)
     nonempty = [f for f in folds if len(f)]
     return Recommendation(
         cfg=cfg, points=pts, curves=pd.concat(curves, ignore_index=True),

@@ -1,9 +1,11 @@
 """Statistics shared by the recommender, the report and ``bench.analysis.compare``: pure, seeded, no I/O.
 
 Owns: per-cluster sums (a cluster = a conversation; every mean here is a macro mean over
-questions, so a resample of clusters is a ratio of summed sums and summed counts), the cluster
-bootstrap (``scipy.stats.bootstrap`` over cluster indices), the small-sample t interval over clusters,
-the paired test of two configurations on the same questions that the report, its verdict and
+questions, so a resample of clusters is a ratio of summed sums and summed counts), the small-sample
+t intervals of such a mean (``cluster_t_interval``: the CI about the mean of conversations like these and the
+prediction interval for a new corpus) and the one rule every table of means prints (``mean_intervals``: t by
+default, clipped to the metric's range), the cluster bootstrap (``scipy.stats.bootstrap`` over cluster
+indices), the paired test of two configurations on the same questions that the report, its verdict and
 ``recallbench compare`` use (:func:`paired_t_test`: a t test over conversations, whose CI and p agree),
 the paired permutation test the regression gate uses (:func:`paired_test`), Holm's step-down correction
 and win/tie/loss counts. NaN means undefined, never 0.
@@ -158,6 +160,34 @@ def cluster_t_interval(sums: np.ndarray, counts: np.ndarray, *, confidence: floa
         tstat = np.where(se > 0, np.abs(m) / np.where(se > 0, se, 1.0), np.where(m == 0, 0.0, np.inf))
         p = np.where(g >= 2, 2 * sstats.t.sf(tstat, np.maximum(g - 1, 1)), NAN)
     return ClusterInterval(m, se, m - half, m + half, m - pred_half, m + pred_half, p, g)
+
+
+INTERVAL_METHODS = ("t", "percentile", "basic", "BCa")  # t: cluster_t_interval; the others: cluster_bootstrap's method
+
+
+def mean_intervals(sums: np.ndarray, counts: np.ndarray, *, method: str = "t", confidence: float = 0.95,
+                   new_clusters: int | None = None, bounds: tuple = (-np.inf, np.inf), n_resamples: int = 1000,
+                   seed: int = 0) -> ClusterInterval:
+    """The intervals every table of means over conversations prints (``sums``/``counts`` (C, ...) as for
+    :func:`cluster_t_interval`).
+
+    ``low``/``high``: the confidence interval about the mean of conversations like these, by ``method``: ``t``
+    (:func:`cluster_t_interval`, the default) or a cluster-bootstrap method (``percentile``, ``basic``, ``BCa``;
+    with 2-3 clusters a percentile interval is the min-max of their means: too narrow). ``pred_low``/``pred_high``:
+    always the t prediction interval for the mean of ``new_clusters`` new conversations (default: as many as
+    these). Both are clipped to ``bounds`` (the metric's range, e.g. (0, 1) for F1; arrays broadcast against
+    the trailing shape): a mean cannot leave it, so the clipped interval covers whatever the unclipped one did.
+    """
+    if method not in INTERVAL_METHODS:
+        raise ValueError(f"mean_intervals: method must be one of {INTERVAL_METHODS} (got {method!r})")
+    t = cluster_t_interval(sums, counts, confidence=confidence, new_clusters=new_clusters)
+    low, high = t.low, t.high
+    if method != "t":
+        boot = cluster_bootstrap(sums, counts, confidence=confidence, n_resamples=n_resamples, seed=seed, method=method)
+        low, high = boot.low, boot.high
+    lo, hi = bounds
+    clip = lambda x: np.clip(x, lo, hi)  # noqa: E731  (NaN stays NaN)
+    return ClusterInterval(t.point, t.se, clip(low), clip(high), clip(t.pred_low), clip(t.pred_high), t.p_value, t.n_clusters)
 
 
 @dataclass(frozen=True)

@@ -306,7 +306,8 @@ def ranked_table(cfg: DictConfig, traces, corpus, embedder: str) -> pd.DataFrame
     rc = cfg.get("ranked") or {}
     ks = ranked.check_ks(list(rc.get("ks", ranked.DEFAULT_KS)))
     return ranked.for_traces(traces, corpus, ks=ks, embedder=embedder, confidence=float(rc.get("confidence", 0.95)),
-                             n_resamples=int(rc.get("n_resamples", 1000)), seed=int(cfg.get("seed", 0)))
+                             n_resamples=int(rc.get("n_resamples", 1000)), seed=int(cfg.get("seed", 0)),
+                             method=str((cfg.get("recommend") or {}).get("ci_method", "t")))  # one interval rule for every table
 
 
 def _warn_fault(line: str) -> None:
@@ -422,17 +423,24 @@ def verdict_lines(run: RunDir) -> list[str]:
     """Three console lines per dataset: the verdict, what the chosen point measured, and why (or how sure)."""
     if not (run.path / ANALYSIS / "verdict.csv").is_file():
         return []
-    verdicts, points = run.table("verdict"), run.table("recommendation")
+    from bench.analysis.tables import load_settings
+
+    verdicts, points, cfg = run.table("verdict"), run.table("recommendation"), load_settings(run)
     plain = lambda text: str(text).replace("`", "")  # noqa: E731
-    ci = lambda b, m, d=3: f"{b[m]:.{d}f} [{b[m + '_lo']:.{d}f}, {b[m + '_hi']:.{d}f}]" if pd.notna(b[m + "_lo"]) else f"{b[m]:.{d}f}"  # noqa: E731
+    # the prediction interval: what a new corpus of as many conversations like these should measure (docs/interpreting.md)
+    ci = lambda b, m, d=3: (f"{b[m]:.{d}f} [{b[m + '_pred_lo']:.{d}f}, {b[m + '_pred_hi']:.{d}f}]"  # noqa: E731
+                            if pd.notna(b.get(m + "_pred_lo")) else f"{b[m]:.{d}f}")
     out = []
     for _, v in verdicts.iterrows():
         best = points[(points["dataset"] == v["dataset"]) & points["best"]]
         out.append(f"{v['dataset']}: {plain(v['headline'])}")
         if len(best):
             b = best.iloc[0]
+            k = int(cfg.new_conversations or b["n_conversations"])
+            scope = (f"{cfg.confidence:.0%} for a new corpus of {k} conversations like these; " if pd.notna(b.get("f1_pred_lo"))
+                     else "no interval: ")
             out.append(f"  measured: F1 {ci(b, 'f1')}, recall {ci(b, 'recall')}, {ci(b, 'tokens', 0)} tokens per question "
-                       f"({b['n_questions']} questions, {b['n_conversations']} conversations)")
+                       f"({scope}{b['n_questions']} questions, {b['n_conversations']} conversations)")
         if v["kind"] == "too_little_data":
             out.append(f"  why: {plain(v['reasons'])}")
         elif len(best):

@@ -83,6 +83,22 @@ def _ci(v, lo, hi, digits: int = 3) -> str:
     return f"{v:.{digits}f} [{lo:.{digits}f}, {hi:.{digits}f}]"
 
 
+def new_corpus(cfg, n_conversations) -> int:
+    """The size of the new corpus the prediction intervals are for (``recommend.new_conversations``, else this one's)."""
+    return int(cfg.new_conversations or n_conversations)
+
+
+def intervals_sentence(cfg) -> str:
+    """What the report's intervals are about and how they are computed (one rule for every table)."""
+    how = ("Student t with conversations − 1 degrees of freedom on the cluster-robust standard error" if cfg.ci_method == "t" else
+           f"cluster bootstrap, {cfg.n_resamples} resamples of whole conversations, {cfg.ci_method}, seed {cfg.seed}: too narrow "
+           "with few conversations")
+    return (f"Intervals are {cfg.confidence:.0%}. `[CI]` in a table is about the mean of conversations like these ({how}); "
+            "the recommendation's headline range is a prediction interval for a new corpus of as many conversations like these "
+            "(Student t, `recommend.new_conversations`). One conversation gives no interval; 2-3 give very wide ones (t with "
+            "1-2 df). Clipped to each metric's range (F1, recall, precision in [0, 1]; tokens ≥ 0).")
+
+
 def _thr(t) -> str:
     """A threshold: two decimals, three when the grid is finer (a calibrated p of 0.015)."""
     if t is None or (isinstance(t, float) and math.isnan(t)):
@@ -181,8 +197,7 @@ def recommendation_section(a: Analysis, strategies: list[dict]) -> list[str]:
     p = cfg.primary
     name = METRIC_NAMES[p]
     lines = ["## Recommendation", "",
-             f"Objective: **{cfg.describe()}** (set in `recommend:`). Intervals are {cfg.confidence:.0%} cluster-bootstrap "
-             f"CIs ({cfg.n_resamples} resamples of whole conversations, {cfg.ci_method}, seed {cfg.seed}). "
+             f"Objective: **{cfg.describe()}** (set in `recommend:`). {intervals_sentence(cfg)} "
              "How to read this report: `docs/interpreting.md` in the recallbench repository.", ""]
     for ds, pts in rec.points.groupby("dataset", sort=False):
         best = pts[pts["best"]]
@@ -193,8 +208,11 @@ def recommendation_section(a: Analysis, strategies: list[dict]) -> list[str]:
         setting = threshold_phrase(strategies, b["strategy"], b["threshold"])
         full = summary[(summary["dataset"] == ds) & summary["strategy"].isin(full_context)]["tokens_injected_mean"]
         full_txt = f"; full context: {full.iloc[0]:.0f}" if len(full) else ""
-        measured = (f"F1 {_ci(b['f1'], b['f1_lo'], b['f1_hi'])}, recall {_ci(b['recall'], b['recall_lo'], b['recall_hi'])}, "
-                    f"{_ci(b['tokens'], b['tokens_lo'], b['tokens_hi'], 0)} injected tokens per question{full_txt}")
+        k = new_corpus(cfg, b["n_conversations"])
+        measured = (f"F1 {_ci(b['f1'], b['f1_pred_lo'], b['f1_pred_hi'])}, recall {_ci(b['recall'], b['recall_pred_lo'], b['recall_pred_hi'])}, "
+                    f"{_ci(b['tokens'], b['tokens_pred_lo'], b['tokens_pred_hi'], 0)} injected tokens per question"
+                    + (f" ({cfg.confidence:.0%} for a new corpus of {k} conversations like these)" if pd.notna(b["f1_pred_lo"]) else "")
+                    + full_txt)
         v = a.verdicts[a.verdicts["dataset"] == ds]
         if len(v) and v.iloc[0]["kind"] == "too_little_data":
             lines.append(f"**{ds}**: {v.iloc[0]['headline']}. The best measured: `{b['strategy']}`{setting} on store "
@@ -204,6 +222,12 @@ def recommendation_section(a: Analysis, strategies: list[dict]) -> list[str]:
             lines.append(f"**{ds}**: use **`{b['strategy']}`{setting}** on store `{b['backend']}` with embedder "
                          f"`{b['embedder']}`: {measured}.")
         lines.append("")
+        if pd.notna(b["f1_lo"]):
+            lines.append(f"- **Intervals**: the ranges above predict the mean over a new corpus of {k} conversations like these; "
+                         f"the mean of conversations like these ({cfg.confidence:.0%} CI): F1 [{b['f1_lo']:.3f}, {b['f1_hi']:.3f}], "
+                         f"recall [{b['recall_lo']:.3f}, {b['recall_hi']:.3f}], tokens [{b['tokens_lo']:.0f}, {b['tokens_hi']:.0f}].")
+        else:
+            lines.append(f"- **Intervals**: none: {b['n_conversations']} conversation says nothing about how another one would score.")
         n_excl = b.get("n_excluded", 0)
         n_excl = 0 if n_excl is None or math.isnan(n_excl) else int(n_excl)
         if not math.isnan(b["threshold_share"]):
@@ -244,6 +268,8 @@ def points_section(rec: Recommendation, sig: pd.DataFrame, multi_embedder: bool)
     lines = ["## Operating points (every configuration at its chosen threshold)", "",
              f"† = differs from the recommendation ({name}, paired t test over conversations, Holm-corrected, alpha {rec.cfg.alpha:g}). "
              "`chosen in` = share of bootstrap resamples that choose the same threshold.", "",
+             "[CI] = about the mean of conversations like these (see the Recommendation for what it is and for the range "
+             "to expect on a new corpus).", "",
              "| dataset | configuration | threshold | F1 [95 % CI] | recall [CI] | precision [CI] | tokens [CI] | p99 ms | chosen in | threshold range | note |",
              "|---|---|---|---|---|---|---|---|---|---|---|"]
     for _, r in rec.points.iterrows():
@@ -347,7 +373,8 @@ def category_section(rec: Recommendation, multi_embedder: bool) -> list[str]:
     lines = ["## Per category (at the recommended configuration's threshold)", "",
              "Adversarial/abstention questions are credited when nothing is recalled (`abstained`). A category with fewer "
              f"than {rec.cfg.min_n} scored questions shows `n too small` instead of F1 and recall (`recommend.min_n`): "
-             "its mean and interval would say more about the few questions than about the setting.", ""]
+             "its mean and interval would say more about the few questions than about the setting. [CI] = about the mean of "
+             "conversations like these; a category found in one conversation has none.", ""]
     own = "own_threshold" in cats
     head = "| dataset | configuration | category | n | threshold | F1 [CI] | recall [CI] | tokens | abstained |"
     if own:
@@ -430,7 +457,8 @@ def embedders_section(a: Analysis, strategies: list[dict], out: Path) -> list[st
              "Per embedder (same corpus, same store): where its gold and non-gold candidates score (the unfiltered trace), AUC, "
              f"and what the often-quoted {ref} keeps (“> 0.7 usually indicates high relevance”: the last column is the share "
              f"of candidates scoring ≥ {ref} that are gold); then each strategy's operating point "
-             f"({a.cfg.describe()}, {a.cfg.confidence:.0%} cluster-bootstrap CIs). Table: `analysis/embedders.csv`."
+             f"({a.cfg.describe()}; [CI] = {a.cfg.confidence:.0%} interval about the mean of conversations like these, as in the "
+             "Recommendation). Table: `analysis/embedders.csv`."
              + (" Embedders marked *plumbing* are test-only (hashing, synthetic): never quote their numbers." if not e["for_results"].all() else ""),
              "", "| dataset | store | embedder | gold p10 / p50 / p90 | non-gold p10 / p50 / p90 | AUC | gold ≥ 0.70 | non-gold ≥ 0.70 | gold share of ≥ 0.70 |",
              "|---|---|---|---|---|---|---|---|---|"]
@@ -642,7 +670,9 @@ def ranked_section(run: RunDir) -> list[str]:
             "a gold item in the top k; recall_all@k: every gold item in the top k; nDCG@k: binary relevance, ideal DCG over "
             "every gold item (trec_eval / ir_measures); MRR over the whole ranked list. Session level: the ranked turns' sessions, "
             "deduplicated in rank order (LongMemEval's turn-to-session rule), for questions whose conversation holds two or more "
-            "sessions (no sessions: n/a). Mean [95 % cluster-bootstrap CI]; ranked.csv has every "
+            "sessions (no sessions: n/a). Mean [95 % CI about the mean of conversations like these, "
+            "as `recommend.ci_method` says: Student t with conversations − 1 df by default]; ranked.csv also has the prediction interval "
+            "for a new corpus of as many conversations (pred_low, pred_high) and every "
             "value. Definitions: bench/ranked.py.", "", *report_table(table), ""]
 
 
@@ -651,7 +681,7 @@ DEFERRED_TITLE = "# recallbench report (short: defer_report=true)"
 
 def write_deferred_report(run_dir: Path) -> Path:
     """The report.md of a run with ``defer_report=true``: the best threshold by F1 per strategy and the fixed strategies,
-    from summary.csv (format A) only. The analysis (recommendation, bootstrap CIs, significance, plots, calibration,
+    from summary.csv (format A) only. The analysis (recommendation, intervals, significance, plots, calibration,
     miss attribution) is left to ``recallbench report <run dir>``, which overwrites this file with the full report."""
     from bench.output import write_atomic
 
@@ -663,7 +693,7 @@ def write_deferred_report(run_dir: Path) -> Path:
             "token_savings"]
     cols = [c for c in cols if c in summary]
     lines = [DEFERRED_TITLE, "",
-             f"The analysis (recommendation, bootstrap CIs, significance, plots, calibration, miss attribution) was deferred: "
+             f"The analysis (recommendation, intervals, significance, plots, calibration, miss attribution) was deferred: "
              f"`recallbench report {run.path}` (or `make report RUN={run.path}`) writes the full report.", "",
              "## Best threshold by F1 per strategy", "", _table(best_by_f1(summary[summary["threshold"].notna()]), cols), ""]
     fixed = summary[summary["threshold"].isna()]

@@ -179,7 +179,7 @@ def pareto(points: pd.DataFrame, front: pd.Series, best: pd.DataFrame, title: st
 
 
 def ci_curves(curves: pd.DataFrame, metric: str, title: str, path: Path, *, xlabels: Mapping[str, str] | None = None) -> Path:
-    """``metric`` and recall vs threshold with their 95 % bootstrap bands, one panel per strategy;
+    """``metric`` and recall vs threshold with their 95 % bands (the CI about the mean of conversations like these), one panel per strategy;
     the chosen threshold is a dashed line."""
     plt = _figure()
     names = list(dict.fromkeys(curves["strategy"]))
@@ -196,7 +196,7 @@ def ci_curves(curves: pd.DataFrame, metric: str, title: str, path: Path, *, xlab
         ax.set_xlabel((xlabels or {}).get(name, "similarity threshold"))
         ax.set_ylim(0, 1)
         ax.grid(alpha=0.3)
-    axes[0][0].set_ylabel("macro mean, 95 % CI (conversations resampled)")
+    axes[0][0].set_ylabel("macro mean, 95 % CI of the mean over conversations")
     if names:
         _legend_outside(axes[0][-1])
     fig.suptitle(title, fontsize=10)
@@ -289,7 +289,7 @@ def attribution(counts: pd.DataFrame, causes: list[str], title: str, path: Path)
 
 def embedder_curves(curves: pd.DataFrame, marks: Sequence[float], title: str, path: Path, *, metric: str = "f1") -> Path:
     """``metric`` vs similarity threshold of every embedder on one chart, one panel per strategy, with the
-    bootstrap band; ``marks`` (the seed articles' thresholds) as vertical lines.
+    band of its CI about the mean of conversations like these; ``marks`` (the seed articles' thresholds) as vertical lines.
 
     ``curves`` columns: label (the embedder, or embedder/store), strategy, threshold, metric, metric_lo, metric_hi."""
     plt = _figure()
@@ -307,7 +307,7 @@ def embedder_curves(curves: pd.DataFrame, marks: Sequence[float], title: str, pa
         ax.set_xlabel("similarity threshold (dotted: the seed articles' thresholds)")
         ax.set_xlim(0, 1)
         ax.grid(alpha=0.3)
-    axes[0][0].set_ylabel(f"{metric} (macro, 95 % CI band)")
+    axes[0][0].set_ylabel(f"{metric} (macro, 95 % CI of the mean)")
     _legend_outside(axes[0][-1], 7)
     fig.suptitle(title, fontsize=10)
     try:

@@ -48,6 +48,15 @@ PE  embedding LongMemEval-sized long turns (synthetic, 35 % past 256 tokens; ``-
     process each: our peak RSS (VmHWM, target <= 1.5 GB) and our throughput / raw (target >= 0.9); the raw loop's
     peak RSS beside them (information).
 
+PC  split-half coverage of the printed intervals on LoCoMo (``bench.analysis.holdout.split_half``): the warm exact
+    LoCoMo run's per-question rows (MiniLM, the default strategies; the exact store's rows equal seekdb's); all 252
+    ways of choosing with the recommender on 5 of the 10 conversations, the other 5 scored at that configuration and
+    threshold: the share of trials whose held-out F1 lies inside the printed 95 % prediction interval (for a new corpus
+    of 5 conversations like these). Target >= 90 %. Printed beside it, as information: the same trials against the CI
+    about the mean (PC/ci) and against the interval the recommender printed before issue 23, a percentile cluster
+    bootstrap (PC/bootstrap: 69.0 % on 2026-12-02). Not a speed: a statistical property, measured here because it
+    needs the real corpus.
+
 Results are printed and written to ``<out>/perfbench.json`` and ``<out>/perfbench.md``.
 """
 
@@ -899,10 +908,48 @@ def p5_peak_rss(n_memories: int = 100_000, *, backend: str = "exact") -> Ratio:
                           "error": "" if proc.returncode == 0 else _failed(proc, "run")})
 
 
+# ----------------------------------------------------------------------------- PC
+
+
+def pc_coverage() -> list[Ratio]:
+    """PC: the split-half coverage of the printed 95 % intervals on the warm exact LoCoMo run's rows."""
+    import pandas as pd
+
+    from bench.analysis.holdout import split_half
+    from bench.analysis.recommend import RecommendConfig
+
+    real = REPO / "reports" / "cache" / "embeddings"
+    warm_embeddings(list(WARM_RUN), real)
+    with temp_cache(real) as (tmp, cache):
+        proc = run_measured(bench_cmd(*WARM_RUN, f"paths.cache={cache}", f"hydra.run.dir={tmp / 'run'}", "defer_report=true"))
+        if proc.returncode != 0:
+            return [Ratio("PC", "printed 95 % intervals cover held-out halves of LoCoMo", float("nan"), ">=", 90.0, "%",
+                          details={"error": _failed(proc, "LoCoMo run")})]
+        rows = pd.read_parquet(tmp / "run" / "questions.parquet")
+    t0 = time.perf_counter()
+    cov = split_half(rows)
+    seconds = time.perf_counter() - t0
+    old = split_half(rows, RecommendConfig.defaults(ci_method="percentile"))
+    chosen = cov.trials.groupby(["strategy", "threshold"], dropna=False).size()
+    details = {"trials": cov.n_trials, "metric": cov.metric, "misses_below": int((cov.trials["held_out"] < cov.trials["pred_lo"]).sum()),
+               "misses_above": int((cov.trials["held_out"] > cov.trials["pred_hi"]).sum()),
+               "mean_pred_width": float((cov.trials["pred_hi"] - cov.trials["pred_lo"]).mean()),
+               "chosen": {f"{k[0]} @ {k[1]}": int(v) for k, v in chosen.items()}, "split_half_seconds": seconds}
+    method = (f"`python -m bench {' '.join(WARM_RUN)}` (warm embedding cache) -> questions.parquet; bench.analysis.holdout.split_half: "
+              f"{cov.n_trials} trials (every half A of 5 of the 10 conversations), recommend on A, read the best point's "
+              f"{cov.metric} interval, score B at the same configuration and threshold; share of trials inside")
+    return [Ratio("PC", "printed 95 % prediction intervals (a new corpus of 5 conversations) cover held-out halves of LoCoMo",
+                  100 * cov.pred, ">=", 90.0, "%", method=method, details=details),
+            Ratio("PC/ci", "the same trials against the 95 % CI about the mean of conversations like these (t)", 100 * cov.ci,
+                  ">=", 90.0, "%", method=method + "; the CI is about the population mean, not a finite new half", info=True),
+            Ratio("PC/bootstrap", "the same trials against the interval printed before issue 23 (percentile cluster bootstrap)",
+                  100 * old.ci, ">=", 90.0, "%", method=method + "; recommend.ci_method=percentile", info=True)]
+
+
 # ----------------------------------------------------------------------------- main
 
 
-PARTS = ("P1", "P2", "P3", "P4", "P5", "PL", "P6", "P7", "PE")
+PARTS = ("P1", "P2", "P3", "P4", "P5", "PL", "P6", "P7", "PE", "PC")
 SUBPARTS = {"P3A": "P3", "P3B": "P3"}  # --only P3a / P3b runs one half of P3
 
 
@@ -919,11 +966,12 @@ def write_results(results: Sequence[Ratio], out: Path) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     ap = parser("bench", __doc__.splitlines()[0].split(": ", 1)[-1],
-                examples=["recallbench bench                 # every part (P1-P7, PL, PE)",
+                examples=["recallbench bench                 # every part (P1-P7, PL, PE, PC)",
+                          "recallbench bench --only PC       # split-half coverage of the printed intervals (LoCoMo)",
                           "recallbench bench --only P6,P7  # warm LoCoMo run vs the minimal script",
                           "recallbench bench --only P3a      # one part",
                           "recallbench bench --only P4 --p4-stores exact,sqlite_vec"])
-    ap.add_argument("--only", default=",".join(PARTS), help="comma-separated subset of P1,P2,P3 (or P3a, P3b),P4,P5,PL,P6,P7,PE")
+    ap.add_argument("--only", default=",".join(PARTS), help="comma-separated subset of P1,P2,P3 (or P3a, P3b),P4,P5,PL,P6,P7,PE,PC")
     ap.add_argument("--p1-backend", default=None, help="store of the P1 runs (default: the config's default store)")
     ap.add_argument("--p1-strategies", default="all", help="'all' (every configs/strategy/*.yaml) or a Hydra list")
     ap.add_argument("--p1-repeats", type=int, default=1, help="interleaved warm 17-vs-1 pairs in P1 (best of each)")
@@ -980,10 +1028,15 @@ def main(argv: list[str] | None = None) -> int:
             notes.append(f"P6/P7 not measured: no LoCoMo under {data_dir} (set BENCH_DATA_DIR)")
     if "PE" in only:
         results += pe_embedding_memory(args.pe_texts)
+    if "PC" in only:
+        if has_locomo:
+            results += pc_coverage()
+        else:
+            notes.append(f"PC not measured: no LoCoMo under {data_dir} (set BENCH_DATA_DIR)")
     if "P5" in only:
         for b in [s for s in args.p5_backends.split(",") if s]:
             results.append(p5_peak_rss(args.p5_memories, backend=b))
-    print("\nmake bench: ratios measured within this run (targets from issues 7 and 17)\n")
+    print("\nmake bench: ratios measured within this run (targets from issues 7, 17 and 23)\n")
     for r in results:
         print(r.line())
         print(f"{'':<16}method: {r.method}")
