@@ -21,7 +21,7 @@ Which questions are counted (the same words as README "Metric conventions"):
   Adversarial questions are counted in `n_adversarial` and scored only by
   `adversarial_abstain_rate` (nothing recalled = correct). Store latency percentiles use every query
   of the trace (scored, excluded and adversarial alike): latency is a property of the store, not of
-  a question's gold. The recommender's curves, bootstrap CIs and paired tests use the same scored
+  a question's gold. The recommender's curves, intervals and paired tests use the same scored
   questions (and the adversarial ones for abstention), so their `n_questions` equals the summary's.
 """
 
