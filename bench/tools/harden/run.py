@@ -34,6 +34,7 @@ from bench.tools.harden.cases import (
     run_cli,
 )
 from bench.tools.harden.doubles import EmbeddingServer, PineconeTestServer
+from bench.tools.harden import hostile
 
 log = logging.getLogger(__name__)
 
@@ -296,6 +297,8 @@ def main(argv: list[str] | None = None) -> int:
         log.info("load: %d threads x %d queries per store", args.threads, args.queries)
         load = loadtest.run_load(stores, threads=args.threads, queries=args.queries, rows=args.rows, workdir=work / "load",
                                  server_overrides={k: v.overrides() for k, v in servers.items()})
+        log.info("hostile inputs: %d checks", len(hostile.checks()))
+        hostile_results = hostile.run_checks(work / "hostile")
         log.info("faults")
         faults = fault_run(work / "faults", servers)  # kills the servers: runs last
 
@@ -318,9 +321,11 @@ def main(argv: list[str] | None = None) -> int:
     lines += [f"  {n}" for n in faults.notes]
     lines.append(f"load errors: {load_errors} ({args.threads} threads x {args.queries} queries per store)")
     lines.append(loadtest.format_table(load))
+    lines.append("hostile inputs (keys, redirects, forged reports, neighbours, lying servers, labels, the gate):")
+    lines.append(hostile.table(hostile_results))
     lines.append(f"({time.monotonic() - t0:.0f} s)")
     print("\n".join(lines))
-    bad = tracebacks or secret_total or faults.lost or load_errors or faults.survived < faults.injected or not sec.key_used
+    bad = not all(r.handled for r in hostile_results) or tracebacks or secret_total or faults.lost or load_errors or faults.survived < faults.injected or not sec.key_used
     return 1 if bad else 0
 
 
