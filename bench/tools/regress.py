@@ -4,27 +4,46 @@ Owns running the CI-sized experiment (``configs/experiment/regress.yaml``, a mul
 traces and jobs measured afresh, embeddings cached) into ``reports/regress/run``, the latency pass,
 the comparison with the committed baseline ``reports/baseline/<dataset>/`` and the markdown diff
 ``reports/regress/summary.md`` (appended to ``$GITHUB_STEP_SUMMARY`` when that is set). The last
-line printed is the one-line verdict; the exit code is 0 (pass, or skipped: no baseline for this
-dataset/embedder) or 1 (a regression, or the experiment did not run).
+line printed is the one-line verdict; the exit code is 0 (pass) or 1 (a regression, a comparison
+the gate cannot make, or the experiment did not run). A gate that cannot tell fails: each "cannot
+tell" below is exit 1 unless the user accepts it by name with ``--allow NAME[,NAME]`` (then it is
+reported as allowed and skipped).
 
 The rules (settings: the ``regress:`` block of the experiment config):
 
+- Comparable runs. No baseline for the run's dataset (``--allow baseline``), a baseline made with another
+  embedder (``--allow embedder``: the comparison is skipped), another store set (``--allow stores``),
+  another strategy set or threshold grid (``--allow grid``), or rows missing for a baseline point or for
+  some of its questions (``--allow missing``) fail. Always fatal: a store's job failed, other question
+  ids or gold labels (re-run ``make baseline``).
 - Operating points, per store and strategy of the BASELINE: a strategy without a threshold (e.g. the
   limit and full-context strategies) once, a thresholded one (threshold, hybrid) at the threshold with
-  the best F1 in the BASELINE (so both runs are compared at the same point). A baseline point missing because its store's job failed fails the gate; one the run
-  did not ask for (an override) is reported as skipped. Both runs must ask the same questions.
-- Quality: per point and metric (recall, F1, precision: macro means over non-adversarial questions),
-  fail when current - baseline < -tolerance AND the paired sign-flip test on the same questions
-  (``bench.analysis.stats.paired_test``) is significant after Holm's correction (``bench.analysis.stats.holm``) over the
-  quality checks that can be significant (see ``quality_checks``).
+  the best F1 in the BASELINE (so both runs are compared at the same point).
+- Quality: per point and metric (recall, F1, precision: macro means over non-adversarial questions), the
+  paired sign-flip test of current vs baseline over the n questions whose value CHANGED (an unchanged
+  question adds 0 whatever its sign): exact over all 2**n sign patterns when n <= 16 (``EXACT_MAX``),
+  else ``test_resamples`` random patterns. Its smallest reachable two-sided p is 2 / 2**n (every changed
+  question moved the same way). Holm's correction runs over the checks that can reach alpha (p_min <=
+  alpha; identical data, e.g. two exact stores, counted once); m = their number. A check with
+  current - baseline < -tolerance FAILS when its Holm p < alpha, and also when the test cannot tell:
+  p_min > alpha / m (Holm's strictest level), i.e. so few questions changed that no outcome is sure to be
+  significant (5 of 22 demo questions: p_min 2/32 = 0.0625 > 0.05) — a large drop on few questions fails,
+  unless ``--allow untestable``. A drop the test could detect but does not find significant passes.
 - Tokens: per point, fail when mean injected tokens / baseline's > ``budget_ratio_max``.
-- Latency: in one process, each store is timed right after the exact store on the same queries
-  (``latency_repeats`` passes); a store's number is the median over passes of p50(store) / p50(exact)
-  of that pass, so a slow or busy machine slows both sides. Fail when that ratio / the baseline's
-  ratio > ``latency_ratio_max`` (generous: the ratio itself moves between machines).
+- Latency, judged against the exact store measured in the same run, so machine load cancels: in one
+  process, ``latency_repeats`` passes over the same queries; per query each store is timed and exact
+  right after it (store, exact, store, exact, ...). A store's latency is the median over queries of its
+  per-query MINIMUM over the passes (a busy machine adds time, never removes it), the same for exact
+  beside it; ratio = store / exact. Noise: the leave-one-pass-out (jackknife) standard error of
+  log(ratio), run and baseline combined: noise limit = exp(``latency_noise_z`` * se). Fail when ratio /
+  the baseline's ratio > max(``latency_ratio_max``, noise limit); "skipped (too noisy)" only when the
+  noise limit itself is >= 2, so a 2x regression never hides under noise. meta.json and summary.md
+  record the machine's load average. ``--fault-slow STORE=FACTOR`` (hidden, for demonstrations) makes
+  STORE's searches FACTOR x slower in the latency pass.
 
 ``--write-baseline`` runs the same experiment and REPLACES ``reports/baseline/<dataset>/`` (for the
-default dataset and for the demo corpus); nothing else ever writes a baseline.
+default dataset and for the demo corpus); nothing else ever writes a baseline. ``--run DIR`` gates a
+finished run directory (or a copy of one) without running anything.
 """
 
 from __future__ import annotations
@@ -55,7 +74,11 @@ REFERENCE = "exact"  # the store every latency is divided by
 RUN_FLAGS = ("trace_cache=false", "resume=false", "publish_latest=false", "progress=false")
 QUALITY_METRICS = ("recall", "f1", "precision", "hit")
 BASELINE_FILES = (SUMMARY, QUESTIONS, META, LATENCY)
-CHECK_COLUMNS = ["check", "config", "metric", "baseline", "current", "delta", "ratio", "p_holm", "rule", "verdict"]
+CHECK_COLUMNS = ["check", "config", "metric", "baseline", "current", "delta", "ratio", "limit", "n_changed", "p_min", "p_holm",
+                 "rule", "verdict"]
+ALLOW = ("baseline", "embedder", "stores", "grid", "missing", "untestable")  # what --allow accepts
+EXACT_MAX = 16  # up to this many changed questions the sign-flip test enumerates all 2**n patterns
+TOO_NOISY = 2.0  # a latency noise limit at or above this skips the check (a 2x regression must not hide)
 FAIL, OK, SKIPPED = "FAIL", "ok", "skipped"
 SHIPPED = "experiment/regress.yaml"  # the experiment, and the only copy of the gate's defaults (its regress: block)
 NAN = float("nan")
@@ -80,11 +103,12 @@ class GateConfig:
     latency_queries: int
     latency_warmup: int
     latency_ratio_max: float
+    latency_noise_z: float
     seed: int
 
     def __post_init__(self) -> None:
         w = "regress config"
-        for name in ("tolerance", "alpha", "budget_ratio_max", "latency_ratio_max"):
+        for name in ("tolerance", "alpha", "budget_ratio_max", "latency_ratio_max", "latency_noise_z"):
             v = getattr(self, name)
             if not isinstance(v, (int, float)) or isinstance(v, bool):
                 raise ValueError(f"{w}: {name} must be a number (got {v!r})")
@@ -95,6 +119,8 @@ class GateConfig:
             raise ValueError(f"{w}: tolerance must be >= 0 (got {self.tolerance!r})")
         if not 0 < self.alpha < 1:
             raise ValueError(f"{w}: alpha must be in (0, 1) (got {self.alpha!r})")
+        if not self.latency_noise_z > 0:
+            raise ValueError(f"{w}: latency_noise_z must be > 0 (got {self.latency_noise_z!r})")
         if self.test_unit not in ("question", "conversation"):
             raise ValueError(f"{w}: test_unit must be 'question' or 'conversation' (got {self.test_unit!r})")
         for name in ("budget_ratio_max", "latency_ratio_max"):
@@ -239,36 +265,81 @@ def _has(rows: pd.DataFrame, point: tuple[str, str, float]) -> bool:
     return bool(m.any())
 
 
-def _check(check, config, metric, baseline, current, *, delta=NAN, ratio=NAN, p_holm=NAN, rule="", verdict=OK) -> dict:
+def _check(check, config, metric, baseline, current, *, delta=NAN, ratio=NAN, limit=NAN, n_changed=NAN, p_min=NAN, p_holm=NAN,
+           rule="", verdict=OK) -> dict:
     return {"check": check, "config": config, "metric": metric, "baseline": baseline, "current": current, "delta": delta,
-            "ratio": ratio, "p_holm": p_holm, "rule": rule, "verdict": verdict}
+            "ratio": ratio, "limit": limit, "n_changed": n_changed, "p_min": p_min, "p_holm": p_holm, "rule": rule, "verdict": verdict}
+
+
+def _cannot_tell(why: str, name: str, allow: frozenset) -> str:
+    """The verdict of a comparison the gate cannot make: FAIL unless the user allowed ``name``."""
+    return f"{SKIPPED} ({why}; allowed by --allow {name})" if name in allow else f"{FAIL} ({why}; --allow {name} accepts it)"
+
+
+def _grid(rows: pd.DataFrame) -> dict[tuple[str, str], tuple[float, ...]]:
+    """(backend, strategy) -> its sorted thresholds (rounded to 1e-9; empty for a strategy without thresholds)."""
+    out = {}
+    for (backend, strategy), g in rows.groupby(["backend", "strategy"], sort=False):
+        out[(str(backend), str(strategy))] = tuple(sorted({round(float(t), 9) for t in g["threshold"].dropna()}))
+    return out
+
+
+def _grid_text(ts: tuple[float, ...]) -> str:
+    return "none" if not ts else f"{len(ts)}: {ts[0]:g}..{ts[-1]:g}" if len(ts) > 3 else ", ".join(f"{t:g}" for t in ts)
+
+
+def _n_questions(rows: pd.DataFrame, point) -> int:
+    backend, strategy, t = point
+    m = (rows["backend"] == backend) & (rows["strategy"] == strategy)
+    m &= rows["threshold"].isna() if math.isnan(t) else np.isclose(rows["threshold"], t, atol=1e-9)
+    return int(rows.loc[m, "question_id"].nunique())
 
 
 def coverage_checks(base: pd.DataFrame, cur: pd.DataFrame, points: Sequence[tuple[str, str, float]],
-                    failed_jobs: Sequence[dict] = (), labels: tuple[str | None, str | None] = (None, None)) -> pd.DataFrame:
-    """Both runs must ask the same questions with the same gold labels (``labels``: the baseline's and the
-    run's ``labels_sha256``; checked when both are known), and a baseline point missing from the current run fails
-    when its store's job failed; a store, strategy or threshold that this run did not ask for (a
-    deliberate override) is reported as skipped."""
+                    failed_jobs: Sequence[dict] = (), labels: tuple[str | None, str | None] = (None, None), *,
+                    allow: frozenset = frozenset(), asked: set[str] | None = None) -> pd.DataFrame:
+    """Both runs must be comparable: the same questions with the same gold labels (``labels``: the baseline's and
+    the run's ``labels_sha256``; checked when both are known), the same store set, strategies and threshold grid,
+    and every baseline point measured on every question it had. A point missing because its store's job failed,
+    other questions or labels always fail; the rest fail unless ``allow`` names them (``ALLOW``): ``stores`` (a
+    store not in this run, or not in the baseline), ``grid`` (a strategy or threshold not in this run's grid,
+    or another grid), ``missing`` (rows missing: a store the run measured (``asked``: the stores of the run's
+    jobs, when known) has no rows, or a point lacks some questions)."""
     out = []
     reasons = {}  # backend override of a failed job -> its one-line reason
     for f in failed_jobs:
         for o in f.get("overrides") or []:
             if str(o).startswith("backend="):
                 reasons[str(o).split("=", 1)[1]] = str(f.get("reason", "")) or "job failed"
+    cur_backends = set(cur["backend"])
     for p in points:
-        if _has(cur, p):
-            continue
         backend, strategy, _ = p
+        if _has(cur, p):
+            nb, nc = _n_questions(base, p), _n_questions(cur, p)
+            if nc < nb:
+                out.append(_check("coverage", label(p), "questions", float(nb), float(nc), delta=float(nc - nb),
+                                  rule="every baseline question measured at every point",
+                                  verdict=_cannot_tell(f"rows of {nb - nc} of {nb} questions missing", "missing", allow)))
+            continue
         if backend in reasons:
             verdict = f"{FAIL} ({reasons[backend]})"
-        elif backend not in set(cur["backend"]):
-            verdict = SKIPPED + " (store not in this run)"
+        elif backend not in cur_backends:
+            verdict = (_cannot_tell("no rows for this store, though the run measured it", "missing", allow)
+                       if asked is not None and backend in asked else _cannot_tell("store not in this run", "stores", allow))
         elif strategy not in set(cur.loc[cur["backend"] == backend, "strategy"]):
-            verdict = SKIPPED + " (strategy not in this run)"
+            verdict = _cannot_tell("strategy not in this run", "grid", allow)
         else:
-            verdict = SKIPPED + " (threshold not in this run's grid)"
+            verdict = _cannot_tell("threshold not in this run's grid", "grid", allow)
         out.append(_check("coverage", label(p), "rows", "present", "missing", rule="baseline point measured", verdict=verdict))
+    extra = sorted(cur_backends - set(base["backend"]))
+    if extra:
+        out.append(_check("coverage", ", ".join(extra), "stores", "absent", "present", rule="same stores as the baseline",
+                          verdict=_cannot_tell("store(s) not in the baseline: not gated", "stores", allow)))
+    gb, gc = _grid(base), _grid(cur)
+    for key in gb:
+        if key in gc and gb[key] != gc[key] and gb[key] and gc[key]:
+            out.append(_check("coverage", " / ".join(key), "thresholds", _grid_text(gb[key]), _grid_text(gc[key]),
+                              rule="same threshold grid as the baseline", verdict=_cannot_tell("another threshold grid", "grid", allow)))
     qb, qc = set(base["question_id"].astype(str)), set(cur["question_id"].astype(str))
     lb, lc = labels
     if lb and lc and lb != lc:
@@ -287,25 +358,48 @@ def _mean(rows: pd.DataFrame, point, metric: str) -> float:
     return float(v.mean()) if v.notna().any() else NAN
 
 
-def _min_p(n_changed: int) -> float:
-    """Smallest two-sided p a sign-flip test can reach with ``n_changed`` non-tied pairs (2 / 2**n)."""
-    return min(1.0, 2.0 / 2.0 ** n_changed)
+def sign_flip_test(d: np.ndarray, *, n_resamples: int = 10000, seed: int = 0) -> tuple[float, int, float, str]:
+    """Two-sided paired sign-flip test of mean(d) = 0, over the units that changed (``|d| > TIE_TOL``; an unchanged
+    unit adds 0 whatever its sign, so leaving it out changes nothing).
+
+    With n changed units: all 2**n sign patterns when n <= ``EXACT_MAX`` (exact), else ``n_resamples`` random
+    ones (p = (1 + hits) / (1 + n_resamples)). Returns (p, n, p_min, test): p_min is the smallest p the test can
+    reach with this n (2 / 2**n: every changed unit moved the same way; 1 / (1 + n_resamples) at least when random).
+    Worked example: d = (-1, -0.5, -0.5) -> of the 8 patterns only all-minus and all-plus reach |sum| 2, p = 0.25 = p_min.
+    """
+    from bench.analysis.stats import TIE_TOL
+
+    d = np.asarray(d, dtype=np.float64)
+    d = d[~np.isnan(d) & (np.abs(d) > TIE_TOL)]
+    n = len(d)
+    if n == 0:
+        return 1.0, 0, 1.0, "nothing changed"
+    obs = abs(d.sum()) - 1e-9 * max(1.0, float(np.abs(d).sum()))  # float-sum tolerance: equal sums count as extreme
+    if n <= EXACT_MAX:
+        signs = 1.0 - 2.0 * ((np.arange(2 ** n)[:, None] >> np.arange(n)) & 1)
+        p = float((np.abs(signs @ d) >= obs).mean())
+        return min(p, 1.0), n, min(1.0, 2.0 / 2.0 ** n), f"exact sign-flip, all {2 ** n} patterns"
+    signs = np.random.default_rng(seed).choice([-1.0, 1.0], size=(n_resamples, n))
+    p = (1.0 + float((np.abs(signs @ d) >= obs).sum())) / (1.0 + n_resamples)
+    return min(p, 1.0), n, max(2.0 / 2.0 ** n, 1.0 / (1.0 + n_resamples)), f"sign-flip, {n_resamples} random patterns"
 
 
-def quality_checks(base: pd.DataFrame, cur: pd.DataFrame, points: Sequence[tuple[str, str, float]], cfg: GateConfig) -> pd.DataFrame:
-    """Per point and metric: baseline and current macro means, and the paired test of current vs baseline.
+def quality_checks(base: pd.DataFrame, cur: pd.DataFrame, points: Sequence[tuple[str, str, float]], cfg: GateConfig,
+                   *, allow: frozenset = frozenset()) -> pd.DataFrame:
+    """Per point and metric: baseline and current macro means, and ``sign_flip_test`` of current vs baseline over
+    the questions (or conversations, ``test_unit``) that changed.
 
-    The Holm family is every check that CAN be significant: checks whose paired values have fewer
-    than the non-tied units needed for p <= alpha (2 / 2**n > alpha; e.g. nothing changed) cannot reject
-    and are left out (Tarone's rule), and checks with identical paired data (e.g. two exact stores)
-    are one test, counted once. Both keep the family-wise error at alpha and keep power for the
-    checks that did move.
+    The Holm family is every distinct check that CAN reach alpha (p_min <= alpha, Tarone's rule; identical
+    paired data, e.g. two exact stores, is one test); m = its size. A drop beyond tolerance fails when its Holm
+    p < alpha, or when the test cannot tell (p_min > alpha / m: too few changed questions for any outcome
+    to be sure of significance) unless ``allow`` has ``untestable``. Columns n_changed, p_min, limit (alpha / m)
+    and rule (the test) say which test ran and what it could reach.
     """
     from bench.analysis import stats
 
     points = [p for p in points if _has(base, p) and _has(cur, p)]
     rows = pd.concat([base.assign(run="baseline"), cur.assign(run="current")], ignore_index=True)
-    out, tests = [], {}  # tests: data key -> raw p (None: cannot reach alpha)
+    out, tests = [], {}  # tests: data key -> (p, n_changed, p_min, test name)
     for metric in cfg.metrics:
         for p in points:
             qc = stats.question_values(rows, {"run": "current", **_where(p)}, metric)
@@ -317,23 +411,27 @@ def quality_checks(base: pd.DataFrame, cur: pd.DataFrame, points: Sequence[tuple
             if key not in tests:
                 d = a - b
                 units = d if cfg.test_unit == "question" else stats.cluster_sums(d, cl)[1] if len(d) else d
-                n_changed = int((np.abs(units) > stats.TIE_TOL).sum())
-                tests[key] = None if _min_p(n_changed) > cfg.alpha else stats.paired_test(
-                    a, b, clusters=cl, unit=cfg.test_unit, n_resamples=cfg.test_resamples, seed=cfg.seed).p_value
+                tests[key] = sign_flip_test(units, n_resamples=cfg.test_resamples, seed=cfg.seed)
             bm, cm = _mean(base, p, metric), _mean(cur, p, metric)
-            out.append({**_check("quality", label(p), metric, bm, cm, delta=cm - bm), "_key": key})
+            pv, n, pmin, name = tests[key]
+            out.append({**_check("quality", label(p), metric, bm, cm, delta=cm - bm, n_changed=float(n), p_min=pmin,
+                                 rule=f"{name} over the {n} changed {cfg.test_unit}s"), "_key": key})
     df = pd.DataFrame(out, columns=CHECK_COLUMNS + ["_key"])
     if df.empty:
         return df.drop(columns="_key")
-    family = [k for k, v in tests.items() if v is not None]
-    adjusted = dict(zip(family, stats.holm([tests[k] for k in family]))) if family else {}
+    family = [k for k, v in tests.items() if v[1] > 0 and v[2] <= cfg.alpha]
+    adjusted = dict(zip(family, stats.holm([tests[k][0] for k in family]))) if family else {}
+    level = cfg.alpha / max(len(family), 1)  # Holm's strictest level: a p_min above it may never be significant
     df["p_holm"] = df["_key"].map(lambda k: adjusted.get(k, NAN)).astype(float)
-    df["rule"] = f"fail if delta < -{cfg.tolerance:g} and Holm p < {cfg.alpha:g}"
+    df["limit"] = level
     sig = df["p_holm"] < cfg.alpha
     drop, gain = df["delta"] < -cfg.tolerance, df["delta"] > cfg.tolerance
-    untestable = df["p_holm"].isna()
-    df["verdict"] = np.select([drop & sig, drop & untestable, drop, gain & sig],
-                              [FAIL, "ok (drop on too few questions to test)", "ok (drop not significant)", "improved"], OK)
+    blind = ~sig & (df["p_min"] > level)
+    why = [f"cannot tell: {int(n)} changed {cfg.test_unit}s, smallest reachable p {pm:.3g} > {level:.3g}"
+           for n, pm in zip(df["n_changed"], df["p_min"])]
+    untestable = [_cannot_tell(w, "untestable", allow).replace(SKIPPED, OK, 1) for w in why]
+    df["verdict"] = np.select([drop & sig, drop & blind, drop, gain & sig],
+                              [FAIL, pd.Series(untestable, index=df.index), "ok (drop not significant)", "improved"], OK)
     return df.drop(columns="_key")
 
 
@@ -345,47 +443,74 @@ def token_checks(base: pd.DataFrame, cur: pd.DataFrame, points: Sequence[tuple[s
             continue
         b, c = _mean(base, p, "tokens_injected"), _mean(cur, p, "tokens_injected")
         ratio = (1.0 if c == 0 else math.inf) if b == 0 else c / b
-        out.append(_check("tokens", label(p), "tokens_injected_mean", b, c, delta=c - b, ratio=ratio,
+        out.append(_check("tokens", label(p), "tokens_injected_mean", b, c, delta=c - b, ratio=ratio, limit=cfg.budget_ratio_max,
                           rule=f"fail if ratio > {cfg.budget_ratio_max:g}", verdict=FAIL if ratio > cfg.budget_ratio_max else OK))
     return pd.DataFrame(out, columns=CHECK_COLUMNS)
 
 
-def latency_ratios(latency: pd.DataFrame, reference: str = REFERENCE) -> pd.DataFrame:
-    """Per store: median over timing passes of p50(store) / p50(reference) of the same pass.
+LATENCY_COLUMNS = ["backend", "repeat", "query", "ms", "ref_ms"]
 
-    ``latency`` columns: backend, repeat, p50_ms (one row per store and pass). Returns backend,
-    p50_ms (median over passes), ratio, repeats; the reference store itself is left out.
+
+def _ratio(s: np.ndarray, e: np.ndarray) -> float:
+    """median over queries of per-query min over passes (store) / the same for the exact timings beside it."""
+    return float(np.median(s.min(axis=0)) / np.median(e.min(axis=0)))
+
+
+def latency_ratios(latency: pd.DataFrame, reference: str = REFERENCE) -> pd.DataFrame:
+    """Per store: ratio = median over queries of the per-query minimum over passes of its search time, divided by
+    the same for the ``reference`` timings taken right after it; se = the leave-one-pass-out (jackknife) standard
+    error of log(ratio) (NaN with one pass).
+
+    ``latency`` (latency.csv): one row per store, pass and query: backend, repeat, query, ms, ref_ms. Returns
+    backend, p50_ms (median of per-query minima), ref_p50_ms, ratio, se, repeats, n.
     """
-    need = {"backend", "repeat", "p50_ms"}
+    need = set(LATENCY_COLUMNS)
     if not need <= set(latency.columns):
-        raise ValueError(f"latency table: missing column(s) {sorted(need - set(latency.columns))}")
-    ref = latency[latency["backend"] == reference].set_index("repeat")["p50_ms"]
-    if ref.empty:
-        raise ValueError(f"latency table: no {reference!r} rows (the reference store must be timed in the same run)")
+        raise ValueError(f"latency table: missing column(s) {sorted(need - set(latency.columns))} "
+                         f"(an older latency.csv with per-pass p50s only: re-run make baseline)")
     out = []
     for backend, g in latency[latency["backend"] != reference].groupby("backend", sort=False):
-        r = g.set_index("repeat")["p50_ms"] / ref.reindex(g["repeat"]).to_numpy()
-        out.append({"backend": backend, "p50_ms": float(g["p50_ms"].median()), "ratio": float(np.nanmedian(r.to_numpy())), "repeats": len(g)})
-    return pd.DataFrame(out, columns=["backend", "p50_ms", "ratio", "repeats"])
+        s = g.pivot_table(index="repeat", columns="query", values="ms").to_numpy()
+        e = g.pivot_table(index="repeat", columns="query", values="ref_ms").to_numpy()
+        r = len(s)
+        ratio = _ratio(s, e)
+        se = NAN
+        if r > 1:
+            loo = np.log([_ratio(np.delete(s, i, axis=0), np.delete(e, i, axis=0)) for i in range(r)])
+            se = float(math.sqrt((r - 1) / r * float(((loo - loo.mean()) ** 2).sum())))
+        out.append({"backend": backend, "p50_ms": float(np.median(s.min(axis=0))), "ref_p50_ms": float(np.median(e.min(axis=0))),
+                    "ratio": ratio, "se": se, "repeats": r, "n": s.shape[1]})
+    return pd.DataFrame(out, columns=["backend", "p50_ms", "ref_p50_ms", "ratio", "se", "repeats", "n"])
 
 
 def latency_checks(base: pd.DataFrame | None, cur: pd.DataFrame | None, cfg: GateConfig) -> pd.DataFrame:
-    """Per store: (its p50 / exact's p50 now) / (the same in the baseline) against ``latency_ratio_max``."""
-    rule = f"fail if (p50 / {REFERENCE} p50) / baseline's > {cfg.latency_ratio_max:g}"
+    """Per store: x = (store / exact now) / (the same in the baseline); limit = max(``latency_ratio_max``,
+    exp(``latency_noise_z`` * sqrt(se_run² + se_baseline²))). FAIL when x > limit; skipped (too noisy) only
+    when the noise part of the limit is >= ``TOO_NOISY`` (2)."""
+    metric = f"store / {REFERENCE} (per-query min)"
     if base is None or cur is None:
         which = "baseline" if base is None else "current run"
-        return pd.DataFrame([_check("latency", "all stores", f"p50 / {REFERENCE} p50", NAN, NAN, rule=rule,
-                                    verdict=f"skipped (no {LATENCY} in the {which})")], columns=CHECK_COLUMNS)
-    rb = latency_ratios(base).set_index("backend")
-    rc = latency_ratios(cur).set_index("backend")
+        return pd.DataFrame([_check("latency", "all stores", metric, NAN, NAN, rule="latency needs latency.csv on both sides",
+                                    verdict=f"{FAIL} (no {LATENCY} in the {which}: re-run make baseline)")], columns=CHECK_COLUMNS)
+    try:
+        rb = latency_ratios(base).set_index("backend")
+        rc = latency_ratios(cur).set_index("backend")
+    except ValueError as e:
+        return pd.DataFrame([_check("latency", "all stores", metric, NAN, NAN, rule="latency needs per-query timings",
+                                    verdict=f"{FAIL} ({e})")], columns=CHECK_COLUMNS)
     out = []
     for backend in rb.index:
         if backend not in rc.index:
             continue  # a missing store is a coverage failure
         b, c = float(rb.loc[backend, "ratio"]), float(rc.loc[backend, "ratio"])
-        ratio = c / b if b > 0 else math.inf
-        out.append(_check("latency", backend, f"p50 / {REFERENCE} p50", b, c, delta=c - b, ratio=ratio, rule=rule,
-                          verdict=FAIL if ratio > cfg.latency_ratio_max else OK))
+        x = c / b if b > 0 else math.inf
+        se = math.sqrt(np.nansum([float(rb.loc[backend, "se"]) ** 2, float(rc.loc[backend, "se"]) ** 2]))
+        noise = math.exp(cfg.latency_noise_z * se)
+        limit = max(cfg.latency_ratio_max, noise)
+        rule = f"fail if x > max({cfg.latency_ratio_max:g}, noise {noise:.2f})"
+        verdict = (f"{SKIPPED} (too noisy: noise limit x{noise:.2f} >= {TOO_NOISY:g})" if noise >= TOO_NOISY
+                   else FAIL if x > limit else OK)
+        out.append(_check("latency", backend, metric, b, c, delta=c - b, ratio=x, limit=limit, rule=rule, verdict=verdict))
     return pd.DataFrame(out, columns=CHECK_COLUMNS)
 
 
@@ -405,26 +530,49 @@ def _fmt(x: float, digits: int = 3) -> str:
     return f"{x:.{digits}f}" if isinstance(x, float) else str(x)
 
 
+def _inside(verdict: str) -> str:
+    """"FAIL (why)" -> "why"."""
+    v = str(verdict)[len(FAIL):].strip()
+    return v[1:-1] if v.startswith("(") and v.endswith(")") else v
+
+
 def _why(r: pd.Series) -> str:
     if r["check"] == "quality":
+        if str(r["verdict"]) != FAIL:
+            return f"{r['metric']} {r['config']}: {_fmt(r['baseline'])} -> {_fmt(r['current'])} ({r['delta']:+.3f}; {_inside(r['verdict'])})"
         return f"{r['metric']} {r['config']}: {_fmt(r['baseline'])} -> {_fmt(r['current'])} ({r['delta']:+.3f}, Holm p {r['p_holm']:.2g})"
     if r["check"] == "tokens":
         return f"tokens {r['config']}: {_fmt(r['baseline'], 1)} -> {_fmt(r['current'], 1)} (x{_fmt(r['ratio'], 2)})"
     if r["check"] == "latency":
-        return f"latency {r['config']}: {_fmt(r['baseline'], 2)}x -> {_fmt(r['current'], 2)}x {REFERENCE} p50 (x{_fmt(r['ratio'], 2)})"
+        if math.isnan(r["ratio"]):
+            return f"latency {r['config']}: {_inside(r['verdict'])}"
+        return (f"latency {r['config']}: {_fmt(r['baseline'], 2)}x -> {_fmt(r['current'], 2)}x {REFERENCE} "
+                f"(x{_fmt(r['ratio'], 2)} > limit x{_fmt(r['limit'], 2)})")
     return f"{r['metric']} {r['config']}: {r['baseline']} -> {r['current']} {r['verdict'][len(FAIL):].strip()}".strip()
 
 
-def gate(baseline: RunData, current: RunData, cfg: GateConfig, *, failed_jobs: Sequence[dict] = ()) -> GateResult:
-    """Compare a current run with its baseline (same dataset and embedder, else skipped)."""
+def _asked(run: RunData) -> set[str] | None:
+    """The stores the run measured (its jobs' backends, from meta.json), or None when it does not say."""
+    jobs = run.meta.get("jobs") or []
+    return {str(j["backend"]) for j in jobs if isinstance(j, dict) and j.get("backend")} or None
+
+
+def gate(baseline: RunData, current: RunData, cfg: GateConfig, *, failed_jobs: Sequence[dict] = (),
+         allow: frozenset = frozenset()) -> GateResult:
+    """Compare a current run with its baseline. Another dataset fails; another embedder fails unless ``allow`` has
+    ``embedder`` (then the comparison is skipped, exit 0); the rest: see the module docstring."""
     for what in ("dataset", "embedder"):
         b, c = getattr(baseline, what), getattr(current, what)
         if b != c:
-            return GateResult(pd.DataFrame(columns=CHECK_COLUMNS),
-                              f"regress SKIPPED: baseline {show(baseline.path)} was made with {what} {b!r}, this run uses {c!r}", False, True)
+            why = f"baseline {show(baseline.path)} was made with {what} {b!r}, this run uses {c!r}"
+            if what == "embedder" and "embedder" in allow:
+                return GateResult(pd.DataFrame(columns=CHECK_COLUMNS), f"regress SKIPPED: {why} (allowed by --allow embedder)", False, True)
+            more = "; --allow embedder skips the comparison" if what == "embedder" else ""
+            return GateResult(pd.DataFrame(columns=CHECK_COLUMNS), f"regress FAIL: cannot compare: {why}{more}", True)
     points = operating_points(baseline.summary, baseline.rows)
     parts = [coverage_checks(baseline.rows, current.rows, points, failed_jobs,
-                             (baseline.meta.get("labels_sha256"), current.meta.get("labels_sha256"))), quality_checks(baseline.rows, current.rows, points, cfg),
+                             (baseline.meta.get("labels_sha256"), current.meta.get("labels_sha256")), allow=allow, asked=_asked(current)),
+             quality_checks(baseline.rows, current.rows, points, cfg, allow=allow),
              token_checks(baseline.rows, current.rows, points, cfg), latency_checks(baseline.latency, current.latency, cfg)]
     checks = pd.concat([p for p in parts if not p.empty], ignore_index=True) if any(not p.empty for p in parts) \
         else pd.DataFrame(columns=CHECK_COLUMNS)
@@ -435,14 +583,24 @@ def gate(baseline: RunData, current: RunData, cfg: GateConfig, *, failed_jobs: S
         verdict = f"regress FAIL: {len(whys)} regression(s) vs {show(baseline.path)}: " + "; ".join(whys[:3]) + more
         return GateResult(checks, verdict, True)
     n = checks["check"].value_counts()
-    skipped = int(((checks["check"] == "coverage") & checks["verdict"].astype(str).str.startswith(SKIPPED)).sum())
+    v = checks["verdict"].astype(str)
+    skipped = int(((checks["check"] == "coverage") & (checks["metric"] == "rows") & v.str.startswith(SKIPPED)).sum())
+    allowed = int(v.str.contains("allowed by --allow").sum())
+    noisy = int(((checks["check"] == "latency") & v.str.startswith(SKIPPED)).sum())
+    notes = ([f"{skipped} baseline points not in this run"] if skipped else []) + ([f"{allowed} allowed by --allow"] if allowed else []) \
+        + ([f"{noisy} latency checks too noisy"] if noisy else [])
     verdict = (f"regress PASS: {n.get('quality', 0)} quality, {n.get('tokens', 0)} token and {n.get('latency', 0)} latency checks "
                f"within limits vs {show(baseline.path)} ({baseline.dataset}, {len(points) - skipped} operating points"
-               + (f"; {skipped} baseline points not in this run, skipped" if skipped else "") + ")")
+               + (f"; {'; '.join(notes)}" if notes else "") + ")")
     return GateResult(checks, verdict, False)
 
 
 # ---------------------------------------------------------------------------------------- markdown
+
+
+def _load(meta: dict) -> str:
+    la = meta.get("load_average")
+    return "?" if not la else "/".join(f"{x:.2f}" for x in la)
 
 
 def render_markdown(result: GateResult, cfg: GateConfig, baseline: RunData | None, current: RunData | None) -> str:
@@ -450,22 +608,35 @@ def render_markdown(result: GateResult, cfg: GateConfig, baseline: RunData | Non
     if baseline is not None and current is not None:
         bm = baseline.meta
         lines += [f"- Baseline: `{show(baseline.path)}` — dataset {baseline.dataset}, embedder {baseline.embedder}, "
-                  f"made {bm.get('made_at', '?')} on commit {str(bm.get('git_commit') or '?')[:12]}",
+                  f"made {bm.get('made_at', '?')} on commit {str(bm.get('git_commit') or '?')[:12]}; load average {_load(bm)}",
                   f"- Current: `{show(current.path)}` — made {current.meta.get('made_at', '?')} on commit "
-                  f"{str(current.meta.get('git_commit') or '?')[:12]}", ""]
-    lines += ["Rules: operating points = each store's strategies of the baseline, those without a threshold as they are and "
-              f"thresholded ones at the baseline's best-F1 threshold. Quality fails when current − baseline < −{cfg.tolerance:g} and the paired sign-flip "
-              f"test over the same questions ({cfg.test_resamples} resamples, unit {cfg.test_unit}) is significant at "
-              f"{cfg.alpha:g} after Holm's correction over the checks that can be (Holm p — = too few changed questions to "
-              "ever reach significance; identical comparisons, e.g. two exact stores, count once). Tokens fail when mean injected tokens / "
-              f"baseline > {cfg.budget_ratio_max:g}. Latency fails when (store p50 / {REFERENCE} p50, median of "
-              f"{cfg.latency_repeats} passes over the same queries in this run) / the baseline's ratio > {cfg.latency_ratio_max:g}.", ""]
+                  f"{str(current.meta.get('git_commit') or '?')[:12]}; machine load average (1/5/15 min, after the latency pass) "
+                  f"{_load(current.meta)}", ""]
+    lines += ["Rules: a run the gate cannot compare (no baseline, another embedder, store set or threshold grid, rows missing, a drop "
+              "the test cannot tell) FAILS unless `--allow baseline,embedder,stores,grid,missing,untestable` names it. "
+              "Operating points = each store's strategies of the baseline, those without a threshold as they are and "
+              f"thresholded ones at the baseline's best-F1 threshold. Quality: the paired sign-flip test over the n questions "
+              f"that changed (unit {cfg.test_unit}; exact over all 2^n sign patterns when n <= {EXACT_MAX}, else "
+              f"{cfg.test_resamples} random ones; smallest reachable p = 2/2^n, column min p), Holm's correction over the m checks "
+              f"that can reach {cfg.alpha:g} (identical comparisons count once). A drop beyond −{cfg.tolerance:g} fails when "
+              f"Holm p < {cfg.alpha:g}, or when min p > {cfg.alpha:g}/m (column limit): too few changed questions to tell. "
+              f"Tokens fail when mean injected tokens / baseline > {cfg.budget_ratio_max:g}. Latency: per query, each store "
+              f"then {REFERENCE} right after it, {cfg.latency_repeats} passes; store latency = median over queries of the per-query "
+              f"minimum; fails when (store / {REFERENCE}) / the baseline's > max({cfg.latency_ratio_max:g}, "
+              f"exp({cfg.latency_noise_z:g} × leave-one-pass-out standard error)) (column limit); skipped as too noisy only when "
+              f"the noise part is ≥ {TOO_NOISY:g}.", ""]
     if result.checks.empty:
         return "\n".join(lines) + "\n"
+    q = result.checks[(result.checks["check"] == "quality") & (result.checks["n_changed"].fillna(0) > 0)]
+    if len(q):
+        tests = q.drop_duplicates("rule")
+        lines += ["Quality tests run (checks where something changed): " + "; ".join(
+            f"{r['rule']} (smallest reachable p {r['p_min']:.3g}, Holm level {r['limit']:.3g})" for _, r in tests.iterrows()) + ".", ""]
     order = {"coverage": 0, "quality": 1, "tokens": 2, "latency": 3}
     checks = result.checks.assign(_o=result.checks["check"].map(order), _f=~result.checks["verdict"].astype(str).str.startswith(FAIL))
     checks = checks.sort_values(["_f", "_o"], kind="stable")
-    lines += ["| check | config | metric | baseline | current | delta | ratio | Holm p | verdict |", "|---|---|---|---|---|---|---|---|---|"]
+    lines += ["| check | config | metric | baseline | current | delta | ratio | limit | changed | min p | Holm p | verdict |",
+              "|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for _, r in checks.iterrows():
         digits = 1 if r["check"] == "tokens" else (2 if r["check"] == "latency" else 3)
         b, c = r["baseline"], r["current"]
@@ -473,8 +644,11 @@ def render_markdown(result: GateResult, cfg: GateConfig, baseline: RunData | Non
         c = _fmt(c, digits) if isinstance(c, float) else str(c)
         d = "—" if isinstance(r["delta"], float) and math.isnan(r["delta"]) else f"{r['delta']:+.{digits}f}"
         p = "—" if math.isnan(r["p_holm"]) else f"{r['p_holm']:.3g}"
+        pm = "—" if math.isnan(r["p_min"]) else f"{r['p_min']:.3g}"
+        nc = "—" if math.isnan(r["n_changed"]) else str(int(r["n_changed"]))
+        lim = "—" if math.isnan(r["limit"]) else f"{r['limit']:.3g}"
         v = f"**{r['verdict']}**" if str(r["verdict"]).startswith(FAIL) else r["verdict"]
-        lines.append(f"| {r['check']} | {r['config']} | {r['metric']} | {b} | {c} | {d} | {_fmt(r['ratio'], 2)} | {p} | {v} |")
+        lines.append(f"| {r['check']} | {r['config']} | {r['metric']} | {b} | {c} | {d} | {_fmt(r['ratio'], 2)} | {lim} | {nc} | {pm} | {p} | {v} |")
     return "\n".join(lines) + "\n"
 
 
@@ -529,43 +703,78 @@ def gate_config(run_dir: Path) -> GateConfig:
 
 
 def time_searches(backends: Mapping[str, object], questions: Sequence, vectors: np.ndarray, *, depth: int,
-                  repeats: int, queries: int, warmup: int) -> pd.DataFrame:
+                  repeats: int, queries: int, warmup: int, reference: str = REFERENCE) -> pd.DataFrame:
     """Time ``backend.search`` (``bench.backends.session``: perf_counter_ns around the call alone) over ``queries``
-    questions per pass, on open stores that hold the corpus.
+    questions per pass, on open stores that hold the corpus, each store against the ``reference`` store.
 
     The questions are taken in order and cycled when there are fewer than ``queries`` (a small corpus
     still gives ``queries`` samples); ``warmup`` searches per store are discarded first. Per pass and
-    question every store is called in turn (the order rotates each pass), so all of them see the same
-    machine load. Returns one row per (store, pass): backend, repeat, n, p50_ms, p99_ms.
+    question every other store is called in turn (the order rotates each pass) and the reference right after
+    it, so a store and its reference timing see the same machine load. Returns one row per (store, pass,
+    query): backend, repeat, query, ms, ref_ms (``LATENCY_COLUMNS``; none when the reference is the only store).
     """
     from bench.backends.session import Session
     from bench.trace import question_filter
 
-    names = list(backends)
-    sessions = {n: Session(backends[n]) for n in names}
-    ks = {n: min(depth, backends[n].capabilities.max_k) for n in names}
+    if reference not in backends:
+        raise ValueError(f"latency: no {reference!r} store (the reference must be timed in the same run)")
+    names = [n for n in backends if n != reference]
+    sessions = {n: Session(backends[n]) for n in backends}
+    ks = {n: min(depth, backends[n].capabilities.max_k) for n in backends}
     qs = list(questions)
     idx = [i % len(qs) for i in range(queries)] if qs else []
     wheres = [question_filter(q) for q in qs]
-    for n in names:  # discarded: cold caches
+    for n in backends:  # discarded: cold caches
         sessions[n].warm_up(vectors[idx], [wheres[i] for i in idx], k=ks[n], n=warmup)
+    ref = sessions[reference]
     out = []
     for rep in range(repeats):
-        order = names[rep % len(names):] + names[: rep % len(names)]
-        times = {n: [] for n in names}
-        for i in idx:
+        order = names[rep % len(names):] + names[: rep % len(names)] if names else []
+        for j, i in enumerate(idx):
             for n in order:
-                times[n].append(sessions[n].timed_search(vectors[i], k=ks[n], where=wheres[i])[1])
-        for n in names:
-            ns = np.asarray(times[n], dtype=np.float64)
-            out.append({"backend": n, "repeat": rep, "n": len(ns), "p50_ms": float(np.percentile(ns, 50) / 1e6) if len(ns) else NAN,
-                        "p99_ms": float(np.percentile(ns, 99) / 1e6) if len(ns) else NAN})
-    return pd.DataFrame(out, columns=["backend", "repeat", "n", "p50_ms", "p99_ms"])
+                t = sessions[n].timed_search(vectors[i], k=ks[n], where=wheres[i])[1]
+                e = ref.timed_search(vectors[i], k=ks[reference], where=wheres[i])[1]
+                out.append((n, rep, j, t / 1e6, e / 1e6))
+    return pd.DataFrame(out, columns=LATENCY_COLUMNS)
 
 
-def measure_latency(run_dir: Path, cfg: GateConfig, stores_dir: Path) -> pd.DataFrame:
+class _Slowed:
+    """A store whose searches take ``factor`` x their time (busy-waits (factor - 1) x the measured search time
+    after each): ``--fault-slow``, to show the latency gate failing on a real slowdown."""
+
+    def __init__(self, backend, factor: float):
+        self._backend, self._factor = backend, factor
+
+    def __getattr__(self, name):
+        return getattr(self._backend, name)
+
+    def search(self, *args, **kwargs):
+        t0 = time.perf_counter_ns()
+        hits = self._backend.search(*args, **kwargs)
+        end = t0 + (time.perf_counter_ns() - t0) * self._factor
+        while time.perf_counter_ns() < end:
+            pass
+        return hits
+
+
+def parse_fault_slow(specs: Sequence[str]) -> dict[str, float]:
+    """``STORE=FACTOR`` strings -> {store: factor} (factor >= 1)."""
+    out = {}
+    for spec in specs:
+        store, _, factor = str(spec).partition("=")
+        try:
+            f = float(factor)
+        except ValueError:
+            f = NAN
+        if not store or not f >= 1:
+            raise ValueError(f"--fault-slow {spec!r}: expected STORE=FACTOR with FACTOR >= 1, e.g. sqlite_vec=2")
+        out[store] = f
+    return out
+
+
+def measure_latency(run_dir: Path, cfg: GateConfig, stores_dir: Path, slow: Mapping[str, float] | None = None) -> pd.DataFrame:
     """Rebuild every finished job's store from its resolved config (the corpus from the job's snapshot,
-    embeddings from the cache) and time it."""
+    embeddings from the cache) and time it (``slow``: store -> factor, ``--fault-slow``)."""
     from contextlib import ExitStack
 
     from bench.backends.layout import build_store
@@ -574,10 +783,11 @@ def measure_latency(run_dir: Path, cfg: GateConfig, stores_dir: Path) -> pd.Data
     from bench.plugins import instantiate as build
     from bench.trace import batches, embed_corpus, search_depth
 
+    slow = dict(slow or {})
     jobs = job_dirs(run_dir)
     cfgs = [load_job_config(j) for j in jobs]
     if not cfgs:
-        return pd.DataFrame(columns=["backend", "repeat", "n", "p50_ms", "p99_ms"])
+        return pd.DataFrame(columns=LATENCY_COLUMNS)
     first = cfgs[0]
     corpus = RunDir(jobs[0]).corpus()
     embedder = CachedEmbedder(build(first["embedder"]), Path(first["paths"]["cache"]) / "embeddings")
@@ -597,29 +807,38 @@ def measure_latency(run_dir: Path, cfg: GateConfig, stores_dir: Path) -> pd.Data
                 if session.backend.name in by_name:
                     raise RegressError(f"{run_dir}: two jobs use the same store name; the latency pass needs one job per store")
                 by_name[session.backend.name] = session.backend
+            unknown = sorted(set(slow) - set(by_name))
+            if unknown:
+                raise RegressError(f"--fault-slow: no store {unknown} in this run (stores: {sorted(by_name)})")
+            for name, factor in slow.items():
+                log.warning("--fault-slow: %s searches made %gx slower in the latency pass", name, factor)
+                by_name[name] = _Slowed(by_name[name], factor)
+            if REFERENCE not in by_name:
+                return pd.DataFrame(columns=LATENCY_COLUMNS)
             return time_searches(by_name, questions, qv, depth=search_depth(first.get("depth"), corpus), repeats=cfg.latency_repeats,
                                  queries=cfg.latency_queries, warmup=cfg.latency_warmup)
     finally:
         shutil.rmtree(stores_dir, ignore_errors=True)
 
 
-def latency_pass(run_dir: Path, stores_dir: Path) -> Path:
+def latency_pass(run_dir: Path, stores_dir: Path, slow: Mapping[str, float] | None = None) -> Path:
     """``measure_latency`` in a child process (an embedded seekdb can serve one path per process) -> latency.csv."""
     cfg = gate_config(run_dir)
-    lat = measure_latency(run_dir, cfg, stores_dir)
+    lat = measure_latency(run_dir, cfg, stores_dir, slow)
     return RunDir(run_dir).write_latency(lat)
 
 
-def finish_run(run_dir: Path, overrides: Sequence[str], stores_dir: Path) -> GateConfig:
+def finish_run(run_dir: Path, overrides: Sequence[str], stores_dir: Path, slow: Sequence[str] = ()) -> GateConfig:
     """After the experiment: the latency pass (latency.csv, in a child process) and meta.json in ``run_dir``."""
     run = RunDir(run_dir)
     cfg = gate_config(run_dir)
     t0 = time.perf_counter()
-    proc = subprocess.run([sys.executable, "-m", "bench.tools.regress", "--latency-pass", str(run_dir), "--out", str(stores_dir)],
-                          cwd=REPO, stdin=subprocess.DEVNULL)
+    proc = subprocess.run([sys.executable, "-m", "bench.tools.regress", "--latency-pass", str(run_dir), "--out", str(stores_dir),
+                           *[f"--fault-slow={s}" for s in slow]], cwd=REPO, stdin=subprocess.DEVNULL)
     if proc.returncode != 0 or not run.has(LATENCY):
         raise RegressError(f"regress FAIL: the latency pass over {run_dir} failed (exit {proc.returncode}; its error is above)")
-    log.info("latency pass finished in %.0f s", time.perf_counter() - t0)
+    load = [round(x, 2) for x in os.getloadavg()] if hasattr(os, "getloadavg") else None
+    log.info("latency pass finished in %.0f s (load average %s)", time.perf_counter() - t0, load)
     rows = run.questions()
     jobs = run.jobs() if run.has(JOBS) else []
     failed = run.failed()
@@ -629,6 +848,7 @@ def finish_run(run_dir: Path, overrides: Sequence[str], stores_dir: Path) -> Gat
             "embedder": str(rows["embedder"].iloc[0]), "backends": sorted(rows["backend"].unique().tolist()),
             "strategies": list(dict.fromkeys(rows["strategy"])), "n_questions": int(rows["question_id"].nunique()),
             "question_set": question_set_id(rows), "labels_sha256": run.labels().get(str(rows["dataset"].iloc[0])),
+            "load_average": load, "fault_slow": list(slow) or None,
             "gate": asdict(cfg), "failed_jobs": failed, "jobs": jobs}
     run.write_meta(meta)
     return cfg
@@ -644,7 +864,8 @@ Never written automatically: `make regress` only reads it. Review the diff and c
 - Embedder: {embedder}. Stores: {backends}. Strategies: {strategies}.
 - Command: `{command}`
 - Files: `summary.csv`, `questions.parquet` (per-question rows, no text), `meta.json` (the run's
-  settings and job metadata), `latency.csv` (latency pass: p50/p99 per store and timing pass).
+  settings and job metadata, the machine's load average), `latency.csv` (latency pass: per store, pass and query
+  its search time and the exact store's right after it).
 """
 
 
@@ -688,21 +909,24 @@ def report(result: GateResult, cfg: GateConfig, baseline: RunData | None, curren
             f.write(md + "\n")
 
 
-def regress(run_dir: Path, baseline_root: Path, out: Path) -> GateResult:
-    """Gate a finished regress run against ``baseline_root/<its dataset>/``; writes the report to ``out``."""
+def regress(run_dir: Path, baseline_root: Path, out: Path, allow: frozenset = frozenset()) -> GateResult:
+    """Gate a finished regress run against ``baseline_root/<its dataset>/``; writes the report to ``out``.
+    No baseline for its dataset fails unless ``allow`` has ``baseline`` (then skipped)."""
     current = load_run(run_dir)
     cfg = gate_config(run_dir)
     base_dir = Path(baseline_root) / current.dataset
     if not RunDir(base_dir).has(QUESTIONS):
         have = sorted(p.name for p in Path(baseline_root).glob("*") if RunDir(p).has(QUESTIONS))
-        result = GateResult(pd.DataFrame(columns=CHECK_COLUMNS),
-                            f"regress SKIPPED: no baseline for dataset {current.dataset!r} in {show(baseline_root)} "
-                            f"(baselines: {', '.join(have) or 'none'}); `make baseline` writes one", False, True)
+        why = (f"no baseline for dataset {current.dataset!r} in {show(baseline_root)} "
+               f"(baselines: {', '.join(have) or 'none'}); `make baseline` writes one")
+        result = (GateResult(pd.DataFrame(columns=CHECK_COLUMNS), f"regress SKIPPED: {why} (allowed by --allow baseline)", False, True)
+                  if "baseline" in allow else
+                  GateResult(pd.DataFrame(columns=CHECK_COLUMNS), f"regress FAIL: cannot compare: {why}; --allow baseline skips", True))
         report(result, cfg, None, current, out)
         return result
     baseline = load_run(base_dir)
     failed = current.meta.get("failed_jobs") or []
-    result = gate(baseline, current, cfg, failed_jobs=failed)
+    result = gate(baseline, current, cfg, failed_jobs=failed, allow=allow)
     report(result, cfg, baseline, current, out)
     return result
 
@@ -713,6 +937,7 @@ def main(argv: list[str] | None = None) -> int:
                 examples=["recallbench regress                          # the gate: exit 1 names what regressed",
                           "recallbench regress --demo backend=exact       # on the demo corpus, one store",
                           "recallbench regress --run reports/regress/run  # gate a finished regress run again",
+                          "recallbench regress --allow grid               # accept another threshold grid (else exit 1)",
                           "recallbench regress --write-baseline           # rewrite reports/baseline/ (review and commit)"])
     ap.add_argument("overrides", nargs="*", help="Hydra overrides for the experiment, e.g. backend=exact,sqlite_vec")
     ap.add_argument("--write-baseline", action="store_true",
@@ -721,15 +946,27 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--run", type=Path, help="gate this finished regress run directory instead of running the experiment")
     ap.add_argument("--out", type=Path, default=reports_dir("regress"), help="report directory (default reports/regress)")
     ap.add_argument("--baseline-root", type=Path, default=reports_dir("baseline"), help="default reports/baseline")
+    ap.add_argument("--allow", action="append", default=[], metavar="NAME[,NAME]",
+                    help=f"accept comparisons the gate cannot make instead of failing: {', '.join(ALLOW)}")
     ap.add_argument("--latency-pass", type=Path, help=argparse.SUPPRESS)  # internal: the child process of finish_run
+    ap.add_argument("--fault-slow", action="append", default=[], help=argparse.SUPPRESS)  # demo: STORE=FACTOR slower searches
     args = ap.parse_args(argv)
+    allow = frozenset(a.strip() for x in args.allow for a in x.split(",") if a.strip())
+    if allow - set(ALLOW):
+        ap.error(f"--allow: unknown name(s) {sorted(allow - set(ALLOW))} (known: {', '.join(ALLOW)})")
+    try:
+        slow = parse_fault_slow(args.fault_slow)
+    except ValueError as e:
+        ap.error(str(e))
+    if slow and args.write_baseline:
+        ap.error("--fault-slow only demonstrates the gate: a baseline is never written with it")
     setup_logging()
     out = args.out.resolve()
     if args.latency_pass is not None:
         from bench.output import error_line
 
         try:
-            latency_pass(args.latency_pass.resolve(), out)
+            latency_pass(args.latency_pass.resolve(), out, slow)
         except Exception as e:  # one line for the parent's log, never a traceback
             log.error("latency pass: %s", error_line(e))
             log.debug("details", exc_info=True)
@@ -737,9 +974,9 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     try:
         if args.run is not None:
-            if args.write_baseline or args.overrides or args.demo:
-                ap.error("--run gates a finished run: it takes no overrides, --demo or --write-baseline")
-            result = regress(args.run.resolve(), args.baseline_root.resolve(), out)
+            if args.write_baseline or args.overrides or args.demo or slow:
+                ap.error("--run gates a finished run: it takes no overrides, --demo, --fault-slow or --write-baseline")
+            result = regress(args.run.resolve(), args.baseline_root.resolve(), out, allow)
         else:
             demo = ["dataset.force_demo=true"]
             run_dir = out / "run"
@@ -747,7 +984,7 @@ def main(argv: list[str] | None = None) -> int:
             for extra in ([demo] if args.demo else [[], demo]):
                 overrides = [*args.overrides, *extra]
                 run_experiment(run_dir, overrides, out / "experiment.log")
-                finish_run(run_dir, overrides, out / "stores")
+                finish_run(run_dir, overrides, out / "stores", args.fault_slow)
                 if not args.write_baseline:
                     break
                 dest = write_baseline(run_dir, args.baseline_root.resolve())
@@ -758,7 +995,7 @@ def main(argv: list[str] | None = None) -> int:
             if args.write_baseline:
                 print(f"regress BASELINE written: {', '.join(written)} (review and commit)")
                 return 0
-            result = regress(out / "run", args.baseline_root.resolve(), out)
+            result = regress(out / "run", args.baseline_root.resolve(), out, allow)
     except (RegressError, ValueError) as e:
         msg = str(e) if str(e).startswith("regress ") else f"regress FAIL: {e}"
         if not args.write_baseline:  # the step summary says why there is no diff
