@@ -247,6 +247,11 @@ def test_latency_ratio_is_per_query_minima_over_passes_with_a_leave_one_pass_out
     assert (r["backend"], r["p50_ms"], r["ref_p50_ms"], r["ratio"], r["repeats"], r["n"]) == ("sqlite_vec", 3.0, 1.0, 3.0, 3, 2)
     # leaving out pass 0, 1, 2: ratios 3, 3.5, 3.5; jackknife se of the logs = 2/3 * ln(3.5 / 3)
     assert r["se"] == pytest.approx(2 / 3 * math.log(3.5 / 3))
+    # a second store whose exact timings (right after it) are slower, e.g. after a wait on a server process: the
+    # reference of every store is the per-query minimum over ALL exact timings of the pass, here sqlite_vec's
+    two = pd.concat([t, lat([[10, 10]] * 3, [[2, 2]] * 3, backend="seekdb")], ignore_index=True)
+    r2 = R.latency_ratios(two).set_index("backend")
+    assert r2.loc["seekdb", "ratio"] == 10.0 and r2.loc["seekdb", "ref_p50_ms"] == 1.0 and r2.loc["sqlite_vec", "ratio"] == 3.0
     with pytest.raises(ValueError, match=r"missing column\(s\) \['ms', 'query', 'ref_ms'\].*re-run make baseline"):
         R.latency_ratios(pd.DataFrame({"backend": ["exact"], "repeat": [0], "p50_ms": [1.0]}))
 

@@ -33,8 +33,10 @@ The rules (settings: the ``regress:`` block of the experiment config):
 - Latency, judged against the exact store measured in the same run, so machine load cancels: in one
   process, ``latency_repeats`` passes over the same queries; per query each store is timed and exact
   right after it (store, exact, store, exact, ...). A store's latency is the median over queries of its
-  per-query MINIMUM over the passes (a busy machine adds time, never removes it), the same for exact
-  beside it; ratio = store / exact. Noise: the leave-one-pass-out (jackknife) standard error of
+  per-query MINIMUM over the passes (a busy machine adds time, never removes it); exact's the same, its
+  minimum over every exact timing of the query in those passes (after any store: an exact call right after
+  a store that waits on another process, e.g. embedded seekdb, runs on caches a busy machine has cooled,
+  which moved store/exact by x1.24 between runs); ratio = store / exact. Noise: the leave-one-pass-out (jackknife) standard error of
   log(ratio), run and baseline combined: noise limit = exp(``latency_noise_z`` * se). Fail when ratio /
   the baseline's ratio > max(``latency_ratio_max``, noise limit); "skipped (too noisy)" only when the
   noise limit itself is >= 2, so a 2x regression never hides under noise. meta.json and summary.md
@@ -452,14 +454,14 @@ LATENCY_COLUMNS = ["backend", "repeat", "query", "ms", "ref_ms"]
 
 
 def _ratio(s: np.ndarray, e: np.ndarray) -> float:
-    """median over queries of per-query min over passes (store) / the same for the exact timings beside it."""
+    """median over queries of per-query min over passes (store) / the same for the exact timings."""
     return float(np.median(s.min(axis=0)) / np.median(e.min(axis=0)))
 
 
 def latency_ratios(latency: pd.DataFrame, reference: str = REFERENCE) -> pd.DataFrame:
     """Per store: ratio = median over queries of the per-query minimum over passes of its search time, divided by
-    the same for the ``reference`` timings taken right after it; se = the leave-one-pass-out (jackknife) standard
-    error of log(ratio) (NaN with one pass).
+    the same for the ``reference`` (the minimum over every reference timing of the query in those passes, whichever
+    store it followed); se = the leave-one-pass-out (jackknife) standard error of log(ratio) (NaN with one pass).
 
     ``latency`` (latency.csv): one row per store, pass and query: backend, repeat, query, ms, ref_ms. Returns
     backend, p50_ms (median of per-query minima), ref_p50_ms, ratio, se, repeats, n.
@@ -469,9 +471,11 @@ def latency_ratios(latency: pd.DataFrame, reference: str = REFERENCE) -> pd.Data
         raise ValueError(f"latency table: missing column(s) {sorted(need - set(latency.columns))} "
                          f"(an older latency.csv with per-pass p50s only: re-run make baseline)")
     out = []
-    for backend, g in latency[latency["backend"] != reference].groupby("backend", sort=False):
-        s = g.pivot_table(index="repeat", columns="query", values="ms").to_numpy()
-        e = g.pivot_table(index="repeat", columns="query", values="ref_ms").to_numpy()
+    stores = latency[latency["backend"] != reference]
+    ref = stores.pivot_table(index="repeat", columns="query", values="ref_ms", aggfunc="min")
+    for backend, g in stores.groupby("backend", sort=False):
+        t = g.pivot_table(index="repeat", columns="query", values="ms")
+        s, e = t.to_numpy(), ref.reindex(index=t.index, columns=t.columns).to_numpy()
         r = len(s)
         ratio = _ratio(s, e)
         se = NAN
@@ -621,7 +625,7 @@ def render_markdown(result: GateResult, cfg: GateConfig, baseline: RunData | Non
               f"that can reach {cfg.alpha:g} (identical comparisons count once). A drop beyond −{cfg.tolerance:g} fails when "
               f"Holm p < {cfg.alpha:g}, or when min p > {cfg.alpha:g}/m (column limit): too few changed questions to tell. "
               f"Tokens fail when mean injected tokens / baseline > {cfg.budget_ratio_max:g}. Latency: per query, each store "
-              f"then {REFERENCE} right after it, {cfg.latency_repeats} passes; store latency = median over queries of the per-query "
+              f"then {REFERENCE} right after it, {cfg.latency_repeats} passes; store (and {REFERENCE}) latency = median over queries of the per-query "
               f"minimum; fails when (store / {REFERENCE}) / the baseline's > max({cfg.latency_ratio_max:g}, "
               f"exp({cfg.latency_noise_z:g} × leave-one-pass-out standard error)) (column limit); skipped as too noisy only when "
               f"the noise part is ≥ {TOO_NOISY:g}.", ""]
