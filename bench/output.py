@@ -263,16 +263,27 @@ def scrub(text: str, secrets=None, *, replace: Callable[[str], str] | None = Non
     if pat is not None:
         text = pat.sub(lambda m: rep(m.group(0)), text)
 
+    text = _credential_params(text, rep)
+    if "://" in text:
+        text = USERINFO.sub(lambda m: m.group(0) if m.group(1) == REDACTED or m.group(1).startswith("sha256:") else rep(m.group(1)) + "@", text)
+    return text
+
+
+def _credential_params(text: str, rep: Callable[[str], str]) -> str:
     def param(m: re.Match) -> str:
         value = m.group("value")
         if not value or not is_credential_name(m.group("name")) or value in (REDACTED, rep(value)) or value.startswith("sha256:"):
             return m.group(0)
         return f"{m.group('sep')}{m.group('name')}{m.group('eq')}{rep(value)}"
 
-    text = QUERY_PARAM.sub(param, text)
-    if "://" in text:
-        text = USERINFO.sub(lambda m: m.group(0) if m.group(1) == REDACTED or m.group(1).startswith("sha256:") else rep(m.group(1)) + "@", text)
-    return text
+    return QUERY_PARAM.sub(param, text)
+
+
+def redact_query(query: str) -> str:
+    """A URL's query string with the values of credential parameters redacted, the rest kept
+    (``api-version=2&api_key=K`` -> ``api-version=2&api_key=***REDACTED***``): an endpoint's identity, which a key
+    does not decide (a saved config, redacted, gives the same)."""
+    return _credential_params("?" + query, _redacted)[1:] if query else query
 
 
 OVERRIDE_LISTS = ("overrides", "task")  # lists of command-line overrides (meta.json, Hydra's hydra.overrides.task)

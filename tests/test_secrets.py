@@ -56,7 +56,7 @@ def test_the_keys_were_really_used_and_the_echoing_job_failed_with_a_recorded_re
     failed = [json.loads(p.read_text()) for p in (root / "reports" / "runs").glob("*/job*/failed.json")]
     assert len(failed) == 1
     assert failed[0]["reason"].startswith("EmbeddingHTTPError: http embedder: 401 Unauthorized")
-    assert failed[0]["reason"].endswith("Incorrect API key provided: [redacted]")
+    assert failed[0]["reason"].endswith("Incorrect API key provided: ***REDACTED***")
 
 
 def test_every_kind_of_output_was_scanned(planted):

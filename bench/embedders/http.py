@@ -26,7 +26,7 @@ from collections.abc import Callable, Sequence
 import numpy as np
 
 from bench.embedders.base import TwoSided, sides_identity
-from bench.output import cap, check_env_name, register_secret, register_url_secrets
+from bench.output import cap, check_env_name, redact_query, register_secret, register_url_secrets
 from bench.output import scrub as scrub_secrets
 
 log = logging.getLogger(__name__)
@@ -224,7 +224,9 @@ class HTTPEmbedder(TwoSided):
         """The endpoint without user:password, the model and its requested/expected size (not the key)."""
         from bench.run import code_digest
 
-        query = urllib.parse.urlsplit(self.url).query  # may select a deployment or hold a key: hashed, never written
+        # may select a deployment (hashed, never written) or hold a key (redacted first: like the Authorization header, a key
+        # does not decide the vectors, and the redacted saved config rebuilds the same identity)
+        query = redact_query(urllib.parse.urlsplit(self.url).query)
         return {"embedder": "http", "model_id": self.model_id, "model": self.model, "endpoint": _public_url(self.url),
                 "query_sha256": hashlib.sha256(query.encode()).hexdigest() if query else None,
                 "dimensions": self.dimensions, "dim": self._configured_dim, **sides_identity(self),
