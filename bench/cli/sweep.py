@@ -485,6 +485,9 @@ def redact_multirun_yaml(sweep_dir: Path) -> None:
 class CollectRuns(Callback):
     """After a multirun: merge every job's results into the sweep directory and write one report."""
 
+    def on_multirun_start(self, config: DictConfig, **kwargs) -> None:
+        _STATE["sweep_dir"] = str(config.hydra.sweep.dir)  # main() redacts its multirun.yaml whatever happens next
+
     def on_multirun_end(self, config: DictConfig, **kwargs) -> None:
         sweep_dir = Path(config.hydra.sweep.dir)
         redact_multirun_yaml(sweep_dir)
@@ -519,7 +522,7 @@ def main() -> int:
     run.new_run_id()
     debug = os.environ.get("HYDRA_FULL_ERROR") == "1"  # the user asked for tracebacks
     os.environ["HYDRA_FULL_ERROR"] = "1"  # Hydra re-raises its own start-up errors to us instead of printing a traceback
-    _STATE.update(interrupted=False, exit=0)
+    _STATE.update(interrupted=False, exit=0, sweep_dir=None)
 
     @hydra.main(version_base="1.3", config_path=str(configs_dir()), config_name="config")
     def _app(cfg: DictConfig) -> None:
@@ -542,7 +545,11 @@ def main() -> int:
         _finish(out_dir, cfg)
 
     try:
-        _app()
+        try:
+            _app()
+        finally:
+            if _STATE.get("sweep_dir"):  # a multirun that stopped before its first job (a bad override) too
+                redact_multirun_yaml(Path(_STATE.pop("sweep_dir")))
     except KeyboardInterrupt:
         log.error("interrupted (Ctrl-C)")
         _STATE["interrupted"] = True

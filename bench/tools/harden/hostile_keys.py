@@ -242,6 +242,14 @@ def multirun_override(d: Path) -> tuple[bool, str]:
     return verdict(scan(d, [key], out), bool(seen), "no multirun.yaml was written")
 
 
+def multirun_stopped_early(d: Path) -> tuple[bool, str]:
+    key = new_key("mk-")
+    proc, out = cli(d, ["-m", "embedder=hashing", f"+embedder.api_key={key}", "dataset=own", f"dataset.path={DEMO}",
+                        "strategy=limit,no_such_strategy"])
+    seen = list((d / "reports").rglob("multirun.yaml"))
+    return verdict(scan(d, [key], out), bool(seen) and proc.returncode != 0, f"exit {proc.returncode}, multirun.yaml: {bool(seen)}")
+
+
 def regress_baseline(d: Path) -> tuple[bool, str]:
     key = new_key("rk-")
 
@@ -372,6 +380,8 @@ CHECKS = [
           transformed_echo),
     Check(1, "an error text longer than 300 characters with the key at the cut", long_error),
     Check(1, "a +embedder.api_key=KEY override in a multirun (multirun.yaml)", multirun_override),
+    Check(1, "a +embedder.api_key=KEY override in a multirun that stops before its first job (multirun.yaml)",
+          multirun_stopped_early),
     Check(1, "regress --write-baseline with a key in base_url's query string (baseline README.md, meta.json)",
           regress_baseline),
     Check(1, "an LLM reply quoting the request's Authorization header (answer cache, answers)", llm_quotes_header),
