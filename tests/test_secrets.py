@@ -82,6 +82,7 @@ def test_the_keys_were_really_used_and_the_echoing_job_failed_with_a_recorded_re
     assert figs.key_used  # the embedding server saw the planted key (it refuses any other)
     assert figs.jobs_failed_as_planned
     failed = [json.loads(p.read_text()) for p in (root / "reports" / "runs").glob("*/job*/failed.json")]
+    failed = [f for f in failed if "embedder.model=reject" in f["overrides"]]  # the first multirun's echoing job
     assert len(failed) == 1
     assert failed[0]["reason"].startswith("EmbeddingHTTPError: http embedder: 401 Unauthorized")
     assert failed[0]["reason"].endswith("Incorrect API key provided: ***REDACTED***")
