@@ -31,7 +31,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, fields
 from pathlib import Path
 
-from bench.embedders.http import _error_message, _public_url, post_json
+from bench.embedders.http import _error_message, _public_url, join_url, post_json
 from bench.output import check_env_name, write_atomic
 
 log = logging.getLogger(__name__)
@@ -82,7 +82,7 @@ class LLMConfig:
 
     @property
     def endpoint(self) -> str:
-        return self.base_url.rstrip("/") + "/chat/completions"
+        return join_url(self.base_url, "chat/completions")  # a query string (?api-version=) stays at the end
 
     def cost(self, tokens_in: float, tokens_out: float) -> float:
         return tokens_in * self.price_in / 1e6 + tokens_out * self.price_out / 1e6
@@ -187,6 +187,9 @@ class ChatClient:
         self._sleep, self._clock = sleep, clock
         self._last: float | None = None
         self._key: str | None = None
+        from bench.output import register_url_secrets
+
+        register_url_secrets(cfg.base_url)  # a key in its query string: scrubbed from replies, errors and logs
         self.requests = 0
         self.retries = 0
 
@@ -207,7 +210,9 @@ class ChatClient:
         return self._key
 
     def _scrub(self, text: str) -> str:
-        return text.replace(self._key, "[redacted]") if self._key else text
+        from bench.output import scrub
+
+        return scrub(text)  # the one rule: every form of every known secret (the key was registered when read)
 
     def _pace(self) -> None:
         gap = 1.0 / self.cfg.requests_per_s
@@ -234,8 +239,8 @@ class ChatClient:
             data = json.loads(raw)
             text = data["choices"][0]["message"]["content"]
         except (ValueError, KeyError, IndexError, TypeError):
-            raise ValueError(f"{who}: reply has no choices[0].message.content: {self._scrub(_error_message(raw))}") from None
-        text = "" if text is None else str(text)
+            raise ValueError(f"{who}: reply has no choices[0].message.content: {_error_message(raw, self._scrub)}") from None
+        text = self._scrub("" if text is None else str(text))  # a reply quoting the request's header: never stored
         usage = data.get("usage") if isinstance(data, dict) else None
         try:
             t_in, t_out, source = int(usage["prompt_tokens"]), int(usage["completion_tokens"]), "api"

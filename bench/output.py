@@ -8,6 +8,9 @@ unwrapped, whitespace collapsed, secret values from the environment scrubbed).
 
 from __future__ import annotations
 
+import functools
+import hashlib
+import io
 import os
 import re
 import tempfile
@@ -54,25 +57,36 @@ def write_atomic(path: Path, write: Callable[[Path], object]) -> Path:
     return path
 
 
-def redact(obj, key: str = ""):
-    """Replace string values under secret-looking keys (``*_env`` names of variables are kept; numbers
-    and booleans are never secrets) and scrub every other string (secret values, URL user:password)."""
-    if isinstance(obj, dict):
-        return {k: redact(v, str(k)) for k, v in obj.items()}
-    if isinstance(obj, list):
-        return [redact(v, key) for v in obj]
-    if isinstance(obj, str) and obj:
-        if SECRET_KEY.search(key) and not key.endswith("_env"):
-            return REDACTED
-        return scrub(obj)
-    return obj
-
+# --- secrets: one rule for everything that leaves the process ----------------------------------------
+#
+# Text leaves this process through files (results, meta.json, manifests, configs, multirun.yaml, caches,
+# LLM answers), logs, the console and exception text. All of it goes through ``scrub`` (strings) or
+# ``redact`` (a JSON-like tree; ``redact_override`` for a command-line override): the only rule, here.
+# It replaces
+#   1. every form (``forms``) of every known secret: values of secret-named environment variables, of
+#      variables a ``*_env`` setting names, and values handed on the command line or found in a URL;
+#      raw, escaped, URL-encoded, base64 (standard and URL-safe, padded or not, at any byte offset),
+#      hex and reversed, matched regardless of case;
+#   2. the value of every query-string parameter whose name looks like a credential (``is_credential_name``);
+#   3. a URL's user:password.
+# Cache keys and identities do not store secrets either: ``hash_secrets`` applies the same rule with a
+# digest in place of REDACTED, so that a different key is still another key.
 
 MIN_SECRET_LEN = 8  # shorter values are not scrubbed (they would match everywhere)
 MAX_ERROR_CHARS = 600
 ENV_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 KEY_PREFIXES = ("pcsk_", "sk_", "sk-", "or-", "rk_", "pk_", "ghp_", "gho_", "github_pat_", "glpat-", "hf_", "xox", "AKIA", "AIza")
-USERINFO = re.compile(r"(?<=://)[^/@\s]+@")  # scheme://user:password@host
+USERINFO = re.compile(r"(?<=://)([^/@\s]+)@")  # scheme://user:password@host
+
+# Query-string parameters that carry credentials: a name SECRET_KEY matches, or one of whose parts (split at
+# '-', '_' and '.', any case) is one of these words: api_key, apikey, key, subscription-key, token,
+# access_token, X-Amz-Security-Token, sig, signature, secret, client_secret, password, code (Azure
+# Functions), auth, credential, session, jwt, sas ... (``api-version``, ``deployment`` are kept).
+CREDENTIAL_WORDS = frozenset({"key", "apikey", "token", "accesstoken", "authtoken", "secret", "password", "passwd", "pwd",
+                              "pass", "sig", "signature", "auth", "authorization", "code", "credential", "credentials",
+                              "session", "sessionid", "jwt", "bearer", "sas"})
+QUERY_PARAM = re.compile(r"(?P<sep>[?&;]|%3F|%26)(?P<name>[A-Za-z0-9_.\-]+)(?P<eq>=|%3D)"
+                         r"(?P<value>(?:(?!%26|%23)[^&#\s\"'<>,;\\\])}])*)", re.I)
 
 # Secrets this process was handed outside secret-named environment variables: values typed on the
 # command line, and the names of variables that ``*_env`` settings point at (their values are secrets
@@ -81,13 +95,27 @@ _HANDED: set[str] = set()
 _ENV_NAMES: set[str] = set()
 
 
+def is_credential_name(name: str) -> bool:
+    """A query-string parameter (or setting) name whose value is a credential (``CREDENTIAL_WORDS``)."""
+    low = str(name).lower()
+    return bool(SECRET_KEY.search(low)) or any(part in CREDENTIAL_WORDS for part in re.split(r"[-_.]", low))
+
+
+def key_shaped(value: str) -> bool:
+    """A value that looks like a key, not a name: a known key prefix; 16+ hex characters with a digit; a run of
+    16+ letters and digits (between '_') holding both; 20+ characters mixing lower case, upper case and digits."""
+    if value.startswith(KEY_PREFIXES):
+        return True
+    if len(value) >= 16 and re.fullmatch(r"[0-9A-Fa-f]+", value) and re.search(r"[0-9]", value):
+        return True
+    if any(len(p) >= 16 and re.search(r"[0-9]", p) and re.search(r"[A-Za-z]", p) for p in value.split("_")):
+        return True
+    return len(value) >= 20 and all(re.search(c, value) for c in (r"[a-z]", r"[A-Z]", r"[0-9]"))
+
+
 def is_env_name(value) -> bool:
-    """An environment variable's name (``^[A-Za-z_][A-Za-z0-9_]*$``) that does not look like a key: no
-    known key prefix (``pcsk_``, ``sk-``, ...), and not 20+ characters mixing lower case, upper case and digits."""
-    if not isinstance(value, str) or not ENV_NAME_RE.match(value) or value.startswith(KEY_PREFIXES):
-        return False
-    mixed = re.search(r"[a-z]", value) and re.search(r"[A-Z]", value) and re.search(r"[0-9]", value)
-    return not (len(value) >= 20 and mixed)
+    """An environment variable's name (``^[A-Za-z_][A-Za-z0-9_]*$``) that does not look like a key (``key_shaped``)."""
+    return isinstance(value, str) and bool(ENV_NAME_RE.match(value)) and not key_shaped(value)
 
 
 def check_env_name(setting: str, value) -> None:
@@ -98,8 +126,8 @@ def check_env_name(setting: str, value) -> None:
     if not is_env_name(value):
         if isinstance(value, str):
             register_secret(value)
-        raise ValueError(f"{setting} must name an environment variable (letters, digits and '_', not starting with a digit); "
-                         f"the value given is not a variable name and is not shown (put the key in the environment instead)")
+        raise ValueError(f"{setting} must name an environment variable (letters, digits and '_', not starting with a digit, "
+                         f"not shaped like a key); the value given is not shown (put the key in the environment instead)")
 
 
 def register_secret(value: str) -> None:
@@ -114,62 +142,189 @@ def register_secret_env(name: str) -> None:
         _ENV_NAMES.add(name)
 
 
-def secret_override(arg: str) -> None:
-    """Register the secrets in one command-line override ``key=value``: the value of a secret-looking
-    key, a value typed into a ``*_env`` setting that is not a variable name, a URL's user:password."""
-    key, sep, value = arg.partition("=")
-    if not sep:
+def register_url_secrets(text: str) -> None:
+    """Register the credentials found in URLs inside ``text``: user:password and credential query parameters."""
+    if not isinstance(text, str):
         return
-    value = value.strip("'\"")
-    leaf = key.lstrip("+~").rsplit(".", 1)[-1]
-    if leaf.endswith("_env"):
-        (register_secret_env if is_env_name(value) else register_secret)(value)
-    elif SECRET_KEY.search(leaf):
-        register_secret(value)
-    for m in re.finditer(r"://([^/@\s]+)@", value):
+    for m in re.finditer(r"://([^/@\s]+)@", text):
         register_secret(m.group(1))
         register_secret(m.group(1).split(":", 1)[-1])
+    for m in QUERY_PARAM.finditer(text):
+        if is_credential_name(m.group("name")):
+            value = m.group("value")
+            register_secret(value)
+            register_secret(_unquote(value))
+
+
+def _unquote(value: str) -> str:
+    import urllib.parse
+
+    return urllib.parse.unquote_plus(value)
+
+
+def _override_leaf(key: str) -> str:
+    return key.lstrip("+~").rsplit(".", 1)[-1]
+
+
+def secret_override(arg: str) -> None:
+    """Register the secrets in one command-line override ``key=value``: the value of a secret-looking
+    key, a value typed into a ``*_env`` setting that is not a variable name, a URL's credentials."""
+    key, sep, value = arg.partition("=")
+    if not sep:
+        register_url_secrets(arg)
+        return
+    value = value.strip("'\"")
+    leaf = _override_leaf(key)
+    if leaf.endswith("_env"):
+        for v in value.split(","):
+            (register_secret_env if is_env_name(v) else register_secret)(v)
+    elif SECRET_KEY.search(leaf):
+        register_secret(value)
+    register_url_secrets(value)
+
+
+def _base64_forms(data: bytes) -> set[str]:
+    """base64 (standard and URL-safe) of ``data`` alone (padded and not) and the characters that encode it
+    whatever precedes it (at each of the three byte offsets, first and last partial groups dropped)."""
+    import base64
+
+    out = set()
+    for enc in (base64.b64encode, base64.urlsafe_b64encode):
+        whole = enc(data).decode("ascii")
+        out |= {whole, whole.rstrip("=")}
+        for o in range(3):
+            s = enc(b"\0" * o + data).decode("ascii")
+            out.add(s[4 if o else 0 : 4 * ((o + len(data)) // 3)])
+    return out
 
 
 def forms(value: str) -> set[str]:
-    """The ways a secret can show up in text: raw, repr/JSON escapes, URL-encoded, whitespace-collapsed, each line."""
+    """The ways a secret can show up in text: raw, repr/JSON escapes, URL-encoded, whitespace-collapsed, each
+    line, each of these reversed, hex of its bytes, base64 (``_base64_forms``). Matching ignores case (upper-case
+    and lower-case echoes, upper-case hex)."""
     import json
     import urllib.parse
 
     out = {value, value.strip(), repr(value)[1:-1], json.dumps(value)[1:-1], value.encode("unicode_escape").decode("ascii"),
            urllib.parse.quote(value, safe=""), urllib.parse.quote_plus(value), " ".join(value.split())}
     out.update(line for line in value.splitlines())
+    out |= {f[::-1] for f in out}
+    for v in {value, value.strip()}:
+        data = v.encode("utf-8")
+        out.add(data.hex())
+        out |= _base64_forms(data)
     return {f for f in out if len(f.strip()) >= MIN_SECRET_LEN}
+
+
+def _known_secrets(environ=None) -> frozenset[str]:
+    env = os.environ if environ is None else environ
+    vals = {v for k, v in env.items() if SECRET_KEY.search(k) and not k.upper().endswith("_ENV")}
+    if environ is None:
+        vals |= {env[n] for n in _ENV_NAMES if n in env} | _HANDED
+    return frozenset(v for v in vals if isinstance(v, str) and len(v.strip()) >= MIN_SECRET_LEN)
 
 
 def secret_values(environ=None) -> list[str]:
     """Every form of every known secret, longest first: values of environment variables whose NAME looks
     secret (API_KEY, TOKEN, PASSWORD, ...) or that a ``*_env`` setting names, and values handed on the
-    command line."""
-    env = os.environ if environ is None else environ
-    vals = {v for k, v in env.items() if SECRET_KEY.search(k) and not k.upper().endswith("_ENV")}
-    if environ is None:
-        vals |= {env[n] for n in _ENV_NAMES if n in env} | _HANDED
+    command line or found in a URL's credentials."""
     out: set[str] = set()
-    for v in vals:
+    for v in _known_secrets(environ):
         out |= forms(v)
     return sorted(out, key=len, reverse=True)
 
 
-def scrub(text: str, secrets: list[str] | None = None) -> str:
-    """``text`` with every secret value (default: ``secret_values()``) and URL user:password replaced by REDACTED."""
-    for value in secret_values() if secrets is None else secrets:
-        text = text.replace(value, REDACTED)
-    return USERINFO.sub(REDACTED + "@", text) if "://" in text else text
+@functools.lru_cache(maxsize=32)
+def _pattern(values: frozenset[str]) -> re.Pattern | None:
+    found: set[str] = set()
+    for v in values:
+        found |= forms(v)
+    if not found:
+        return None
+    return re.compile("|".join(re.escape(f) for f in sorted(found, key=len, reverse=True)), re.I)
 
 
-def redact_override(arg: str) -> str:
+def secret_digest(value: str) -> str:
+    """What stands for a secret in a cache key or identity: a short sha256 (another key, another digest)."""
+    return "sha256:" + hashlib.sha256(value.encode("utf-8")).hexdigest()[:16]
+
+
+def _redacted(_: str) -> str:
+    return REDACTED
+
+
+def scrub(text: str, secrets=None, *, replace: Callable[[str], str] | None = None) -> str:
+    """``text`` with every form of every secret (default: the known ones; else the values in ``secrets``), every
+    credential query parameter's value and every URL user:password replaced by ``replace(secret)`` (REDACTED)."""
+    if not isinstance(text, str) or not text:
+        return text
+    rep = replace or _redacted
+    pat = _pattern(_known_secrets() if secrets is None else frozenset(s for s in secrets if len(str(s).strip()) >= MIN_SECRET_LEN))
+    if pat is not None:
+        text = pat.sub(lambda m: rep(m.group(0)), text)
+
+    text = _credential_params(text, rep)
+    if "://" in text:
+        text = USERINFO.sub(lambda m: m.group(0) if m.group(1) == REDACTED or m.group(1).startswith("sha256:") else rep(m.group(1)) + "@", text)
+    return text
+
+
+def _credential_params(text: str, rep: Callable[[str], str]) -> str:
+    def param(m: re.Match) -> str:
+        value = m.group("value")
+        if not value or not is_credential_name(m.group("name")) or value in (REDACTED, rep(value)) or value.startswith("sha256:"):
+            return m.group(0)
+        return f"{m.group('sep')}{m.group('name')}{m.group('eq')}{rep(value)}"
+
+    return QUERY_PARAM.sub(param, text)
+
+
+def redact_query(query: str) -> str:
+    """A URL's query string with the values of credential parameters redacted, the rest kept
+    (``api-version=2&api_key=K`` -> ``api-version=2&api_key=***REDACTED***``): an endpoint's identity, which a key
+    does not decide (a saved config, redacted, gives the same)."""
+    return _credential_params("?" + query, _redacted)[1:] if query else query
+
+
+OVERRIDE_LISTS = ("overrides", "task")  # lists of command-line overrides (meta.json, Hydra's hydra.overrides.task)
+
+
+def redact(obj, key: str = "", *, replace: Callable[[str], str] | None = None):
+    """Replace string values under secret-looking keys (``*_env`` names of variables are kept, a key typed into
+    one is not; numbers and booleans are never secrets), redact lists of overrides (``redact_override``) and
+    scrub every other string."""
+    rep = replace or _redacted
+    if isinstance(obj, dict):
+        return {k: redact(v, str(k), replace=replace) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        if key in OVERRIDE_LISTS:
+            return [redact_override(v, replace=replace) if isinstance(v, str) else redact(v, key, replace=replace) for v in obj]
+        return [redact(v, key, replace=replace) for v in obj]
+    if isinstance(obj, str) and obj:
+        if key.endswith("_env"):
+            return obj if is_env_name(obj) else rep(obj)
+        if SECRET_KEY.search(key):
+            return rep(obj)
+        return scrub(obj, replace=replace)
+    return obj
+
+
+def hash_secrets(obj):
+    """``redact`` with each secret replaced by its ``secret_digest``: for cache keys and identities."""
+    return redact(obj, replace=secret_digest)
+
+
+def redact_override(arg: str, *, replace: Callable[[str], str] | None = None) -> str:
     """A command-line override as it may be written down: secret-looking keys' values redacted, the rest scrubbed."""
     key, sep, value = arg.partition("=")
-    leaf = key.lstrip("+~").rsplit(".", 1)[-1]
-    if sep and (SECRET_KEY.search(leaf) or leaf.endswith("_env")) and not (leaf.endswith("_env") and is_env_name(value)):
-        return f"{key}={REDACTED}"
-    return scrub(arg)
+    leaf = _override_leaf(key)
+    value = value.strip("'\"")
+    if sep and leaf.endswith("_env"):
+        if not all(is_env_name(v) for v in value.split(",")):
+            return f"{key}={(replace or _redacted)(value)}"
+    elif sep and SECRET_KEY.search(leaf):
+        return f"{key}={(replace or _redacted)(value)}"
+    return scrub(arg, replace=replace)
 
 
 def error_line(exc: BaseException) -> str:
@@ -177,9 +332,65 @@ def error_line(exc: BaseException) -> str:
 
     Hydra wraps errors raised while building a ``_target_`` in ``InstantiationException`` with a
     multi-line message; the original (``__cause__``) is what names the file, record and field.
-    Secrets are scrubbed (before and after whitespace is collapsed); the line is capped at MAX_ERROR_CHARS.
+    Secrets are scrubbed (before and after whitespace is collapsed), THEN the line is capped at MAX_ERROR_CHARS.
     """
     while type(exc).__name__ == "InstantiationException" and exc.__cause__ is not None:
         exc = exc.__cause__
-    text = scrub(" ".join(scrub(f"{type(exc).__name__}: {exc}").split()))
-    return text if len(text) <= MAX_ERROR_CHARS else text[: MAX_ERROR_CHARS - 3] + "..."
+    return cap(scrub(" ".join(scrub(f"{type(exc).__name__}: {exc}").split())), MAX_ERROR_CHARS)
+
+
+def cap(text: str, limit: int) -> str:
+    """``text`` cut to ``limit`` characters (with '...'); cut only text that was scrubbed already."""
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+# --- the console and the logs ---------------------------------------------------------------------
+
+class ScrubbedStream(io.TextIOBase):
+    """A text stream that scrubs secrets from everything written through it (stdout, stderr)."""
+
+    def __init__(self, inner) -> None:
+        self._inner = inner
+
+    def write(self, s: str) -> int:
+        self._inner.write(scrub(s))
+        return len(s)
+
+    def flush(self) -> None:
+        self._inner.flush()
+
+    def isatty(self) -> bool:
+        return self._inner.isatty()
+
+    def fileno(self) -> int:
+        return self._inner.fileno()
+
+    def __getattr__(self, name):
+        return getattr(self._inner, name)
+
+
+def install_scrubbing(argv) -> None:
+    """Register the secrets on the command line, then scrub every log record and console write."""
+    import logging
+    import sys
+
+    for arg in argv or ():
+        secret_override(str(arg))
+    previous = logging.getLogRecordFactory()
+
+    def factory(*args, **kwargs):
+        record = previous(*args, **kwargs)
+        try:
+            record.msg, record.args = scrub(record.getMessage()), None
+        except Exception:  # noqa: BLE001  (a bad format string: keep the record as it is)
+            pass
+        return record
+
+    if not getattr(previous, "_rb_scrubs", False):
+        factory._rb_scrubs = True
+        logging.setLogRecordFactory(factory)
+    if not isinstance(sys.stdout, ScrubbedStream):
+        sys.stdout = ScrubbedStream(sys.stdout)
+    if not isinstance(sys.stderr, ScrubbedStream):
+        sys.stderr = ScrubbedStream(sys.stderr)
+    logging.raiseExceptions = False  # a full disk must not print logging's own tracebacks

@@ -135,6 +135,11 @@ class Key:
     kind: str
     inputs: Mapping = field(default_factory=dict)
 
+    def __post_init__(self) -> None:  # a secret in the inputs (a key in a URL's query string) is kept as its digest only
+        from bench.output import hash_secrets
+
+        object.__setattr__(self, "inputs", hash_secrets(dict(self.inputs)))
+
     @property
     def digest(self) -> str:
         return fingerprint(self.kind, self.inputs)

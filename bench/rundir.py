@@ -33,7 +33,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from bench.output import write_atomic
+from bench.output import redact, write_atomic
 from bench.types import Corpus
 
 log = logging.getLogger(__name__)
@@ -63,6 +63,8 @@ NOT_CACHED = (CONFIG, FAULTS)  # written per command: never part of a cached job
 
 
 def _json(path: Path, data) -> Path:
+    """``data`` as JSON, secrets redacted (``bench.output.redact``: every JSON file of a run goes through it)."""
+    data = redact(data)
     return write_atomic(path, lambda p: p.write_text(json.dumps(data, indent=2, default=str)))
 
 

@@ -266,3 +266,59 @@ def test_cost_estimate_counts_uncached_model_inputs(server, key, tmp_path):
     est = corpus_estimate(c, e.price_per_mtok, ["hello world", "good morning", "hello world"], ["hello world"])
     assert est == {"texts": 2, "tokens": 20, "price_per_mtok": 0.01, "usd": pytest.approx(2e-7)}
     assert corpus_estimate(e, 0.01, ["good morning"], [])["tokens"] == 2  # not a cache: every input
+
+
+# --- issue 28: query strings in base URLs, redirects --------------------------------------------------
+
+def test_join_url_keeps_the_query_string_at_the_end():
+    from bench.embedders.http import join_url
+
+    assert join_url("https://h/v1?api-version=2024-02-01", "embeddings") == "https://h/v1/embeddings?api-version=2024-02-01"
+    assert join_url("https://h/openai/deployments/m/?api-version=2&x=1", "chat/completions") == \
+        "https://h/openai/deployments/m/chat/completions?api-version=2&x=1"
+    assert join_url("http://127.0.0.1:9/v1", "embeddings") == "http://127.0.0.1:9/v1/embeddings"
+
+
+def test_a_query_string_base_url_reaches_the_right_path(server, key):
+    server.base_url += "?api-version=2024-02-01"
+    out = make(server).embed(["ab"])
+    assert out.shape == (1, 3) and [r["path"] for r in server.requests] == ["/v1/embeddings?api-version=2024-02-01"]
+
+
+def test_identity_keeps_a_deployment_query_but_not_a_key_in_it():
+    """A key in the query does not decide the vectors (like the Authorization header): the identity of a saved,
+    redacted config is the same one; another deployment is another identity."""
+    from bench.output import REDACTED
+
+    ident = lambda url: HTTPEmbedder(model="m", base_url=url, api_key_env=None, dim=3).identity  # noqa: E731
+    a = ident("http://h/v1?api-version=2&api_key=K1")
+    assert a == ident("http://h/v1?api-version=2&api_key=K2") == ident(f"http://h/v1?api-version=2&api_key={REDACTED}")
+    assert a != ident("http://h/v1?api-version=3&api_key=K1") and "K1" not in str(a)
+
+
+@pytest.mark.parametrize("code", [301, 302, 303, 307, 308])
+def test_a_redirect_to_another_origin_is_refused_and_the_key_stays_home(code, key):
+    from bench.tools.harden.hostile_keys import ReplyServer
+
+    with ReplyServer(lambda r: (200, {}, b"{}")) as other, \
+            ReplyServer(lambda r: (code, {"Location": f"{other.url}/v1/embeddings"}, b"{}")) as first:
+        e = HTTPEmbedder(model="m", base_url=f"{first.url}/v1", api_key_env=KEY_ENV, dim=3, max_retries=0, progress=False)
+        with pytest.raises(EmbeddingHTTPError) as ei:
+            e.embed(["hello"])
+    assert other.requests == []  # nothing reached the other origin: not the header, not the body
+    msg = str(ei.value)
+    assert f"{code} redirect to another origin http://127.0.0.1:" in msg and "refused" in msg and SECRET not in msg
+
+
+def test_a_307_within_the_same_origin_is_followed_with_its_body_and_key(key):
+    from bench.tools.harden.hostile_keys import ReplyServer, vectors
+
+    def reply(r):
+        return vectors(r, dim=3) if r["path"] == "/v2/embeddings?x=1" else (307, {"Location": "/v2/embeddings?x=1"}, b"{}")
+
+    with ReplyServer(reply) as srv:
+        out = HTTPEmbedder(model="m", base_url=f"{srv.url}/v1", api_key_env=KEY_ENV, dim=3, progress=False).embed(["a", "b"])
+    assert out.shape == (2, 3)
+    assert [(r["method"], r["path"], r["auth"]) for r in srv.requests] == [
+        ("POST", "/v1/embeddings", f"Bearer {SECRET}"), ("POST", "/v2/embeddings?x=1", f"Bearer {SECRET}")]
+    assert srv.requests[1]["json"]["input"] == ["a", "b"]

@@ -247,7 +247,7 @@ def test_retry_after_429(server, tmp_path, monkeypatch, caplog):
     assert reply.text == '{"label": "CORRECT"}' and (reply.tokens_in, reply.tokens_out, reply.usage_source) == (100, 10, "api")
     assert len(server.requests) == 3 and client.retries == 2
     assert 2.0 in slept and 0.02 in slept  # Retry-After honoured; then backoff 0.01 * 2**1
-    assert "429" in caplog.text and "slow down [redacted]" in caplog.text and SECRET not in caplog.text
+    assert "429" in caplog.text and "slow down ***REDACTED***" in caplog.text and SECRET not in caplog.text
 
 
 def test_missing_key_and_bad_config(server, tmp_path, monkeypatch, tiny_run):

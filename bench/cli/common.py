@@ -65,7 +65,11 @@ def broken_pipe() -> int:
 
 
 def entry(main: Callable[[list[str] | None], int], argv: list[str] | None = None) -> int:
-    """Run a tool's ``main(argv)``: its exit code, or one ``error:`` line for a fault it did not handle."""
+    """Run a tool's ``main(argv)``: its exit code, or one ``error:`` line for a fault it did not handle. What the
+    tool logs or prints is scrubbed of secrets (``bench.output.install_scrubbing``, the command line's secrets registered)."""
+    from bench.output import install_scrubbing
+
+    install_scrubbing(sys.argv[1:] if argv is None else argv)
     try:
         return main(argv)
     except BrokenPipeError:

@@ -12,7 +12,6 @@ and what finished, and a non-zero exit, never a traceback.
 
 from __future__ import annotations
 
-import io
 import logging
 import sys
 from dataclasses import dataclass
@@ -30,11 +29,11 @@ from bench.cli.config import build, redacted_yaml, strategy_nodes, to_plain
 from bench.output import (
     check_env_name,
     error_line,
+    install_scrubbing,
     redact,
     redact_override,
     register_secret_env,
-    scrub,
-    secret_override,
+    write_atomic,
 )
 from bench.resources import configs_dir
 from bench.rundir import (
@@ -464,11 +463,34 @@ def _finish(run_dir: Path, cfg) -> None:
         _STATE["exit"] = _STATE["exit"] or 1
 
 
+MULTIRUN_YAML = "multirun.yaml"  # Hydra's copy of the sweep's config and raw overrides, written before the first job
+
+
+def redact_multirun_yaml(sweep_dir: Path) -> None:
+    """Rewrite Hydra's ``multirun.yaml`` with secrets redacted (``bench.output.redact``; its override lists by
+    ``redact_override``). Hydra writes it raw before the first job: every job start and the multirun's end redo this."""
+    path = Path(sweep_dir) / MULTIRUN_YAML
+    try:
+        if not path.is_file():
+            return
+        text = path.read_text()
+        clean = OmegaConf.to_yaml(OmegaConf.create(redact(OmegaConf.to_container(OmegaConf.load(path), resolve=False))))
+        if clean != text:
+            write_atomic(path, lambda p: p.write_text(clean))
+    except Exception as exc:  # noqa: BLE001  (unreadable or unwritable: it must not stay as it is)
+        log.error("could not redact %s (%s); deleting it", path, error_line(exc))
+        path.unlink(missing_ok=True)
+
+
 class CollectRuns(Callback):
     """After a multirun: merge every job's results into the sweep directory and write one report."""
 
+    def on_multirun_start(self, config: DictConfig, **kwargs) -> None:
+        _STATE["sweep_dir"] = str(config.hydra.sweep.dir)  # main() redacts its multirun.yaml whatever happens next
+
     def on_multirun_end(self, config: DictConfig, **kwargs) -> None:
         sweep_dir = Path(config.hydra.sweep.dir)
+        redact_multirun_yaml(sweep_dir)
         try:
             finished = collect_jobs(sweep_dir)
         except Exception as exc:
@@ -491,53 +513,6 @@ class CollectRuns(Callback):
 
 # --- the process --------------------------------------------------------------------------------
 
-class _ScrubbedStream(io.TextIOBase):
-    """A text stream that scrubs secrets from everything written through it (stdout, stderr)."""
-
-    def __init__(self, inner) -> None:
-        self._inner = inner
-
-    def write(self, s: str) -> int:
-        self._inner.write(scrub(s))
-        return len(s)
-
-    def flush(self) -> None:
-        self._inner.flush()
-
-    def isatty(self) -> bool:
-        return self._inner.isatty()
-
-    def fileno(self) -> int:
-        return self._inner.fileno()
-
-    def __getattr__(self, name):
-        return getattr(self._inner, name)
-
-
-def install_scrubbing(argv: list[str]) -> None:
-    """Register the secrets on the command line, then scrub every log record and console write."""
-    for arg in argv:
-        secret_override(arg)
-    previous = logging.getLogRecordFactory()
-
-    def factory(*args, **kwargs):
-        record = previous(*args, **kwargs)
-        try:
-            record.msg, record.args = scrub(record.getMessage()), None
-        except Exception:  # noqa: BLE001  (a bad format string: keep the record as it is)
-            pass
-        return record
-
-    if not getattr(previous, "_rb_scrubs", False):
-        factory._rb_scrubs = True
-        logging.setLogRecordFactory(factory)
-    if not isinstance(sys.stdout, _ScrubbedStream):
-        sys.stdout = _ScrubbedStream(sys.stdout)
-    if not isinstance(sys.stderr, _ScrubbedStream):
-        sys.stderr = _ScrubbedStream(sys.stderr)
-    logging.raiseExceptions = False  # a full disk must not print logging's own tracebacks
-
-
 def main() -> int:
     import os
 
@@ -547,7 +522,7 @@ def main() -> int:
     run.new_run_id()
     debug = os.environ.get("HYDRA_FULL_ERROR") == "1"  # the user asked for tracebacks
     os.environ["HYDRA_FULL_ERROR"] = "1"  # Hydra re-raises its own start-up errors to us instead of printing a traceback
-    _STATE.update(interrupted=False, exit=0)
+    _STATE.update(interrupted=False, exit=0, sweep_dir=None)
 
     @hydra.main(version_base="1.3", config_path=str(configs_dir()), config_name="config")
     def _app(cfg: DictConfig) -> None:
@@ -556,6 +531,8 @@ def main() -> int:
         if _STATE["interrupted"]:  # a multirun after Ctrl-C: the remaining jobs are not started
             _record_failure(cfg, out_dir, None, "not started: the run was interrupted (Ctrl-C)")
             return
+        if hc.mode == RunMode.MULTIRUN:
+            redact_multirun_yaml(Path(hc.sweep.dir))
         ok = run_or_resume(cfg, out_dir)
         if hc.mode == RunMode.MULTIRUN:
             return
@@ -568,7 +545,11 @@ def main() -> int:
         _finish(out_dir, cfg)
 
     try:
-        _app()
+        try:
+            _app()
+        finally:
+            if _STATE.get("sweep_dir"):  # a multirun that stopped before its first job (a bad override) too
+                redact_multirun_yaml(Path(_STATE.pop("sweep_dir")))
     except KeyboardInterrupt:
         log.error("interrupted (Ctrl-C)")
         _STATE["interrupted"] = True

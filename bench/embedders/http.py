@@ -26,7 +26,8 @@ from collections.abc import Callable, Sequence
 import numpy as np
 
 from bench.embedders.base import TwoSided, sides_identity
-from bench.output import check_env_name
+from bench.output import cap, check_env_name, redact_query, register_secret, register_url_secrets
+from bench.output import scrub as scrub_secrets
 
 log = logging.getLogger(__name__)
 
@@ -45,6 +46,37 @@ def _public_url(url: str) -> str:
     if p.port:
         host = f"{host}:{p.port}"
     return urllib.parse.urlunsplit((p.scheme, host, p.path, "", ""))
+
+
+def join_url(base_url: str, path: str) -> str:
+    """``base_url`` with ``path`` appended to its path, its query string (``?api-version=...``) kept at the end:
+    ``https://h/v1?api-version=2`` + ``embeddings`` -> ``https://h/v1/embeddings?api-version=2``."""
+    p = urllib.parse.urlsplit(base_url)
+    return urllib.parse.urlunsplit((p.scheme, p.netloc, p.path.rstrip("/") + "/" + path.lstrip("/"), p.query, ""))
+
+
+def _origin(url: str) -> tuple[str, str, int | None]:
+    p = urllib.parse.urlsplit(url)
+    return p.scheme.lower(), (p.hostname or "").lower(), p.port or {"http": 80, "https": 443}.get(p.scheme.lower())
+
+
+class _SameOriginRedirects(urllib.request.HTTPRedirectHandler):
+    """Follow a redirect only to the same origin (scheme, host, port), keeping a 307/308's method and body; a
+    redirect to another origin is refused as an HTTP error saying so, so the key is never sent there."""
+
+    def redirect_request(self, req, fp, code, msg, headers, newurl):
+        newurl = urllib.parse.urljoin(req.full_url, newurl)
+        if _origin(newurl) != _origin(req.full_url):
+            scheme, host, port = _origin(newurl)
+            raise urllib.error.HTTPError(req.full_url, code, f"redirect to another origin {scheme}://{host}:{port} refused "
+                                         f"(credentials are not sent across origins; set base_url to the final endpoint)",
+                                         headers, fp)
+        if code in (307, 308):
+            return urllib.request.Request(newurl, data=req.data, headers=dict(req.header_items()), method=req.get_method())
+        return super().redirect_request(req, fp, code, msg, headers, newurl)
+
+
+_OPENER = urllib.request.build_opener(_SameOriginRedirects)
 
 
 def _retry_after_seconds(value: str | None) -> float | None:
@@ -84,10 +116,10 @@ def post_json(url: str, body: bytes, *, key: str | None, timeout_s: float, max_r
         t0 = time.perf_counter()
         try:
             req = urllib.request.Request(url, data=body, headers=headers, method="POST")
-            with urllib.request.urlopen(req, timeout=timeout_s) as resp:
+            with _OPENER.open(req, timeout=timeout_s) as resp:
                 return resp.read(), time.perf_counter() - t0
         except urllib.error.HTTPError as e:
-            msg = _error_message(e.read() or b"")
+            msg = _error_message(e.read() or b"", scrub)
             if e.code not in retry_status and e.code < 500:
                 raise error(scrub(f"{label}: {e.code} {e.reason} from {where}: {msg}")) from None
             problem = scrub(f"{e.code} {e.reason}: {msg}")
@@ -104,17 +136,18 @@ def post_json(url: str, body: bytes, *, key: str | None, timeout_s: float, max_r
         sleep(delay)
 
 
-def _error_message(body: bytes) -> str:
-    """The server's error message from an OpenAI-style JSON error body, else the raw text (short)."""
+def _error_message(body: bytes, scrub: Callable[[str], str] = scrub_secrets) -> str:
+    """The server's error message from an OpenAI-style JSON error body, else the raw text: scrubbed, then cut short
+    (cut first, a key's first characters would survive the scrub)."""
     text = body.decode("utf-8", "replace").strip()
     try:
         data = json.loads(text)
     except ValueError:
-        return " ".join(text.split())[:300]
+        return cap(" ".join(scrub(text).split()), 300)
     err = data.get("error", data) if isinstance(data, dict) else data
     if isinstance(err, dict):
         err = err.get("message") or err.get("detail") or err
-    return " ".join(str(err).split())[:300]
+    return cap(" ".join(scrub(str(err)).split()), 300)
 
 
 class HTTPEmbedder(TwoSided):
@@ -166,8 +199,9 @@ class HTTPEmbedder(TwoSided):
         self.document_prefix = document_prefix
         self.price_per_mtok = None if price_per_mtok is None else float(price_per_mtok)
         self.model = model
+        register_url_secrets(base_url)  # a key in the query string (?api_key=...) is scrubbed from everything written
         self.base_url = base_url.rstrip("/")
-        self.url = self.base_url + "/embeddings"
+        self.url = join_url(self.base_url, "embeddings")
         self.api_key_env = api_key_env
         self.dimensions = dimensions
         self._dim = dimensions or dim
@@ -190,7 +224,9 @@ class HTTPEmbedder(TwoSided):
         """The endpoint without user:password, the model and its requested/expected size (not the key)."""
         from bench.run import code_digest
 
-        query = urllib.parse.urlsplit(self.url).query  # may select a deployment or hold a key: hashed, never written
+        # may select a deployment (hashed, never written) or hold a key (redacted first: like the Authorization header, a key
+        # does not decide the vectors, and the redacted saved config rebuilds the same identity)
+        query = redact_query(urllib.parse.urlsplit(self.url).query)
         return {"embedder": "http", "model_id": self.model_id, "model": self.model, "endpoint": _public_url(self.url),
                 "query_sha256": hashlib.sha256(query.encode()).hexdigest() if query else None,
                 "dimensions": self.dimensions, "dim": self._configured_dim, **sides_identity(self),
@@ -218,6 +254,7 @@ class HTTPEmbedder(TwoSided):
         if any(c.isspace() or not c.isprintable() for c in key):
             raise EmbeddingHTTPError(f"http embedder: environment variable {self.api_key_env} holds whitespace or a control "
                                      "character (e.g. a newline pasted with the key); the key is not shown")
+        register_secret(key)
         return key
 
     def embed(self, texts: Sequence[str]) -> np.ndarray:
@@ -251,7 +288,8 @@ class HTTPEmbedder(TwoSided):
         return self._parse(data, len(batch), offset, key)
 
     def _scrub(self, text: str, key: str | None) -> str:
-        return text.replace(key, "[redacted]") if key else text
+        """The one rule of ``bench.output.scrub`` (every form of the key and of every other known secret)."""
+        return scrub_secrets(text, None) if not key else scrub_secrets(scrub_secrets(text, [key]))
 
     def _post(self, body: bytes, key: str | None) -> bytes:
         return post_json(self.url, body, key=key, timeout_s=self.timeout_s, max_retries=self.max_retries,
@@ -264,9 +302,9 @@ class HTTPEmbedder(TwoSided):
         try:
             data = json.loads(raw)
         except ValueError:
-            raise ValueError(f"{who}: response is not JSON: {self._scrub(_error_message(raw), key)}") from None
+            raise ValueError(f"{who}: response is not JSON: {_error_message(raw, lambda t: self._scrub(t, key))}") from None
         if not isinstance(data, dict) or not isinstance(data.get("data"), list):
-            detail = self._scrub(_error_message(raw), key)
+            detail = _error_message(raw, lambda t: self._scrub(t, key))
             raise ValueError(f"{who}: response has no 'data' list: {detail}")
         items = data["data"]
         if len(items) != n:

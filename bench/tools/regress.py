@@ -888,10 +888,12 @@ def write_baseline(run_dir: Path, baseline_root: Path) -> Path:
     needs = ("Needs LoCoMo (original release) at `$BENCH_DATA_DIR/locomo/locomo10.json`; without it `make regress` "
              "runs on the demo corpus and is gated against `reports/baseline/demo/`."
              if run.dataset != "demo" else "Needs nothing: the demo corpus ships in `datasets/demo/`.")
-    (stage / "README.md").write_text(BASELINE_README.format(
+    from bench.output import scrub
+
+    (stage / "README.md").write_text(scrub(BASELINE_README.format(
         dataset=run.dataset, made_at=m.get("made_at", "?"), commit=m.get("git_commit") or "?", n_questions=m.get("n_questions", "?"),
         source=m.get("dataset_source") or "?", needs=needs, embedder=run.embedder, backends=", ".join(m.get("backends", [])),
-        strategies=", ".join(m.get("strategies", [])), command=m.get("command", "?")))
+        strategies=", ".join(m.get("strategies", [])), command=m.get("command", "?"))))
     shutil.rmtree(old, ignore_errors=True)
     if dest.exists():
         os.replace(dest, old)

@@ -9,6 +9,7 @@ leaves 127.0.0.1. The doubles it uses are in ``doubles``.
 
 from __future__ import annotations
 
+import base64
 import contextlib
 import gzip
 import hashlib
@@ -34,7 +35,7 @@ from bench.tools.harden.cases import (
     run_cli,
 )
 from bench.tools.harden.doubles import EmbeddingServer, PineconeTestServer
-from bench.tools.harden import hostile
+from bench.tools.harden import hostile, hostile_keys
 
 log = logging.getLogger(__name__)
 
@@ -72,6 +73,7 @@ class SecretFigures:
     tracebacks: int
     jobs_failed_as_planned: bool
     channels: dict = field(default_factory=dict)  # channel -> exit code of its run (each must fail, saying why)
+    shapes: dict = field(default_factory=dict)  # new key shapes (issue 28) -> exit code of the run that planted it
 
 
 def planted_secret_run(root: Path) -> SecretFigures:
@@ -80,7 +82,9 @@ def planted_secret_run(root: Path) -> SecretFigures:
     One multirun uses the HTTP embedder and Pinecone (both loopback doubles that require the keys from
     the environment), one of its jobs an endpoint that echoes the key in a 401. Then one run per other
     channel: a key typed into ``backend.api_key_env`` / ``embedder.api_key_env``, a ``+embedder.api_key=``
-    override, a key as a URL's user:password, and a key with a newline inside its environment value."""
+    override, a key as a URL's user:password, and a key with a newline inside its environment value.
+    Then the shapes of ``planted_shapes`` (query-string keys, transformed echoes, ...). Every shape of every key
+    (``hostile_keys.needles``: any case, reversed, hex, base64, first 16 characters) is searched for."""
     root = Path(root)
     embed_key = f"sk-PLANTED-{secrets.token_hex(12)}"
     pc_key = f"pcsk-PLANTED-{secrets.token_hex(12)}"
@@ -124,6 +128,8 @@ def planted_secret_run(root: Path) -> SecretFigures:
             p = run_cli([f"paths.reports={reports}", *extra, *common, "strategy=[limit]"], env=env)
             channels[name] = p.returncode
             console.append(p.stdout + p.stderr)
+    shapes, keys = planted_shapes(root, reports, env, console)
+    needles = hostile_keys.needles(*needles, *keys)
     text = "\n".join(console)
     (root / "console.log").write_text(text)
     hits = secret_hits(root, needles)
@@ -132,7 +138,71 @@ def planted_secret_run(root: Path) -> SecretFigures:
     return SecretFigures(files_scanned=sum(1 for p in root.rglob("*") if p.is_file()), hits=hits,
                          key_used=srv.authorised > 0, tracebacks=count_tracebacks(text, reports),
                          jobs_failed_as_planned=proc.returncode == 0 and len(ok_jobs) >= 1 and len(failed) >= 1,
-                         channels=channels)
+                         channels=channels, shapes=shapes)
+
+
+def planted_shapes(root: Path, reports: Path, env: dict, console: list) -> tuple[dict, list[str]]:
+    """The key shapes of issue 28, each planted once: {shape: exit code}, and the keys planted.
+
+    A key in base_url's query string of a run that succeeds; servers echoing the key as base64 of the header,
+    hex, upper case, reversed and URL-safe base64 (a multirun whose base URLs carry a query key too); a hex and
+    an upper-case key typed into ``embedder.api_key_env`` (a multirun); a ``+embedder.api_key=`` override in a
+    multirun, and in one that stops before its first job; a 401 whose key starts past character 280;
+    ``regress --write-baseline`` with a query key; an LLM reply quoting the request's Authorization header
+    (stored in the answer cache and an answers.csv)."""
+    from bench import llm
+    from bench.tools.harden.hostile_keys import TRANSFORMS, ReplyServer, error, http, new_key, quoted, vectors
+
+    k = {name: new_key(f"{name[:2]}-PLANTED-") for name in ("query", "echo", "echoq", "override", "early", "long", "regress", "llm")}
+    k["hex"] = "d" + secrets.token_hex(20)
+    k["upper"] = "KPLANTED" + secrets.token_hex(12).upper().replace("A", "Q").replace("B", "R")
+    env = {**env, "RB_PLANTED_ECHO_KEY": k["echo"], "RB_PLANTED_LONG_KEY": k["long"], "RB_PLANTED_LLM_KEY": k["llm"]}
+    common = ["dataset=own", f"dataset.path={DEMO}", "progress=false", "backend=exact", "strategy=[limit]"]
+    shapes = {}
+
+    def cli(name, args, multi=False):
+        p = run_cli([*(["-m"] if multi else []), f"paths.reports={reports}", *args, *common], env=env)
+        shapes[name] = p.returncode
+        console.append(p.stdout + p.stderr)
+
+    def echo(req):
+        mode = req["path"].strip("/").split("/")[0]
+        got = (req["auth"] or "").removeprefix("Bearer ")
+        if mode == "long":
+            return error(401, "x" * 250 + " the key you sent: " + got + " is not valid here")
+        if mode == "query":
+            return vectors(req) if any(f"api_key={k[n]}" in req["path"] for n in ("query", "regress")) else error(401, "no key")
+        return error(401, f"Incorrect API key provided: {TRANSFORMS[mode](got)}")
+
+    with ReplyServer(echo) as srv:
+        cli("query-string key (?api_key=), run succeeds", http(f"{srv.url}/query/v1?api_key={k['query']}", model="planted-q"))
+        urls = ",".join(f"{srv.url}/{m}/v1?api_key={k['echoq']}" for m in TRANSFORMS)
+        cli("echoes: base64/hex/upper/reversed/urlsafe (multirun, query key too)", http(urls, key_env="RB_PLANTED_ECHO_KEY"), multi=True)
+        cli("hex and upper-case keys typed into embedder.api_key_env (multirun)", http(f"{srv.url}/query/v1", key_env=f"{k['hex']},{k['upper']}"),
+            multi=True)
+        cli("+embedder.api_key override (multirun)", [*http(f"{srv.url}/query/v1", model="a,b"), f"+embedder.api_key={k['override']}"], multi=True)
+        cli("+embedder.api_key override (multirun stopped before its first job)",
+            ["embedder=hashing", f"+embedder.api_key={k['early']}", "strategy=limit,no_such_strategy"], multi=True)
+        cli("401 with the key past character 280", http(f"{srv.url}/long/v1", key_env="RB_PLANTED_LONG_KEY"))
+        p = subprocess.run([sys.executable, "-m", "bench.tools.regress", "--write-baseline", "--demo", "--baseline-root",
+                            str(root / "baseline"), "--out", str(root / "regress"), *http(f"{srv.url}/query/v1?api_key={k['regress']}"),
+                            "backend=exact", "strategy=[limit]", "regress.latency_repeats=1", "regress.latency_queries=20",
+                            "regress.latency_warmup=0", f"paths.reports={root / 'regress-reports'}", f"+rb_planted.api_key={k['override']}"],
+                           cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
+        shapes["regress --write-baseline (query key, +override)"] = p.returncode
+        console.append(p.stdout + p.stderr)
+
+    def quote_header(req):
+        content = f"You sent Authorization: {req['auth']} ({base64.b64encode(req['auth'].encode()).decode()})"
+        return 200, {}, json.dumps({"choices": [{"message": {"content": content}}], "usage": {"prompt_tokens": 3, "completion_tokens": 9}}).encode()
+
+    with ReplyServer(quote_header) as srv, hostile_keys.environ(RB_PLANTED_LLM_KEY=k["llm"]):
+        cfg = llm.LLMConfig(name="planted", base_url=f"{srv.url}/v1", model="m", api_key_env="RB_PLANTED_LLM_KEY")
+        reply, _ = llm.cached_call(llm.ChatClient(cfg, sleep=lambda s: None), llm.Cache(root / "answer-cache"), "v1",
+                                   [{"role": "user", "content": "Q?"}], 20, cfg)
+        (root / "answers.csv").write_text(f"question_id,answer\nq1,{json.dumps(reply.text)}\n")
+        shapes["LLM reply quoting the Authorization header"] = 0 if srv.requests and srv.requests[0]["auth"] else 1
+    return shapes, list(k.values())
 
 
 # ----------------------------------------------------------------------------- fault scenarios
