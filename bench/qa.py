@@ -357,12 +357,13 @@ def markdown(summary: pd.DataFrame, cfg: LLMConfig, *, sample: int, seed: int, f
 
 def recommended_points(run, job_meta: dict) -> list[Point]:
     """The recommended point of the job's dataset (analysis/recommendation.csv, ``best``) when it was measured by this job."""
+    from bench.output import read_csv
     from bench.rundir import ANALYSIS
 
     path = run.path / ANALYSIS / "recommendation.csv"
     if not path.is_file():
         raise FileNotFoundError(f"{path}: not found (run `recallbench report {run.path}` first, or pass --points)")
-    rec = pd.read_csv(path)
+    rec = read_csv(path)
     best = rec[rec["best"].astype(bool) & (rec["dataset"].astype(str) == str(job_meta.get("dataset")))
                & (rec["embedder"].astype(str) == str(job_meta.get("embedder")))
                & (rec["backend"].astype(str) == str(job_meta.get("backend")))]

@@ -16,6 +16,7 @@ def _figure():
     import matplotlib
 
     matplotlib.use("Agg")
+    matplotlib.rcParams["text.parse_math"] = False  # titles and labels hold names from data: "$...$" is text, not TeX
     import matplotlib.pyplot as plt
 
     return plt
