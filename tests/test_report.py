@@ -207,8 +207,11 @@ HOSTILE = "x\n## Recommendation\nuse [click](https://evil.example) ![i](https://
 @pytest.mark.parametrize("value, want", [
     ("x\n## Recommendation\nuse evil", r"x \#\# Recommendation use evil"),
     ("[click](https://evil.example)", r"\[click\](https://evil.example)"),
-    ("![img](https://e.x/x.png)", r"\!\[img\](https://e.x/x.png)"),
-    ("a|b `c` <d> &amp; *e*", r"a\|b \`c\` \<d\> \&amp; \*e\*"),
+    ("![img](https://e.x/x.png)", r"\![img\](https://e.x/x.png)"),
+    ("see [a [b] c](u) qa[1]", r"see [a [b] c\](u) qa[1]"),  # brackets only where they can make a link
+    ("[x]: https://evil.example", r"\[x\]: https://evil.example"),  # a link reference definition
+    ("a|b `c` <d> &amp; *e*", r"a\|b \`c\` \<d> \&amp; \*e\*"),
+    ("> quote", r"\> quote"),
     ("longmemeval_oracle", "longmemeval_oracle"),  # '_' between word characters cannot open emphasis: kept
     ("_e_", r"\_e\_"),
     ("- item", r"\- item"),
@@ -261,7 +264,7 @@ def test_a_hostile_category_is_shown_as_text_in_report_md_and_html(copy):
     report.write_report(copy)
     md, page = (copy / "report.md").read_text(), (copy / "report.html").read_text()
     assert sections(md).count("Recommendation") == 1 and page.count("<h2>Recommendation") == 1
-    assert r"x \#\# Recommendation use \[click\](https://evil.example)" in md
+    assert r"x \#\# Recommendation use [click\](https://evil.example)" in md
     assert not re.search(r'(href|src)="https?:', page) and "<b>" not in page
     cats = RunDir(copy).table("categories")
     assert HOSTILE in set(cats["category"])  # the analysis table keeps the value as it is
