@@ -9,7 +9,7 @@ from pathlib import Path
 import pandas as pd
 
 from bench.metrics import scored
-from bench.report.escape import confined, md_text, slug
+from bench.report.escape import confined, md_text, one_line, slug
 from bench.report.plots import _figure, _save
 from bench.rundir import RunDir
 
@@ -37,7 +37,7 @@ def coverage_vs_tokens(summary: pd.DataFrame, title: str, path: Path) -> Path:
     ax.set_ylim(0, 1.02)
     ax.grid(alpha=0.3, which="both")
     ax.legend(fontsize=6, ncol=2)
-    ax.set_title(title, fontsize=10)
+    ax.set_title(one_line(title), fontsize=10)
     try:
         return _save(fig, path)
     finally:

@@ -21,6 +21,7 @@ IMAGE = "![img](https://evil.example/x.png)"
 FORMULA = '=HYPERLINK("https://evil.example","x")'
 DIR_NAME = "ds\n## Recommendation\n[e](evil.example) =1+1"
 TAG = "../../../../evil"
+TEX = r"ds $\oops{x}$ y"  # matplotlib reads $...$ in a title as TeX: an unknown command fails the figure
 FORMULA_START = ("=", "+", "-", "@", "\t", "\r")
 
 _TURNS = TURNS + [{"conversation_id": "c2", "turn_id": "u1", "role": "user", "text": "My sister lives in Lisbon."},
@@ -33,8 +34,8 @@ def _questions(category: str) -> list[dict]:
 
 
 def _quoted(path: Path) -> str:
-    """A Hydra override value for a path that may hold a newline (single-quoted)."""
-    return "'" + str(path).replace("\\", "\\\\").replace("'", "\\'") + "'"
+    """A Hydra override value for a path that may hold a newline (single-quoted; a backslash is literal there)."""
+    return "'" + str(path).replace("'", "\\'") + "'"
 
 
 def _run(d: Path, *, category: str = "cat", dir_name: str = "data", extra: tuple[str, ...] = ()) -> tuple[int, str, Path | None]:
@@ -116,5 +117,6 @@ CHECKS = [
     Check(3, "category holding a remote markdown image (report must not fail)", _report_check(category=IMAGE)),
     Check(3, "dataset directory name with newlines, a heading and a link", _report_check(dir_name=DIR_NAME)),
     Check(3, "category and dataset name starting with '=' (CSV formula injection)", _formula),
+    Check(3, "dataset directory name holding '$\\oops{x}$' (TeX in figure titles)", _report_check(dir_name=TEX)),
     Check(3, "TREC run tag '../../../../evil' (sweep run_file=): files outside the run dir", _run_tag),
 ]
