@@ -15,8 +15,9 @@ from pathlib import Path
 
 # Markdown punctuation that can start or end inline structure (links, images, emphasis, code, autolinks, HTML,
 # entities, table cells). Brackets only where they can make a link or an image: "]" before "(", "[" or ":" (inline,
-# reference and definition), "!" before "[" and "[" at the start (a definition); "qa[1]" stays readable. '_' is escaped only where it can open or close emphasis (not between two word characters).
-_INLINE = re.compile(r"([\\`*<|&~#$]|^>|!(?=\[)|\](?=[(\[:])|^\[)")  # '[' and ']' only where they can make a link
+# reference and definition), "!" before "[" and "[" at the start (a definition): "qa[1]" stays readable; ">" at the
+# start (a quote). '_' only where it can open or close emphasis (not between two word characters).
+_INLINE = re.compile(r"([\\`*<|&~#$]|^>|!(?=\[)|\](?=[(\[:])|^\[)")
 _UNDERSCORE = re.compile(r"(?<!\w)_|_(?!\w)")
 _LIST_START = re.compile(r"^(\d{0,9})([-+*.)])(?=\s|$)")  # a list item or a thematic break at a line start
 _SETEXT = re.compile(r"^([=-])(?=[=\s-]*$)")  # a setext heading underline
