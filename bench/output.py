@@ -394,3 +394,60 @@ def install_scrubbing(argv) -> None:
     if not isinstance(sys.stderr, ScrubbedStream):
         sys.stderr = ScrubbedStream(sys.stderr)
     logging.raiseExceptions = False  # a full disk must not print logging's own tracebacks
+
+
+# --- CSV tables: cells a spreadsheet would run as a formula ---------------------------------------------------------
+# A text cell starting with '=', '+', '-', '@', a tab or a carriage return is a formula to Excel, LibreOffice and
+# Google Sheets (CSV injection). ``write_csv`` prefixes such a cell with "'" (OWASP's rule: spreadsheets then show it
+# as text); a text cell that already starts with "'" gets one more, so ``read_csv`` gets every value back by removing
+# one leading "'". Only text cells: numbers (negative ones too) are written as numbers, and a text cell that is a
+# plain number ("-0.5") is left alone. Parquet files are data, not spreadsheets: written raw.
+FORMULA_START = ("=", "+", "-", "@", "\t", "\r")
+CSV_QUOTE = "'"
+_PLAIN_NUMBER = re.compile(r"[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?")
+
+
+def csv_cell(value):
+    """One cell as ``write_csv`` writes it (see FORMULA_START)."""
+    if isinstance(value, str) and value.startswith((*FORMULA_START, CSV_QUOTE)) and not _PLAIN_NUMBER.fullmatch(value):
+        return CSV_QUOTE + value
+    return value
+
+
+def _text_column(col) -> bool:
+    import pandas as pd
+
+    return pd.api.types.is_object_dtype(col) or pd.api.types.is_string_dtype(col) or isinstance(col.dtype, pd.CategoricalDtype)
+
+
+def csv_safe(df):
+    """A copy of ``df`` whose text cells (object, string and categorical columns) are neutralised with ``csv_cell``."""
+    out = df.copy()
+    for c in out.columns:
+        if _text_column(out[c]):
+            out[c] = out[c].map(csv_cell, na_action="ignore")
+    return out
+
+
+def _unquote(value):
+    return value[1:] if isinstance(value, str) and value.startswith(CSV_QUOTE) else value
+
+
+def csv_restore(df):
+    """``df`` read from a ``write_csv`` file with its text cells as they were (one leading "'" removed)."""
+    for c in df.columns:
+        if _text_column(df[c]):
+            df[c] = df[c].map(_unquote, na_action="ignore")
+    return df
+
+
+def write_csv(path: Path, df, **kwargs) -> Path:
+    """``df`` as CSV at ``path`` (atomically, no index), formula-leading text cells neutralised (``csv_cell``)."""
+    return write_atomic(path, lambda p: csv_safe(df).to_csv(p, index=False, **kwargs))
+
+
+def read_csv(path: Path, **kwargs):
+    """A ``write_csv`` table back as it was written (``pandas.read_csv`` options in ``kwargs``)."""
+    import pandas as pd
+
+    return csv_restore(pd.read_csv(path, **kwargs))

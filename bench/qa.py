@@ -44,6 +44,7 @@ import pandas as pd
 
 from bench.answers import normalise
 from bench.llm import Cache, ChatClient, LLMConfig, cached_call, message_tokens
+from bench.report.escape import md_text
 from bench.types import Question
 
 log = logging.getLogger(__name__)
@@ -332,7 +333,7 @@ def markdown(summary: pd.DataFrame, cfg: LLMConfig, *, sample: int, seed: int, f
              "", "| dataset | point | n | J [95 % CI] | J answerable | token F1 [95 % CI] | injected tokens | $ / 1k questions (reader) | $ / 1k (reader + judge) |",
              "|---|---|---|---|---|---|---|---|---|"]
     for _, r in summary.iterrows():
-        lines.append(f"| {r['dataset']} | {r['point']} | {r['n_questions']} | {_ci(r['accuracy_j'], r['accuracy_j_lo'], r['accuracy_j_hi'])} | "
+        lines.append(f"| {md_text(r['dataset'])} | {md_text(r['point'])} | {r['n_questions']} | {_ci(r['accuracy_j'], r['accuracy_j_lo'], r['accuracy_j_hi'])} | "
                      f"{r['accuracy_j_answerable']:.3f} | {_ci(r['token_f1'], r['token_f1_lo'], r['token_f1_hi'])} | "
                      f"{r['injected_tokens']:.0f} | {r['usd_per_1k_questions']:.4f} | {r['eval_usd_per_1k_questions']:.4f} |")
     lines.append("")
@@ -346,7 +347,7 @@ def markdown(summary: pd.DataFrame, cfg: LLMConfig, *, sample: int, seed: int, f
             verdict = ("not significant at 0.05: this sample does not tell them apart" if not p < 0.05 else
                        ("full context answers worse" if diff > 0 else "full context answers better"))
             saved = 1 - r["injected_tokens"] / f["injected_tokens"] if f["injected_tokens"] else NAN
-            lines.append(f"- {ds}: {r['point']} vs full context on the same questions: J {r['accuracy_j']:.3f} vs "
+            lines.append(f"- {md_text(ds)}: {md_text(r['point'])} vs full context on the same questions: J {r['accuracy_j']:.3f} vs "
                          f"{f['accuracy_j']:.3f}, difference {_ci(diff, r['j_minus_full_lo'], r['j_minus_full_hi'])}, paired "
                          f"sign-flip p {p:.3g} ({verdict}); {saved:.0%} fewer injected tokens; "
                          f"${r['usd_per_1k_questions']:.4f} vs ${f['usd_per_1k_questions']:.4f} per 1,000 answers.")
@@ -357,12 +358,13 @@ def markdown(summary: pd.DataFrame, cfg: LLMConfig, *, sample: int, seed: int, f
 
 def recommended_points(run, job_meta: dict) -> list[Point]:
     """The recommended point of the job's dataset (analysis/recommendation.csv, ``best``) when it was measured by this job."""
+    from bench.output import read_csv
     from bench.rundir import ANALYSIS
 
     path = run.path / ANALYSIS / "recommendation.csv"
     if not path.is_file():
         raise FileNotFoundError(f"{path}: not found (run `recallbench report {run.path}` first, or pass --points)")
-    rec = pd.read_csv(path)
+    rec = read_csv(path)
     best = rec[rec["best"].astype(bool) & (rec["dataset"].astype(str) == str(job_meta.get("dataset")))
                & (rec["embedder"].astype(str) == str(job_meta.get("embedder")))
                & (rec["backend"].astype(str) == str(job_meta.get("backend")))]

@@ -205,6 +205,8 @@ def report_table(df: pd.DataFrame) -> list[str]:
     if df is None or not len(df):
         return []
     ks = sorted(int(k) for k in df["k"].dropna().unique())
+    from bench.report.escape import md_text  # names come from data
+
     head = ["dataset", "embedder", "store", "roles", "level", "metric", *[f"@{k}" for k in ks], "whole list"]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
 
@@ -216,7 +218,7 @@ def report_table(df: pd.DataFrame) -> list[str]:
 
     for key, g in df.groupby([*KEYS, "level"], sort=False):
         if key[-1] == "session" and not (g["n_questions"] > 0).any():
-            lines.append("| " + " | ".join([*map(str, key), NO_SESSIONS, *[""] * len(ks), ""]) + " |")
+            lines.append("| " + " | ".join([*map(md_text, key), NO_SESSIONS, *[""] * len(ks), ""]) + " |")
             continue
         for m in METRICS:
             sub = g[g["metric"] == m]
@@ -224,5 +226,5 @@ def report_table(df: pd.DataFrame) -> list[str]:
                 continue
             by_k = {(None if pd.isna(k) else int(k)): r for k, r in zip(sub["k"], sub.to_dict("records"))}
             cells = [cell(by_k.get(k)) if m != "mrr" else "" for k in ks] + [cell(by_k.get(None)) if m == "mrr" else ""]
-            lines.append("| " + " | ".join([*map(str, key), m, *cells]) + " |")
+            lines.append("| " + " | ".join([*map(md_text, key), m, *cells]) + " |")
     return lines

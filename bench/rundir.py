@@ -12,6 +12,9 @@ A **job** directory (a single run, or ``job<N>/`` of a multirun) holds what one 
     trace[_<roles>]/     the trace of each role filter (``bench.trace.Trace``)
     config_resolved.yaml the command's resolved config, secrets redacted: report-time settings (recommend, regress)
     failed.json          instead of the results when the job failed; faults.json: faults it survived
+
+Every CSV is written by ``bench.output.write_csv`` (text cells a spreadsheet would run as a formula get a leading
+"'") and read back by the readers below (``bench.output.read_csv``: the values as they were); parquet is raw.
     cli.log              the console log
 
 A **multirun** directory holds ``job<N>/`` directories and, once ``collect_jobs`` merged the finished
@@ -33,7 +36,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from bench.output import redact, write_atomic
+from bench.output import read_csv, redact, write_atomic, write_csv
 from bench.types import Corpus
 
 log = logging.getLogger(__name__)
@@ -123,7 +126,7 @@ class RunDir:
     # --- readers -----------------------------------------------------------------------------------
 
     def summary(self) -> pd.DataFrame:
-        return pd.read_csv(self.file(SUMMARY))
+        return read_csv(self.file(SUMMARY))
 
     def questions(self) -> pd.DataFrame:
         return pd.read_parquet(self.file(QUESTIONS))
@@ -152,10 +155,10 @@ class RunDir:
 
     def ranked(self) -> pd.DataFrame | None:
         """ranked.csv (bench.ranked.TABLE_COLUMNS), None when the run has none (written before it existed)."""
-        return pd.read_csv(self.file(RANKED), dtype={"k": "Int64"}, keep_default_na=False, na_values=[""]) if self.has(RANKED) else None
+        return read_csv(self.file(RANKED), dtype={"k": "Int64"}, keep_default_na=False, na_values=[""]) if self.has(RANKED) else None
 
     def latency(self) -> pd.DataFrame | None:
-        return pd.read_csv(self.file(LATENCY)) if self.has(LATENCY) else None
+        return read_csv(self.file(LATENCY)) if self.has(LATENCY) else None
 
     def settings_file(self) -> Path | None:
         """The config_resolved.yaml that holds the run's report-time settings (a multirun: its first finished job's)."""
@@ -254,7 +257,7 @@ class RunDir:
 
     def table(self, name: str) -> pd.DataFrame:
         """An analysis table (``analysis/<name>.csv``) written with the report."""
-        return pd.read_csv(self.path / ANALYSIS / f"{name}.csv")
+        return read_csv(self.path / ANALYSIS / f"{name}.csv")
 
     def misses(self) -> pd.DataFrame:
         return pd.read_parquet(self.path / ANALYSIS / MISSES)
@@ -267,7 +270,7 @@ class RunDir:
     def write_results(self, rows: pd.DataFrame, summary: pd.DataFrame) -> None:
         """questions.parquet, then summary.csv (whose presence marks finished results)."""
         write_atomic(self.file(QUESTIONS), lambda p: rows.to_parquet(p, index=False))
-        write_atomic(self.file(SUMMARY), lambda p: summary.to_csv(p, index=False))
+        write_csv(self.file(SUMMARY), summary)
 
     def write_card(self, text: str) -> Path:
         return write_atomic(self.file(CARD), lambda p: p.write_text(text))
@@ -293,13 +296,13 @@ class RunDir:
         return _json(self.file(FAULTS), self.faults() + [line])
 
     def write_ranked(self, table: pd.DataFrame) -> Path:
-        return write_atomic(self.file(RANKED), lambda p: table.to_csv(p, index=False))
+        return write_csv(self.file(RANKED), table)
 
     def write_latency(self, latency: pd.DataFrame) -> Path:
-        return write_atomic(self.file(LATENCY), lambda p: latency.to_csv(p, index=False))
+        return write_csv(self.file(LATENCY), latency)
 
     def write_table(self, name: str, df: pd.DataFrame) -> Path:
-        return write_atomic(self.path / ANALYSIS / f"{name}.csv", lambda p: df.to_csv(p, index=False))
+        return write_csv(self.path / ANALYSIS / f"{name}.csv", df)
 
     def write_misses(self, misses: pd.DataFrame) -> Path:
         return write_atomic(self.path / ANALYSIS / MISSES, lambda p: misses.to_parquet(p, index=False))

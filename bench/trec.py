@@ -16,7 +16,9 @@ by score descending, ties by rank, then by line (trec_eval orders by score too);
 not see under the replay's rule (``bench.visibility``: another conversation, said after the question,
 another role under a role filter) is dropped and counted; a question without a line has no hits. Any
 line that does not parse, a qid that is not a question of the corpus, a docid that is not one of its
-memories, a repeated (qid, docid) or a second tag stops with one line naming file, line and field.
+memories, a repeated (qid, docid), a second tag or a tag with a control character stops with one line naming file,
+line and field. The tag is data: the store is named ``run:<tag>`` as it is (``../x`` included); the report escapes
+it where it renders it and derives file names from it only through ``bench.report.escape.slug``.
 ``trace_from_run`` turns it into a ``bench.trace.Trace``: latency is not measured (NaN), the exact
 cosines and gold exact ranks come from the embedder's cached vectors as for a store.
 """
@@ -152,6 +154,8 @@ def read_run(path: Path, corpus: Corpus) -> tuple[dict[str, list[tuple[str, floa
             raise ValueError(f"{where}: field score {score!r} is not a number") from None
         if math.isnan(s):
             raise ValueError(f"{where}: field score is NaN")
+        if not t.isprintable():
+            raise ValueError(f"{where}: field tag {t!r} holds a control character (a run tag names the run: printable text)")
         if tag is None:
             tag = t
         elif t != tag:

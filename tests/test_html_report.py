@@ -48,11 +48,26 @@ def test_render_inlines_images_and_escapes_html(tmp_path):
     assert "http://" not in page and "https://" not in page
 
 
-def test_render_refuses_missing_or_remote_images(tmp_path):
+def test_render_refuses_missing_images_and_shows_remote_ones_as_their_address(tmp_path):
     with pytest.raises(ValueError, match="image 'nope.png' not found"):
         html_report.render("![x](nope.png)", tmp_path)
-    with pytest.raises(ValueError, match="remote"):
-        html_report.render("![x](https://example.com/x.png)", tmp_path)
+    page = html_report.render("![x](https://example.com/x.png)", tmp_path)  # the report still renders, fetching nothing
+    assert "<img" not in page and "[image not loaded: https://example.com/x.png]" in page
+
+
+def test_links_to_other_sites_are_text_local_links_stay(tmp_path):
+    md = "[click](https://evil.example/a) [ans](answers.md) <http://evil.example/b> [rel](//evil.example/c) [top](#t)"
+    page = html_report.render(md, tmp_path)
+    hrefs = re.findall(r'href="([^"]*)"', page)
+    assert hrefs == ["answers.md", "#t"]
+    assert "click &lt;https://evil.example/a&gt;" in page and "rel &lt;//evil.example/c&gt;" in page
+
+
+def test_page_carries_a_policy_that_fetches_and_runs_nothing(tmp_path):
+    page = html_report.render("# t", tmp_path)
+    csp = re.search(r'<meta http-equiv="Content-Security-Policy" content="([^"]*)">', page).group(1)
+    assert csp == "default-src 'none'; img-src data:; style-src 'unsafe-inline'; base-uri 'none'; form-action 'none'"
+    assert page.index("Content-Security-Policy") < page.index("<body>")
 
 
 def test_write_html_beside_report_md(tmp_path):
@@ -78,7 +93,8 @@ def test_demo_report_html_is_self_contained(run):
 
 @pytest.mark.skipif(CHROMIUM is None, reason="headless Chromium not installed (Debian: apt-get install -y chromium)")
 def test_chromium_renders_every_image(run, tmp_path):
-    page = (run / "report.html").read_text().replace("</body>", CHECK + "</body>")
+    page = (run / "report.html").read_text()
+    page = re.sub(r'<meta http-equiv="Content-Security-Policy"[^>]*>', "", page).replace("</body>", CHECK + "</body>")  # the probe is a script
     probe = tmp_path / "probe.html"
     probe.write_text(page)
     proc = subprocess.run([CHROMIUM, *FLAGS, f"--user-data-dir={tmp_path / 'profile'}", "--dump-dom", probe.as_uri()],
@@ -93,3 +109,14 @@ def test_chromium_renders_every_image(run, tmp_path):
     best = pd.read_csv(run / "analysis" / "recommendation.csv").query("best").iloc[0]
     assert f"similarity ≥ {best['threshold']:.2f}" in got["box"]
     assert f"[{best['f1_lo']:.3f}, {best['f1_hi']:.3f}]" in got["box"] and "LOCO gap" in got["box"]
+
+
+@pytest.mark.skipif(CHROMIUM is None, reason="headless Chromium not installed (Debian: apt-get install -y chromium)")
+def test_chromium_runs_no_script_the_page_carries(tmp_path):
+    page = html_report.render("# t\n\nbody", tmp_path).replace("</body>", CHECK + "</body>")  # CSP kept: the probe must not run
+    probe = tmp_path / "probe.html"
+    probe.write_text(page)
+    proc = subprocess.run([CHROMIUM, *FLAGS, f"--user-data-dir={tmp_path / 'profile'}", "--dump-dom", probe.as_uri()],
+                          capture_output=True, text=True, timeout=180)
+    assert "<h1>t</h1>" in proc.stdout, proc.stderr[-2000:]
+    assert 'id="imgcheck"' not in proc.stdout  # the inline script was blocked

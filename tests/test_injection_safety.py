@@ -140,3 +140,40 @@ def test_sqlite_vec_file_stays_inside_its_directory(tmp_path):
     b = sqlite_vec.SqliteVecBackend(path=str(tmp_path / "s"), collection="../../../tmp/evil")
     assert b.file.parent == tmp_path / "s"
     assert Path(b.file).resolve().is_relative_to((tmp_path / "s").resolve())
+
+
+# --- CSV tables (bench.output.write_csv): cells a spreadsheet would run as a formula ---------------------------------
+def test_csv_text_cells_starting_a_formula_are_neutralised_numbers_are_not(tmp_path):
+    import csv
+
+    import pandas as pd
+
+    from bench.output import csv_cell, read_csv, write_csv
+
+    df = pd.DataFrame({"category": ['=HYPERLINK("https://evil.example","x")', "+1+1", "-2+3", "@SUM(A1)", "\tx", "'quoted",
+                                    "-0.5", "plain"],
+                       "f1": [-0.25, 0.5, -1.0, 0.0, 1.0, 2.0, 3.0, 4.0]})
+    path = write_csv(tmp_path / "t.csv", df)
+    with path.open(newline="") as f:
+        rows = list(csv.reader(f))[1:]
+    assert [r[0] for r in rows] == ["'=HYPERLINK(\"https://evil.example\",\"x\")", "'+1+1", "'-2+3", "'@SUM(A1)", "'\tx",
+                                    "''quoted", "-0.5", "plain"]
+    assert [r[1] for r in rows] == ["-0.25", "0.5", "-1.0", "0.0", "1.0", "2.0", "3.0", "4.0"]  # numbers stay numbers
+    assert csv_cell("\rx") == "'\rx" and csv_cell(-1.5) == -1.5 and csv_cell("1e-3") == "1e-3"
+    back = read_csv(path)
+    assert back["category"].tolist() == df["category"].tolist() and back["f1"].tolist() == df["f1"].tolist()
+
+
+def test_run_dir_tables_are_neutralised_on_disk_and_read_back_as_they_were(tmp_path):
+    import pandas as pd
+
+    from bench.rundir import RunDir
+
+    run = RunDir(tmp_path)
+    df = pd.DataFrame({"dataset": ["=1+1"], "category": ["@x"], "f1": [-0.5]})
+    run.write_table("categories", df)
+    run.write_results(df, df)
+    assert (tmp_path / "analysis" / "categories.csv").read_text().splitlines()[1] == "'=1+1,'@x,-0.5"
+    assert (tmp_path / "summary.csv").read_text().splitlines()[1] == "'=1+1,'@x,-0.5"
+    assert run.table("categories").to_dict("list") == run.summary().to_dict("list") == {"dataset": ["=1+1"], "category": ["@x"], "f1": [-0.5]}
+    assert pd.read_parquet(tmp_path / "questions.parquet")["dataset"].tolist() == ["=1+1"]  # parquet is data: raw

@@ -198,3 +198,73 @@ def test_one_colour_per_strategy_in_every_figure(run):
     pngs = sorted(p.name for p in run.rglob("*.png"))
     for stem in ("pareto_0", "tokens_vs_threshold_0", "recall_vs_tokens_0", "quality_vs_threshold_0", "ci_0", "calibration_0", "loco_0"):
         assert any(p.startswith(stem) for p in pngs), stem
+
+
+# --- text from data (bench.report.escape) ---------------------------------------------------------------------------
+HOSTILE = "x\n## Recommendation\nuse [click](https://evil.example) ![i](https://evil.example/x.png) | `c` <b>"
+
+
+@pytest.mark.parametrize("value, want", [
+    ("x\n## Recommendation\nuse evil", r"x \#\# Recommendation use evil"),
+    ("[click](https://evil.example)", r"\[click\](https://evil.example)"),
+    ("![img](https://e.x/x.png)", r"\![img\](https://e.x/x.png)"),
+    ("see [a [b] c](u) qa[1]", r"see [a [b] c\](u) qa[1]"),  # brackets only where they can make a link
+    ("[x]: https://evil.example", r"\[x\]: https://evil.example"),  # a link reference definition
+    ("a|b `c` <d> &amp; *e*", r"a\|b \`c\` \<d> \&amp; \*e\*"),
+    ("> quote", r"\> quote"),
+    ("longmemeval_oracle", "longmemeval_oracle"),  # '_' between word characters cannot open emphasis: kept
+    ("_e_", r"\_e\_"),
+    ("- item", r"\- item"),
+    ("1. item", r"1\. item"),
+    ("-0.5", "-0.5"),
+    ("===", r"\==="),
+    ("a\u202eb\r\nc\x00d", "ab c d"),  # bidi override dropped, control characters are spaces
+])
+def test_md_text_hand_worked(value, want):
+    from bench.report.escape import md_text
+
+    assert md_text(value) == want
+
+
+def test_md_text_renders_as_exactly_its_characters_on_one_line():
+    from markdown_it import MarkdownIt
+
+    from bench.report.escape import md_code, md_text
+
+    md = MarkdownIt("commonmark", {"html": False}).enable("table")
+    for text in (f"| {md_text(HOSTILE)} | {md_code(HOSTILE)} |\n|---|---|\n", f"**{md_text(HOSTILE)}**: {md_code('run:../x')}\n"):
+        tokens = md.parse(text)
+        kinds = {t.type for t in tokens} | {c.type for t in tokens for c in t.children or ()}
+        assert not kinds & {"heading_open", "link_open", "image", "html_inline", "html_block"}, kinds
+    inline = md.parseInline(md_text(HOSTILE))[0].children
+    assert "".join(c.content for c in inline if c.type == "text") == " ".join(HOSTILE.split())
+    assert md_code("run:../../evil") == "`run:../../evil`" and md_code("a`b") == r"a\`b"
+
+
+@pytest.mark.parametrize("value, want", [("run:../../evil", "run_evil"), ("exact", "exact"), ("a b (ef=64)", "a_b_ef_64_"),
+                                         ("-rf", "rf"), ("..", "x"), ("/etc/passwd", "etc_passwd"), ("名前", "x")])
+def test_slug_hand_worked(value, want):
+    from bench.report.escape import slug
+
+    assert slug(value) == want
+
+
+def test_confined_refuses_a_path_outside_the_directory(tmp_path):
+    from bench.report.escape import confined
+
+    assert confined(tmp_path, "a.png") == tmp_path / "a.png"
+    with pytest.raises(ValueError, match="leaves the run directory"):
+        confined(tmp_path, "x_run:../../../evil.png")
+
+
+def test_a_hostile_category_is_shown_as_text_in_report_md_and_html(copy):
+    rows = pd.read_parquet(copy / "questions.parquet")
+    rows["category"] = HOSTILE
+    rows.to_parquet(copy / "questions.parquet", index=False)
+    report.write_report(copy)
+    md, page = (copy / "report.md").read_text(), (copy / "report.html").read_text()
+    assert sections(md).count("Recommendation") == 1 and page.count("<h2>Recommendation") == 1
+    assert r"x \#\# Recommendation use [click\](https://evil.example)" in md
+    assert not re.search(r'(href|src)="https?:', page) and "<b>" not in page
+    cats = RunDir(copy).table("categories")
+    assert HOSTILE in set(cats["category"])  # the analysis table keeps the value as it is

@@ -119,6 +119,12 @@ def test_an_id_with_whitespace_cannot_be_exported(tmp_path):
         trec.export_trace(t, tmp_path, CORPUS)
 
 
+def test_a_tag_with_a_path_is_kept_as_it_is(tmp_path):
+    p = tmp_path / "r.trec"
+    p.write_text("q1 Q0 c1|t0 1 0.9 ../../evil\n")
+    assert trec.read_run(p, CORPUS)[1] == "../../evil"  # the report slugs file names made from it (hostile_forge.py)
+
+
 def test_read_run_orders_by_score_then_rank(tmp_path):
     p = tmp_path / "r.trec"
     p.write_text("q2 Q0 c2|t0 2 0.5 sys\n\nq2 Q0 c2|t1 1 0.5 sys\nq1 Q0 c1|t0 7 0.9 sys\nq1 Q0 c1|t1 1 -2 sys\n")
@@ -136,6 +142,7 @@ def test_read_run_orders_by_score_then_rank(tmp_path):
     ("q1 Q0 c1|t1 1 0.5", "line 2: expected 6 fields 'qid Q0 docid rank score tag', got 5"),
     ("q1 Q0 c1|t1 1 0.5 other", "line 2: field tag 'other' differs from 'sys'"),
     ("q1 Q0 c1|t0 2 0.4 sys", "line 2: field docid 'c1|t0' repeated for question 'q1'"),
+    ("q1 Q0 c1|t1 1 0.5 \x1b[31mred", "line 2: field tag '\\x1b[31mred' holds a control character"),
 ])
 def test_bad_run_lines_are_one_clear_line_naming_file_line_and_field(tmp_path, line, message):
     p = tmp_path / "bad.trec"

@@ -57,8 +57,10 @@ def _plural(n: int, word: str) -> str:
 def point_label(p: Mapping, like: Mapping | None = None) -> str:
     """`strategy` at t on `store` / `embedder`; the store and embedder only where they differ from ``like``'s."""
     at = "" if _nan(p.get("threshold")) else f" at {p['threshold']:.2f}"
-    where = [f"`{p[k]}`" for k in ("backend", "embedder") if like is None or p.get(k) != like.get(k)]
-    return f"`{p['strategy']}`{at}" + (f" on {' / '.join(where)}" if where else "")
+    from bench.report.escape import md_code  # names come from data: a code span they cannot leave
+
+    where = [md_code(p[k]) for k in ("backend", "embedder") if like is None or p.get(k) != like.get(k)]
+    return f"{md_code(p['strategy'])}{at}" + (f" on {' / '.join(where)}" if where else "")
 
 
 def conversations_for_significance(*, diff: float, se: float, n_conversations: int, level: float) -> float:

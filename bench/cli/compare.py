@@ -15,6 +15,7 @@ from bench.analysis.compare import METRIC_CHOICES, compare_runs
 from bench.analysis.recommend import RecommendConfig
 from bench.analysis.verdict import test_description
 from bench.cli.common import fail, parser, setup_logging
+from bench.report.escape import md_text as E
 
 
 def _thr(t) -> str:
@@ -42,8 +43,8 @@ def format_table(res: pd.DataFrame, cfg: RecommendConfig, run_a: Path, run_b: Pa
               "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for _, r in res.iterrows():
         a, b = r["a"], r["b"]
-        lines.append(f"| {a['dataset']} | {a['strategy']} | {a['embedder']} / {a['backend']} @ {_thr(a['threshold'])} | "
-                     f"{b['embedder']} / {b['backend']} @ {_thr(b['threshold'])} | {r['n_conversations']} | {r['n']} | {r['mean_a']:.4f} | "
+        lines.append(f"| {E(a['dataset'])} | {E(a['strategy'])} | {E(a['embedder'])} / {E(a['backend'])} @ {_thr(a['threshold'])} | "
+                     f"{E(b['embedder'])} / {E(b['backend'])} @ {_thr(b['threshold'])} | {r['n_conversations']} | {r['n']} | {r['mean_a']:.4f} | "
                      f"{r['mean_b']:.4f} | {_diff(r)} | {_p(r['p'])} | {_p(r['p_holm'])} | {'*' if r['significant'] else ''} | "
                      f"{r['wins']}/{r['ties']}/{r['losses']} |")
     return "\n".join(lines)

@@ -60,7 +60,15 @@ def _chars4(texts: Sequence[str]) -> int:
 
 
 def _cell(text: str) -> str:
-    return str(text).replace("|", "\\|").replace("\n", " ")
+    from bench.report.escape import md_text
+
+    return md_text(text)
+
+
+def _code(text: str) -> str:
+    from bench.report.escape import md_code
+
+    return md_code(text)
 
 
 def _unreachable(defects: Sequence[Defect]) -> str:
@@ -84,9 +92,9 @@ def dataset_card(corpus: Corpus, count: Callable[[Sequence[str]], tuple[int, str
     tokens, label = (count or count_corpus_tokens)([t.text for t in turns])
     role_text = ", ".join(f"{r} {n:,}" for r, n in sorted(roles.items()))
     lines = [
-        f"### Dataset card: {corpus.name}",
+        f"### Dataset card: {_cell(corpus.name)}",
         "",
-        f"Source: `{corpus.source}`" if corpus.source else "Source: (not recorded)",
+        f"Source: {_code(corpus.source)}" if corpus.source else "Source: (not recorded)",
         "",
         "| measure | value |",
         "|---|---|",
@@ -123,5 +131,5 @@ def dataset_card(corpus: Corpus, count: Callable[[Sequence[str]], tuple[int, str
     for kind, n, examples in summary:
         lines.append(f"- `{kind}`: {n:,}")
         for d in examples:
-            lines.append(f"  - {d.record} {d.field} {d.value} -> {d.action}")
+            lines.append(f"  - {_cell(d.record)} {_cell(d.field)} {_cell(d.value)} -> {_cell(d.action)}")
     return "\n".join(lines) + "\n"

@@ -9,6 +9,7 @@ from pathlib import Path
 import pandas as pd
 
 from bench.metrics import scored
+from bench.report.escape import confined, md_text, one_line, slug
 from bench.report.plots import _figure, _save
 from bench.rundir import RunDir
 
@@ -36,7 +37,7 @@ def coverage_vs_tokens(summary: pd.DataFrame, title: str, path: Path) -> Path:
     ax.set_ylim(0, 1.02)
     ax.grid(alpha=0.3, which="both")
     ax.legend(fontsize=6, ncol=2)
-    ax.set_title(title, fontsize=10)
+    ax.set_title(one_line(title), fontsize=10)
     try:
         return _save(fig, path)
     finally:
@@ -82,7 +83,7 @@ def section(run: RunDir, summary: pd.DataFrame, best: pd.DataFrame) -> list[str]
     for i, ((ds, emb, be), g) in enumerate(summary.groupby(["dataset", "embedder", "backend"], sort=False)):
         if not has_answers(g):
             continue
-        p = coverage_vs_tokens(g, f"{ds} / {emb} / {be}", run.path / f"answer_coverage_vs_tokens_{i}_{be}.png")
+        p = coverage_vs_tokens(g, f"{ds} / {emb} / {be}", confined(run.path, f"answer_coverage_vs_tokens_{i}_{slug(be)}.png"))
         lines += [f"![{p.stem}]({p.name})", ""]
     return lines
 
@@ -92,4 +93,4 @@ def _cell(v) -> str:
         return "–"
     if isinstance(v, float):
         return f"{v:.0f}" if abs(v) >= 100 or v == int(v) else f"{v:.3f}"
-    return str(v)
+    return md_text(v)

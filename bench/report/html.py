@@ -2,7 +2,8 @@
 
 Owns the Markdown -> HTML rendering (markdown-it-py, CommonMark + tables, raw HTML disabled), the
 inlining of every local image as a base64 ``data:`` URI and a small inline stylesheet. No scripts,
-no external fonts, styles or images. The report's content (recommendation first, Pareto frontier,
+no external fonts, styles or images, no clickable link to another site (``CSP``: a content security policy that
+fetches nothing but the page's own data URIs). The report's content (recommendation first, Pareto frontier,
 calibration, LOCO, ...) is decided by ``bench.report``; this module only renders it.
 """
 
@@ -11,6 +12,7 @@ from __future__ import annotations
 import base64
 import html
 import logging
+import re
 from pathlib import Path
 
 from bench.rundir import REPORT_HTML, REPORT_MD, RunDir
@@ -40,10 +42,16 @@ def data_uri(path: Path) -> str | None:
     return f"data:{mime};base64,{base64.b64encode(path.read_bytes()).decode('ascii')}"
 
 
+CSP = "default-src 'none'; img-src data:; style-src 'unsafe-inline'; base-uri 'none'; form-action 'none'"
+_SCHEME = re.compile(r"^([a-z][a-z0-9+.-]*:|//)", re.I)  # an absolute URL or a scheme-relative one: leaves the report
+
+
 def render(markdown: str, base_dir: Path, *, title: str = "recallbench report") -> str:
     """HTML document for ``markdown``; image paths are resolved against ``base_dir`` and inlined.
 
-    A section whose heading starts with "Recommendation" is wrapped in a highlighted box.
+    A section whose heading starts with "Recommendation" is wrapped in a highlighted box. Nothing is fetched or run:
+    raw HTML is shown as text, a content security policy allows only inline styles and ``data:`` images, a link to
+    another site is shown as its text and address (not clickable), a remote image as its address.
     Raises ValueError naming the image when a referenced local image is missing (the page would
     show a broken image otherwise).
     """
@@ -52,25 +60,49 @@ def render(markdown: str, base_dir: Path, *, title: str = "recallbench report") 
     md = MarkdownIt("commonmark", {"html": False}).enable("table")
     tokens = md.parse(markdown)
     for tok in tokens:
-        for child in tok.children or ():
-            if child.type != "image":
-                continue
-            src = str(child.attrGet("src") or "")
-            if src.startswith(("data:", "http://", "https://")):
-                if not src.startswith("data:"):
-                    raise ValueError(f"report.md: image {src!r} is remote; the HTML report must work offline")
-                continue
-            uri = data_uri(Path(base_dir) / src)
-            if uri is None:
-                raise ValueError(f"report.md: image {src!r} not found under {base_dir} (or not a known image type)")
-            child.attrSet("src", uri)
+        if tok.children:
+            tok.children = _offline(tok.children, Path(base_dir))
     body = md.renderer.render(tokens, md.options, {})
     body = _box_recommendation(body)
     return (
         "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
+        f"<meta http-equiv=\"Content-Security-Policy\" content=\"{CSP}\">"
+        "<meta name=\"referrer\" content=\"no-referrer\">"
         "<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">"
         f"<title>{html.escape(title)}</title><style>{CSS}</style></head>\n<body>\n{body}</body></html>\n"
     )
+
+
+def _offline(children: list, base_dir: Path) -> list:
+    """Inline tokens with local images inlined as data URIs, remote images and links to other sites as plain text."""
+    from markdown_it.token import Token
+
+    out, closing = [], []
+    for child in children:
+        if child.type == "image":
+            src = str(child.attrGet("src") or "")
+            if src.startswith("data:"):
+                out.append(child)
+            elif _SCHEME.match(src):
+                log.warning("report.md: image %r is remote; shown as its address (the HTML report works offline)", src)
+                out.append(Token("text", "", 0, content=f"[image not loaded: {src}]"))
+            else:
+                uri = data_uri(base_dir / src)
+                if uri is None:
+                    raise ValueError(f"report.md: image {src!r} not found under {base_dir} (or not a known image type)")
+                child.attrSet("src", uri)
+                out.append(child)
+        elif child.type == "link_open":
+            href = str(child.attrGet("href") or "")
+            closing.append(href if _SCHEME.match(href) else None)
+            if closing[-1] is None:
+                out.append(child)
+        elif child.type == "link_close":
+            href = closing.pop() if closing else None
+            out.append(child if href is None else Token("text", "", 0, content=f" <{href}>"))
+        else:
+            out.append(child)
+    return out
 
 
 def _box_recommendation(body: str) -> str:

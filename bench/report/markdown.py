@@ -22,6 +22,9 @@ from bench.analysis.recommend import CONFIG_KEYS, Recommendation, neighbours
 from bench.analysis.tables import Analysis, analyse, save
 from bench.analysis.verdict import runner_up, test_description
 from bench.report import plots
+from bench.report.escape import md_code as C
+from bench.report.escape import md_text as E
+from bench.report.escape import confined, slug
 from bench.report.strategies import strategy_sections
 from bench.rundir import ANALYSIS, META, QUESTIONS, REPORT_MD, RunDir, strategy_names
 
@@ -36,7 +39,7 @@ def _fmt(x, digits: int = 3) -> str:
         return "n/a"
     if isinstance(x, float):
         return f"{x:.{digits}f}"
-    return str(x)
+    return E(x) if isinstance(x, str) else str(x)
 
 
 def _table(df: pd.DataFrame, cols: list[str]) -> str:
@@ -61,11 +64,11 @@ def seed_claims(summary: pd.DataFrame, strategies: list[dict]) -> str:
     for (ds, emb, be), g in summary.groupby(["dataset", "embedder", "backend"], sort=False):
         lim = g[g["strategy"].isin(limits)]
         thr = g[g["strategy"].isin(thresholds) & g["threshold"].round(2).isin(SEED_THRESHOLDS)]
-        rows = [f"**{ds} / {emb} / {be}**", "", "| claim | setting | token savings vs full context | recall | precision | F1 | empty rate |", "|---|---|---|---|---|---|---|"]
+        rows = [f"**{E(ds)} / {E(emb)} / {E(be)}**", "", "| claim | setting | token savings vs full context | recall | precision | F1 | empty rate |", "|---|---|---|---|---|---|---|"]
         for _, r in lim.iterrows():
-            rows.append(f"| limit-5 saves tokens (seekdb agent-memory article) | {r['strategy']} | {_fmt(r['token_savings'])} | {_fmt(r['recall'])} | {_fmt(r['precision'])} | {_fmt(r['f1'])} | {_fmt(r['empty_rate'])} |")
+            rows.append(f"| limit-5 saves tokens (seekdb agent-memory article) | {E(r['strategy'])} | {_fmt(r['token_savings'])} | {_fmt(r['recall'])} | {_fmt(r['precision'])} | {_fmt(r['f1'])} | {_fmt(r['empty_rate'])} |")
         for _, r in thr.sort_values("threshold", ascending=False).iterrows():
-            rows.append(f"| threshold {r['threshold']:.2f} (seed articles) | {r['strategy']} >= {r['threshold']:.2f} | {_fmt(r['token_savings'])} | {_fmt(r['recall'])} | {_fmt(r['precision'])} | {_fmt(r['f1'])} | {_fmt(r['empty_rate'])} |")
+            rows.append(f"| threshold {r['threshold']:.2f} (seed articles) | {E(r['strategy'])} >= {r['threshold']:.2f} | {_fmt(r['token_savings'])} | {_fmt(r['recall'])} | {_fmt(r['precision'])} | {_fmt(r['f1'])} | {_fmt(r['empty_rate'])} |")
         out.append("\n".join(rows))
     return "\n\n".join(out)
 
@@ -145,7 +148,7 @@ def next_knob_section(run: RunDir, a: Analysis, strategies: list[dict]) -> list[
                 causes = {c[: -len(" miss")]: int(m.iloc[0][c]) for c in m.columns if c.endswith(" miss")}
         body = next_knob(causes=causes, point=b.to_dict(), summary=a.summary, full_context=strategy_names(strategies, "full_context"),
                          usable_recall=a.cfg.usable_recall, embedders=embedders)
-        lines += [f"**{b['dataset']}** (at the recommendation):", "", *(body or ["- Nothing to suggest: no misses were attributed."]), ""]
+        lines += [f"**{E(b['dataset'])}** (at the recommendation):", "", *(body or ["- Nothing to suggest: no misses were attributed."]), ""]
     return lines if len(lines) > 2 else []
 
 
@@ -171,8 +174,8 @@ def releases_section(run: RunDir, a: Analysis) -> list[str]:
              "| release A | release B | A recommends | F1 / recall on A | B recommends | F1 / recall on B | threshold shift | A's choice on B: F1 / recall | regret |",
              "|---|---|---|---|---|---|---|---|---|"]
     for _, r in table.iterrows():
-        lines.append(f"| {r['release_a']} | {r['release_b']} | `{r['a_choice']}` | {_fmt(r['a_f1'])} / {_fmt(r['a_recall'])} | "
-                     f"`{r['b_choice']}` | {_fmt(r['b_f1'])} / {_fmt(r['b_recall'])} | {_fmt(r['threshold_shift'], 2)} | "
+        lines.append(f"| {E(r['release_a'])} | {E(r['release_b'])} | {C(r['a_choice'])} | {_fmt(r['a_f1'])} / {_fmt(r['a_recall'])} | "
+                     f"{C(r['b_choice'])} | {_fmt(r['b_f1'])} / {_fmt(r['b_recall'])} | {_fmt(r['threshold_shift'], 2)} | "
                      f"{_fmt(r['a_on_b_f1'])} / {_fmt(r['a_on_b_recall'])} | {_fmt(r['regret'])} |")
     return lines + ["", "Table: `analysis/releases.csv`.", ""]
 
@@ -202,7 +205,7 @@ def recommendation_section(a: Analysis, strategies: list[dict]) -> list[str]:
     for ds, pts in rec.points.groupby("dataset", sort=False):
         best = pts[pts["best"]]
         if best.empty:
-            lines += [f"**{ds}**: no configuration meets the constraints ({cfg.describe()}). Relax them.", ""]
+            lines += [f"**{E(ds)}**: no configuration meets the constraints ({cfg.describe()}). Relax them.", ""]
             continue
         b = best.iloc[0]
         setting = threshold_phrase(strategies, b["strategy"], b["threshold"])
@@ -215,12 +218,12 @@ def recommendation_section(a: Analysis, strategies: list[dict]) -> list[str]:
                     + full_txt)
         v = a.verdicts[a.verdicts["dataset"] == ds]
         if len(v) and v.iloc[0]["kind"] == "too_little_data":
-            lines.append(f"**{ds}**: {v.iloc[0]['headline']}. The best measured: `{b['strategy']}`{setting} on store "
-                         f"`{b['backend']}` with embedder `{b['embedder']}`: {measured}.")
+            lines.append(f"**{E(ds)}**: {v.iloc[0]['headline']}. The best measured: {C(b['strategy'])}{setting} on store "
+                         f"{C(b['backend'])} with embedder {C(b['embedder'])}: {measured}.")
             lines += ["", f"- **Why no firm choice**: {v.iloc[0]['reasons']}."]
         else:
-            lines.append(f"**{ds}**: use **`{b['strategy']}`{setting}** on store `{b['backend']}` with embedder "
-                         f"`{b['embedder']}`: {measured}.")
+            lines.append(f"**{E(ds)}**: use **{C(b['strategy'])}{setting}** on store {C(b['backend'])} with embedder "
+                         f"{C(b['embedder'])}: {measured}.")
         lines.append("")
         if pd.notna(b["f1_lo"]):
             lines.append(f"- **Intervals**: the ranges above predict the mean over a new corpus of {k} conversations like these; "
@@ -236,7 +239,7 @@ def recommendation_section(a: Analysis, strategies: list[dict]) -> list[str]:
                          f"{b['n_questions']} scored questions (+{b['n_adversarial']} adversarial"
                          + (f"; {n_excl} without gold excluded" if n_excl else "")
                          + f") in {b['n_conversations']} conversations."
-                         + (f" Note: {b['note']}." if b["note"] else ""))
+                         + (f" Note: {E(b['note'])}." if b["note"] else ""))
         lo = rec.loco
         lo = lo[(lo[CONFIG_KEYS] == b[CONFIG_KEYS]).all(axis=1)] if len(lo) else lo
         if len(lo) and lo.iloc[0]["n_folds"] >= 2 and not math.isnan(lo.iloc[0]["mean_gap"]):
@@ -251,7 +254,7 @@ def recommendation_section(a: Analysis, strategies: list[dict]) -> list[str]:
         if len(s):
             r = runner_up(s)  # the one the verdict names
             at = "" if math.isnan(r["b"]["threshold"]) else f" at {r['b']['threshold']:.2f}"
-            lines.append(f"- **Runner-up**: `{r['b']['strategy']}` on `{r['b']['backend']}`{at} ({name} {r['mean_b']:.3f}); "
+            lines.append(f"- **Runner-up**: {C(r['b']['strategy'])} on {C(r['b']['backend'])}{at} ({name} {r['mean_b']:.3f}); "
                          f"{test_phrase(r, cfg.alpha)} (wins/ties/losses {r['wins']}/{r['ties']}/{r['losses']}).")
             lines += [f"  {t}" for t in [counts_note(r)] if t]
         if b["n_adversarial"]:
@@ -280,15 +283,15 @@ def points_section(rec: Recommendation, sig: pd.DataFrame, multi_embedder: bool)
             if len(hit) and hit.iloc[0]["significant"]:
                 mark += " †"
         rng = f"{r['threshold_lo']:.2f}–{r['threshold_hi']:.2f}" if not math.isnan(r["threshold_lo"]) else "—"
-        lines.append(f"| {r['dataset']} | {_label(r, multi_embedder)}{mark} | {_thr(r['threshold'])} | {_ci(r['f1'], r['f1_lo'], r['f1_hi'])} | "
+        lines.append(f"| {E(r['dataset'])} | {E(_label(r, multi_embedder))}{mark} | {_thr(r['threshold'])} | {_ci(r['f1'], r['f1_lo'], r['f1_hi'])} | "
                      f"{_ci(r['recall'], r['recall_lo'], r['recall_hi'])} | {_ci(r['precision'], r['precision_lo'], r['precision_hi'])} | "
                      f"{_ci(r['tokens'], r['tokens_lo'], r['tokens_hi'], 0)} | {_fmt(r['latency_p99_ms'], 1)} | "
-                     f"{_fmt(r['threshold_share'], 2)} | {rng} | {r['note']} |")
+                     f"{_fmt(r['threshold_share'], 2)} | {rng} | {E(r['note'])} |")
     lines.append("")
     for _, b in rec.best().iterrows():
         nb = neighbours(rec, b)
         if len(nb) > 1:
-            lines += [f"Around the recommendation ({b['dataset']}, {_label(b, multi_embedder)}):", "",
+            lines += [f"Around the recommendation ({E(b['dataset'])}, {E(_label(b, multi_embedder))}):", "",
                       "| threshold | F1 [CI] | recall [CI] | tokens [CI] | adversarial abstained |", "|---|---|---|---|---|"]
             for _, r in nb.iterrows():
                 lines.append(f"| {_thr(r['threshold'])}{' ★' if r['chosen'] else ''} | {_ci(r['f1'], r['f1_lo'], r['f1_hi'])} | "
@@ -324,7 +327,7 @@ def significance_section(sig: pd.DataFrame, rec: Recommendation, multi_embedder:
              "|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for _, r in sig.iterrows():
         a, b = r["a"], r["b"]
-        lines.append(f"| {r['dataset']} | {_label(a, multi_embedder)} @ {_thr(a['threshold'])} | {_label(b, multi_embedder)} @ {_thr(b['threshold'])} | "
+        lines.append(f"| {E(r['dataset'])} | {E(_label(a, multi_embedder))} @ {_thr(a['threshold'])} | {E(_label(b, multi_embedder))} @ {_thr(b['threshold'])} | "
                      f"{r['n_conversations']} | {r['n']} | {_fmt(r['mean_a'])} | {_fmt(r['mean_b'])} | {_diff_ci(r)} | "
                      f"{_fmt(r['p'], 4)} | {_fmt(r['p_holm'], 4)} | {'**yes**' if r['significant'] else 'no'} | {r['wins']}/{r['ties']}/{r['losses']} |")
     return lines + [""]
@@ -346,7 +349,7 @@ def transfer_section(rec: Recommendation, multi_embedder: bool) -> list[str]:
         for _, r in rec.loco.iterrows():
             rng = f"{r['threshold_min']:.2f}–{r['threshold_max']:.2f}" if not math.isnan(r["threshold_min"]) else "—"
             gr = f"{r['gap_min']:+.3f} … {r['gap_max']:+.3f}" if not math.isnan(r["gap_min"]) else "n/a"
-            lines.append(f"| {r['dataset']} | {_label(r, multi_embedder)} | {r['n_folds']} | {rng} | {_fmt(r['threshold_std'])} | "
+            lines.append(f"| {E(r['dataset'])} | {E(_label(r, multi_embedder))} | {r['n_folds']} | {rng} | {_fmt(r['threshold_std'])} | "
                          f"{_fmt(r['share_same_as_full'], 2)} | {_fmt(r['mean_gap'])} | {gr} | {_fmt(r['mean_regret'])} | "
                          f"{_fmt(r['pooled_held_out'])} | {_fmt(r['in_sample'])} | {_fmt(r['optimism'])} |")
         lines.append("")
@@ -359,7 +362,7 @@ def transfer_section(rec: Recommendation, multi_embedder: bool) -> list[str]:
                   "| source → target | relation | configuration | source threshold | target at source threshold | target's own threshold | target own | gap |",
                   "|---|---|---|---|---|---|---|---|"]
         for _, r in rec.transfer.iterrows():
-            lines.append(f"| {r['source']} → {r['target']} | {r['relation']} | {_label(r, multi_embedder)} | {_thr(r['source_threshold'])} | "
+            lines.append(f"| {E(r['source'])} → {E(r['target'])} | {E(r['relation'])} | {E(_label(r, multi_embedder))} | {_thr(r['source_threshold'])} | "
                          f"{_fmt(r[f'target_{p}_at_source_threshold'])} | {_thr(r['target_threshold'])} | {_fmt(r[f'target_{p}_own'])} | {_fmt(r['gap'])} |")
         lines.append("")
     return lines
@@ -386,7 +389,7 @@ def category_section(rec: Recommendation, multi_embedder: bool) -> list[str]:
             small = r["n"] < rec.cfg.min_n
             f1 = "n too small" if small else _ci(r["f1"], r["f1_lo"], r["f1_hi"])
             recall = "n too small" if small else _ci(r["recall"], r["recall_lo"], r["recall_hi"])
-            line = (f"| {r['dataset']} | {_label(r, multi_embedder)} | {r['category']} | {r['n']} | {_thr(r['threshold'])} | "
+            line = (f"| {E(r['dataset'])} | {E(_label(r, multi_embedder))} | {E(r['category'])} | {r['n']} | {_thr(r['threshold'])} | "
                     f"{f1} | {recall} | "
                     f"{_fmt(r['tokens'], 1)} | {_fmt(r['abstained'])} |")
             if own:
@@ -416,13 +419,13 @@ def attribution_section(a: Analysis, run_dir: Path) -> list[str]:
     by_strategy["configuration"] = [_label(r, a.multi_embedder) for _, r in by_strategy.iterrows()]
     lines += ["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
     for _, r in by_strategy.iterrows():
-        lines.append("| " + " | ".join(_thr(r[c]) if c == "threshold" else str(r[c]) for c in cols) + " |")
+        lines.append("| " + " | ".join(_thr(r[c]) if c == "threshold" else E(r[c]) for c in cols) + " |")
     by_cat = a.misses_by_category.copy()
     by_cat["configuration"] = [_label(r, a.multi_embedder) for _, r in by_cat.iterrows()]
     cols = ["dataset", "configuration", "threshold", "category", "missed", *used]
     lines += ["", "Per category:", "", "| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
     for _, r in by_cat.iterrows():
-        lines.append("| " + " | ".join(_thr(r[c]) if c == "threshold" else str(r[c]) for c in cols) + " |")
+        lines.append("| " + " | ".join(_thr(r[c]) if c == "threshold" else E(r[c]) for c in cols) + " |")
     figs = []
     for i, (ds, g) in enumerate(by_strategy.groupby("dataset", sort=False)):
         g = g.assign(label=[f"{r['configuration']} @ {_thr(r['threshold'])}" for _, r in g.iterrows()])
@@ -434,11 +437,12 @@ def calibration_section(a: Analysis, out: Path) -> list[str]:
     lines = ["## Calibration: where relevant and irrelevant memories score", ""]
     for c in a.calibrations:
         title = f"{c.dataset} / {c.embedder} / {c.backend} / roles {c.roles}"
-        fig = plots.calibration(c.split.gold, c.split.nongold, c.cal.overlap, c.marks, title, out / f"calibration_{c.job}_{c.trace}_{c.backend}.png")
-        lines += [f"### {title}", "", c.text, "",
+        fig = plots.calibration(c.split.gold, c.split.nongold, c.cal.overlap, c.marks, title,
+                                confined(out, f"calibration_{slug(c.job)}_{slug(c.trace)}_{slug(c.backend)}.png"))
+        lines += [f"### {E(title)}", "", c.text, "",
                   f"AUC {c.cal.auc:.3f}; {c.cal.n_gold} gold and {c.cal.n_nongold} non-gold candidates from {c.cal.n_questions} questions.",
                   "", f"![{fig.stem}]({ANALYSIS}/{fig.name})", ""]
-    return lines if a.calibrations else lines + [a.inputs_note or "No trace found in the run directory.", ""]
+    return lines if a.calibrations else lines + [E(a.inputs_note) if a.inputs_note else "No trace found in the run directory.", ""]
 
 
 def _emb(embedder: str, plumbing: bool) -> str:
@@ -463,14 +467,14 @@ def embedders_section(a: Analysis, strategies: list[dict], out: Path) -> list[st
              "", "| dataset | store | embedder | gold p10 / p50 / p90 | non-gold p10 / p50 / p90 | AUC | gold ≥ 0.70 | non-gold ≥ 0.70 | gold share of ≥ 0.70 |",
              "|---|---|---|---|---|---|---|---|---|"]
     for _, r in e.drop_duplicates(["dataset", "backend", "embedder"]).iterrows():
-        lines.append(f"| {r['dataset']} | {r['backend']} | {_emb(r['embedder'], not r['for_results'])} | "
+        lines.append(f"| {E(r['dataset'])} | {E(r['backend'])} | {E(_emb(r['embedder'], not r['for_results']))} | "
                      f"{_fmt(r['gold_p10'], 2)} / {_fmt(r['gold_p50'], 2)} / {_fmt(r['gold_p90'], 2)} | "
                      f"{_fmt(r['nongold_p10'], 2)} / {_fmt(r['nongold_p50'], 2)} / {_fmt(r['nongold_p90'], 2)} | {_fmt(r['auc'])} | "
                      f"{_fmt(r[f'gold_pass_{ref}'])} | {_fmt(r[f'nongold_pass_{ref}'])} | {_fmt(r[f'gold_share_above_{ref}'])} |")
     lines += ["", "| dataset | store | strategy | embedder | threshold | F1 [CI] | recall [CI] | tokens [CI] |", "|---|---|---|---|---|---|---|---|"]
     store_free = {r["name"] for r in strategies if r.get("uses_store") is False}  # the same for every embedder: left out
     for _, r in e[~e["strategy"].isin(store_free)].sort_values(["dataset", "backend", "strategy"], kind="stable").iterrows():
-        lines.append(f"| {r['dataset']} | {r['backend']} | {r['strategy']} | {_emb(r['embedder'], not r['for_results'])} | {_thr(r['threshold'])} | "
+        lines.append(f"| {E(r['dataset'])} | {E(r['backend'])} | {E(r['strategy'])} | {E(_emb(r['embedder'], not r['for_results']))} | {_thr(r['threshold'])} | "
                      f"{_ci(r['f1'], r['f1_lo'], r['f1_hi'])} | {_ci(r['recall'], r['recall_lo'], r['recall_hi'])} | "
                      f"{_ci(r['tokens'], r['tokens_lo'], r['tokens_hi'], 0)} |")
     lines.append("")
@@ -480,12 +484,12 @@ def embedders_section(a: Analysis, strategies: list[dict], out: Path) -> list[st
     thr = strategy_names(strategies, "threshold")
     for i, ((ds, be), c) in enumerate(curves.groupby(["dataset", "backend"], sort=False)):
         c = c.assign(label=[_emb(x, x in plumbing) for x in c["embedder"]])
-        fig = plots.embedder_curves(c, SEED_THRESHOLDS, f"{ds} / {be}: F1 vs threshold per embedder", out / f"embedders_{i}_{be}.png")
+        fig = plots.embedder_curves(c, SEED_THRESHOLDS, f"{ds} / {be}: F1 vs threshold per embedder", confined(out, f"embedders_{i}_{slug(be)}.png"))
         lines += [f"![{fig.stem}]({ANALYSIS}/{fig.name})", ""]
         at = c[c["strategy"].isin(thr) & c["threshold"].round(2).isin(SEED_THRESHOLDS)]
         if len(at):
             seeds = sorted(SEED_THRESHOLDS, reverse=True)
-            lines += [f"At the seed articles' thresholds ({ds} / {be}, strategy `{at['strategy'].iloc[0]}`): F1 / recall.", "",
+            lines += [f"At the seed articles' thresholds ({E(ds)} / {E(be)}, strategy {C(at['strategy'].iloc[0])}): F1 / recall.", "",
                       "| embedder | " + " | ".join(f"≥ {t:.2f}" for t in seeds) + " |", "|---|" + "---|" * len(seeds)]
             at = at[at["strategy"] == at["strategy"].iloc[0]]
             for label, g in at.groupby("label", sort=False):
@@ -493,7 +497,7 @@ def embedders_section(a: Analysis, strategies: list[dict], out: Path) -> list[st
                 for t in seeds:
                     h = g[g["threshold"].round(2) == t]
                     cells.append(f"{_fmt(h['f1'].iloc[0])} / {_fmt(h['recall'].iloc[0])}" if len(h) else "n/a")
-                lines.append(f"| {label} | " + " | ".join(cells) + " |")
+                lines.append(f"| {E(label)} | " + " | ".join(cells) + " |")
             lines.append("")
     return lines
 
@@ -504,7 +508,7 @@ SETTING = {"cosine": "cos ≥ ", "calibrated": "P ≥ ", "relative δ": "δ = ",
 def _setting(r) -> str:
     lo, hi = r["param_min"], r["param_max"]
     if isinstance(lo, float) and math.isnan(lo):
-        return f"`{r['strategy']}`"
+        return f"{C(r['strategy'])}"
     rng = f"{lo:.3g}" if math.isclose(lo, hi) else f"{lo:.3g}–{hi:.3g}"
     return SETTING.get(r["family"], "") + rng
 
@@ -524,13 +528,13 @@ def corpora_lines(t: pd.DataFrame, plumbing: set, confidence: float) -> list[str
              f"| source → target | embedder | store | family | setting chosen on source | F1 on target | target's best cosine F1 | regret [{confidence:.0%} CI] | conversations | target's own best in family |",
              "|---|---|---|---|---|---|---|---|---|---|"]
     for _, r in t.iterrows():
-        lines.append(f"| {r['source']} → {r['dataset']} | {_emb(r['embedder'], r['embedder'] in plumbing)} | {r['backend']} | {r['family']} | "
+        lines.append(f"| {E(r['source'])} → {E(r['dataset'])} | {E(_emb(r['embedder'], r['embedder'] in plumbing))} | {E(r['backend'])} | {E(r['family'])} | "
                      f"{_setting(r)} | {_fmt(r['f1_held_out'])} | {_fmt(r['f1_hindsight'])} | "
                      f"{_ci(r['regret'], r['regret_lo'], r['regret_hi'])} | {r['n_conversations']} | {_fmt(r['f1_in_sample'])} |")
     rates = t.drop_duplicates("dataset")[["dataset", "gold_per_question", "gold_share"]]
     if rates["gold_share"].notna().any():
         lines += ["", "Base rate of relevant memories (what a P(relevant) cut depends on): " + "; ".join(
-            f"{r['dataset']} {r['gold_per_question']:.2f} gold per question, {r['gold_share']:.2%} of the memories a question "
+            f"{E(r['dataset'])} {r['gold_per_question']:.2f} gold per question, {r['gold_share']:.2%} of the memories a question "
             "can recall (the full-context selection) are gold" for _, r in rates.iterrows()) + "."]
     return lines + [""]
 
@@ -569,7 +573,7 @@ def thresholds_transfer_section(a: Analysis) -> list[str]:
                   "|---|---|---|---|---|---|---|---|---|---|"]
         for _, r in lo.iterrows():
             rng = f" [{r['regret_min']:+.3f}, {r['regret_max']:+.3f}]" if not math.isnan(r["regret_min"]) else ""
-            lines.append(f"| {r['dataset']} | {_emb(r['embedder'], r['embedder'] in plumbing)} | {r['backend']} | {r['family']} | {_setting(r)} | {_fmt(r['f1_held_out'])} | "
+            lines.append(f"| {E(r['dataset'])} | {E(_emb(r['embedder'], r['embedder'] in plumbing))} | {E(r['backend'])} | {E(r['family'])} | {_setting(r)} | {_fmt(r['f1_held_out'])} | "
                          f"{_fmt(r['f1_hindsight'])} | {r['regret']:+.3f}{rng} | {_fmt(r['f1_best_fixed'])} | {r['regret_vs_fixed']:+.3f} |")
         lines.append("")
     em = t[t["protocol"] == "embedders"]
@@ -581,8 +585,8 @@ def thresholds_transfer_section(a: Analysis) -> list[str]:
                   "| dataset | store | fit on → applied to | family | setting | F1 on target | target's best cosine F1 | regret | target's own best in family |",
                   "|---|---|---|---|---|---|---|---|---|"]
         for _, r in em.iterrows():
-            lines.append(f"| {r['dataset']} | {r['backend']} | {_emb(r['source'], r['source'] in plumbing)} → "
-                         f"{_emb(r['embedder'], r['embedder'] in plumbing)} | {r['family']} | {_setting(r)} | "
+            lines.append(f"| {E(r['dataset'])} | {E(r['backend'])} | {E(_emb(r['source'], r['source'] in plumbing))} → "
+                         f"{E(_emb(r['embedder'], r['embedder'] in plumbing))} | {E(r['family'])} | {_setting(r)} | "
                          f"{_fmt(r['f1_held_out'])} | {_fmt(r['f1_hindsight'])} | {r['regret']:+.3f} | {_fmt(r['f1_in_sample'])} |")
         lines.append("")
     return lines
@@ -612,7 +616,7 @@ def analysis_sections(run: RunDir, a: Analysis | None, strategies: list[dict]) -
     for i, ((ds, emb, be), c) in enumerate(rec.curves.groupby(["dataset", "embedder", "backend"], sort=False)):
         c = c[c["threshold"].notna()]
         if len(c):
-            fig = plots.ci_curves(c, cfg.primary if cfg.primary in ("f1", "f1_abstain") else "f1", f"{ds} / {emb} / {be}", out / f"ci_{i}_{be}.png",
+            fig = plots.ci_curves(c, cfg.primary if cfg.primary in ("f1", "f1_abstain") else "f1", f"{ds} / {emb} / {be}", confined(out, f"ci_{i}_{slug(be)}.png"),
                                   xlabels=axis_labels(strategies))
             lines += [f"![{fig.stem}]({ANALYSIS}/{fig.name})", ""]
     lines += significance_section(a.significance, rec, multi)
@@ -630,7 +634,7 @@ def analysis_sections(run: RunDir, a: Analysis | None, strategies: list[dict]) -
     if a.misses is not None:
         lines += attribution_section(a, run_dir)
     else:
-        lines += ["## Why gold memories are missed", "", a.attribution_note or a.inputs_note or "Not available.", ""]
+        lines += ["## Why gold memories are missed", "", E(a.attribution_note or a.inputs_note) or "Not available.", ""]
     return lines
 
 
@@ -648,11 +652,11 @@ def coverage_section(jobs: list[dict]) -> list[str]:
     warnings = []
     for (ds, emb), rec in seen.items():
         if not rec.get("measured"):
-            lines.append(f"| {ds} | {emb} | all | | | {rec.get('reason', 'not measured')} |")
+            lines.append(f"| {E(ds)} | {E(emb)} | all | | | {rec.get('reason', 'not measured')} |")
             continue
         for lang, v in rec["languages"].items():
             share = v["unknown_share"]
-            lines.append(f"| {ds} | {emb} | {lang} | {v['texts']:,} | {v['chars']:,} | {'n/a' if math.isnan(share) else f'{share:.1%}'} |")
+            lines.append(f"| {E(ds)} | {E(emb)} | {lang} | {v['texts']:,} | {v['chars']:,} | {'n/a' if math.isnan(share) else f'{share:.1%}'} |")
         if warning_line(rec, ds):
             warnings += [f"**Warning:** {warning_line(rec, ds)}.", ""]
     return [*lines, "", *warnings]
@@ -720,12 +724,12 @@ def write_report(run_dir: Path, settings=None) -> Path:
     styles = plots.styles([*(s["name"] for s in strategies), *summary["strategy"]])  # one colour per strategy, every figure
     for i, ((ds, emb, be), g) in enumerate(summary.groupby(["dataset", "embedder", "backend"], sort=False)):
         title = f"{ds} / {emb} / {be}"
-        tag = f"{i}_{be}"
+        tag = f"{i}_{slug(be)}"
         figures.append((title, [
-            plots.quality_vs_threshold(g, title, run_dir / f"quality_vs_threshold_{tag}.png", xlabels=axis_labels(strategies)),
-            plots.tokens_vs_threshold(g[~g["strategy"].isin(axis_labels(strategies))], title, run_dir / f"tokens_vs_threshold_{tag}.png",
+            plots.quality_vs_threshold(g, title, confined(run_dir, f"quality_vs_threshold_{tag}.png"), xlabels=axis_labels(strategies)),
+            plots.tokens_vs_threshold(g[~g["strategy"].isin(axis_labels(strategies))], title, confined(run_dir, f"tokens_vs_threshold_{tag}.png"),
                                       full_context=strategy_names(strategies, "full_context"), styles_=styles),
-            plots.recall_vs_tokens(g, title, run_dir / f"recall_vs_tokens_{tag}.png", styles_=styles),
+            plots.recall_vs_tokens(g, title, confined(run_dir, f"recall_vs_tokens_{tag}.png"), styles_=styles),
         ]))
 
     best = best_by_f1(summary[summary["threshold"].notna()])
@@ -735,7 +739,7 @@ def write_report(run_dir: Path, settings=None) -> Path:
     if not flags.any():
         lines += ["> **Plumbing run**: this used a test-only embedder (hashing). Do not quote these numbers.", ""]
     elif not flags.all():
-        names = ", ".join(f"`{e}`" for e in dict.fromkeys(summary.loc[~flags, "embedder"]))
+        names = ", ".join(C(e) for e in dict.fromkeys(summary.loc[~flags, "embedder"]))
         lines += [f"> **Plumbing embedder**: {names} is test-only: shown beside the others for comparison, never recommended; "
                   "do not quote its numbers.", ""]
     cover = coverage_section(jobs)
@@ -747,15 +751,15 @@ def write_report(run_dir: Path, settings=None) -> Path:
                   "Answer accuracy vs injected tokens vs dollars per 1,000 questions: [answers.md](answers.md).", ""]
     lines += ["## Runs", ""]
     for j in jobs:
-        reuse = f"; trace reused from {j['reused_from']}" if j.get("reused_from") else ""
+        reuse = f"; trace reused from {E(j['reused_from'])}" if j.get("reused_from") else ""
         cut = sum(int(t.get("n_truncated") or 0) for t in j.get("traces", [j]))
         depth = f"depth {j['depth']}" + (f" (**{cut} questions had more eligible memories than the depth**: their candidates were truncated)" if cut else "")
-        lines.append(f"- dataset `{j['dataset']}`, embedder `{j['embedder']}`, store `{j['backend']}`, {depth}, "
+        lines.append(f"- dataset {C(j['dataset'])}, embedder {C(j['embedder'])}, store {C(j['backend'])}, {depth}, "
                      f"{j['n_memories']} memories, ingest {j['ingest_seconds']:.1f} s, ready after {j['ready_seconds']:.2f} s, "
-                     f"measured {j['measured_at']}{reuse}; tokens `{j.get('tokens_encoding')}`")
+                     f"measured {E(j['measured_at'])}{reuse}; tokens {C(j.get('tokens_encoding'))}")
     if failed:
         lines += ["", f"**{len(failed)} job(s) failed** (their results are absent from every table):", ""]
-        lines += [f"- `{f.get('job', run_dir.name)}` ({' '.join(f.get('overrides', []))}): {f['reason']}" for f in failed]
+        lines += [f"- {C(f.get('job', run_dir.name))} ({E(' '.join(f.get('overrides', [])))}): {E(f['reason'])}" for f in failed]
     lines += ["", "Metrics are over the scored questions (`n_questions`: non-adversarial with gold; non-adversarial questions "
               "without gold are left out of every quality column and counted in `n_excluded` in summary.csv). Precision is undefined (NaN) when nothing is recalled; "
               "`precision_n` in summary.csv says how many questions it covers. F1 = 0 when a question has gold and nothing is recalled. "
@@ -780,8 +784,8 @@ def write_report(run_dir: Path, settings=None) -> Path:
                   "|---|" + ("---|" if multi_emb else "") + "---|---|---|---|---|---|---|---|---|"]
         for j, t in traces:
             mb = t.get("index_bytes")
-            emb = f"{j.get('embedder')} | " if multi_emb else ""
-            lines.append(f"| {t['backend']} | {emb}{','.join(t['roles']) if t.get('roles') else 'all'} | {t['n_memories']} | "
+            emb = f"{E(j.get('embedder'))} | " if multi_emb else ""
+            lines.append(f"| {E(t['backend'])} | {emb}{','.join(t['roles']) if t.get('roles') else 'all'} | {t['n_memories']} | "
                          f"{_fmt(t.get('ingest_per_second'), 0)} | {_fmt(t.get('ready_seconds'), 2)} | {_fmt(t.get('fidelity_at_10'))} | "
                          f"{_fmt(t.get('short_result_rate'))} | {_fmt(t.get('score_max_abs_diff'), 6)} | "
                          f"{t.get('score_mismatches_1e4', 'n/a')} of {t.get('score_pairs', 'n/a')} | {_fmt(mb / 1e6, 1) if mb else 'n/a'} |")
@@ -793,7 +797,7 @@ def write_report(run_dir: Path, settings=None) -> Path:
                   _table(best_by_f1(adv[adv["threshold"].notna()]) if adv["threshold"].notna().any() else adv,
                          ["backend", "strategy", "threshold", "n_adversarial", "adversarial_abstain_rate"]), ""]
     for title, paths in figures:
-        lines += [f"## Plots: {title}", ""] + [f"![{p.stem}]({p.name})" for p in paths] + [""]
+        lines += [f"## Plots: {E(title)}", ""] + [f"![{p.stem}]({p.name})" for p in paths] + [""]
     lines += ["## Full sweep", "", _table(summary[summary["threshold"].notna()], main_cols), ""]
     if card:
         lines += ["## Dataset", "", card, ""]

@@ -10,12 +10,14 @@ from pathlib import Path
 import pandas as pd
 
 from bench.output import write_atomic
+from bench.report.escape import one_line
 
 
 def _figure():
     import matplotlib
 
     matplotlib.use("Agg")
+    matplotlib.rcParams["text.parse_math"] = False  # titles and labels hold names from data: "$...$" is text, not TeX
     import matplotlib.pyplot as plt
 
     return plt
@@ -46,14 +48,14 @@ def quality_vs_threshold(summary: pd.DataFrame, title: str, path: Path, *, xlabe
         s = swept[swept["strategy"] == name].sort_values("threshold")
         for col, style in (("precision", "-o"), ("recall", "-s"), ("f1", "-^")):
             ax.plot(s["threshold"], s[col], style, ms=3, label=col)
-        ax.set_title(name)
+        ax.set_title(one_line(name))
         ax.set_xlabel((xlabels or {}).get(name, "similarity threshold"))
         ax.set_ylim(0, 1)
         ax.grid(alpha=0.3)
     axes[0][0].set_ylabel("macro average over questions")
     if names:
         _legend_outside(axes[0][-1])
-    fig.suptitle(title, fontsize=10)
+    fig.suptitle(one_line(title), fontsize=10)
     try:
         return _save(fig, path)
     finally:
@@ -109,7 +111,7 @@ def tokens_vs_threshold(summary: pd.DataFrame, title: str, path: Path, *, full_c
     ax.set_xlabel("similarity threshold")
     ax.grid(alpha=0.3, which="both")
     _legend_outside(ax)
-    ax.set_title(title, fontsize=10)
+    ax.set_title(one_line(title), fontsize=10)
     try:
         return _save(fig, path)
     finally:
@@ -132,7 +134,7 @@ def recall_vs_tokens(summary: pd.DataFrame, title: str, path: Path, *, styles_: 
     ax.set_ylim(0, 1.02)
     ax.grid(alpha=0.3, which="both")
     _legend_outside(ax)
-    ax.set_title(title, fontsize=10)
+    ax.set_title(one_line(title), fontsize=10)
     try:
         return _save(fig, path)
     finally:
@@ -171,7 +173,7 @@ def pareto(points: pd.DataFrame, front: pd.Series, best: pd.DataFrame, title: st
     ax.set_ylim(0, 1.05)
     ax.grid(alpha=0.3, which="both")
     _legend_outside(ax, 7)
-    ax.set_title(title + " (frontier points labelled with their threshold)", fontsize=10)
+    ax.set_title(one_line(title) + " (frontier points labelled with their threshold)", fontsize=10)
     try:
         return _save(fig, path)
     finally:
@@ -192,14 +194,14 @@ def ci_curves(curves: pd.DataFrame, metric: str, title: str, path: Path, *, xlab
         for t in c.loc[c["chosen"], "threshold"]:
             ax.axvline(t, color="k", ls="--", lw=1)
             ax.annotate(f"chosen {t:.2f}", (t, 0.95), fontsize=8, ha="left")
-        ax.set_title(name)
+        ax.set_title(one_line(name))
         ax.set_xlabel((xlabels or {}).get(name, "similarity threshold"))
         ax.set_ylim(0, 1)
         ax.grid(alpha=0.3)
     axes[0][0].set_ylabel("macro mean, 95 % CI of the mean over conversations")
     if names:
         _legend_outside(axes[0][-1])
-    fig.suptitle(title, fontsize=10)
+    fig.suptitle(one_line(title), fontsize=10)
     try:
         return _save(fig, path)
     finally:
@@ -231,7 +233,7 @@ def calibration(gold, nongold, overlap: tuple[float, float], marks: dict, title:
     ax1.set_ylabel("density")
     ax2.set_ylabel("ECDF (share scoring <= x)")
     ax2.legend(fontsize=7, loc="lower right")
-    fig.suptitle(title, fontsize=10)
+    fig.suptitle(one_line(title), fontsize=10)
     try:
         return _save(fig, path)
     finally:
@@ -257,7 +259,7 @@ def loco(folds: pd.DataFrame, metric: str, title: str, path: Path) -> Path:
     ax.set_ylabel(metric)
     ax.grid(alpha=0.3)
     ax.legend(fontsize=7)
-    ax.set_title(title, fontsize=10)
+    ax.set_title(one_line(title), fontsize=10)
     try:
         return _save(fig, path)
     finally:
@@ -280,7 +282,7 @@ def attribution(counts: pd.DataFrame, causes: list[str], title: str, path: Path)
     ax.invert_yaxis()
     _legend_outside(ax, 7)
     ax.grid(alpha=0.3, axis="x")
-    ax.set_title(title, fontsize=10)
+    ax.set_title(one_line(title), fontsize=10)
     try:
         return _save(fig, path)
     finally:
@@ -303,13 +305,13 @@ def embedder_curves(curves: pd.DataFrame, marks: Sequence[float], title: str, pa
         for t in marks:
             ax.axvline(t, color="k", ls=":", lw=1)
             ax.annotate(f"{t:.2f}", (t, 0.02), xycoords=("data", "axes fraction"), fontsize=8, ha="left", va="bottom")
-        ax.set_title(name)
+        ax.set_title(one_line(name))
         ax.set_xlabel("similarity threshold (dotted: the seed articles' thresholds)")
         ax.set_xlim(0, 1)
         ax.grid(alpha=0.3)
     axes[0][0].set_ylabel(f"{metric} (macro, 95 % CI of the mean)")
     _legend_outside(axes[0][-1], 7)
-    fig.suptitle(title, fontsize=10)
+    fig.suptitle(one_line(title), fontsize=10)
     try:
         return _save(fig, path)
     finally:

@@ -17,6 +17,7 @@ from collections.abc import Sequence
 
 import pandas as pd
 
+from bench.report.escape import md_text as E
 from bench.rundir import strategy_names
 
 GROUP = ["dataset", "embedder", "backend"]
@@ -94,7 +95,7 @@ def strategy_sections(summary: pd.DataFrame, jobs: Sequence[dict], strategies: S
     s = _fmt_a(summary)
     lines: list[str] = []
     for key, g in s.groupby(GROUP, sort=False):
-        title = " / ".join(map(str, key))
+        title = E(" / ".join(map(str, key)))
         fmt_records = [r for j in jobs for r in (j.get("format_tokens") or []) if all(r.get(k) == v for k, v in zip(GROUP, key))]
         lines += [f"## Seed claims, re-measured: strategy articles ({title})", ""] + seed_table(g, fmt_records, strategies) + [""]
         lines += side_by_side(g) + routing_section(g, strategies) + dual_tier_section(g, strategies)
@@ -119,14 +120,14 @@ def seed_table(g: pd.DataFrame, fmt_records: Sequence[dict], strategies: Sequenc
         if r is not None:
             rows.append([seed, claim, setting, *_metrics(r), note])
 
-    add("seekdb agent-memory", "limit-5 recall saves tokens", str(limit), _row(g, limit))
-    add("seekdb agent-memory", "a similarity threshold saves tokens", f"{thr} >= {SEEKDB_THRESHOLD:.2f}", _row(g, thr, SEEKDB_THRESHOLD))
-    add("seekdb agent-memory", "threshold capped at 5", f"{hybrid} >= {SEEKDB_THRESHOLD:.2f}", _row(g, hybrid, SEEKDB_THRESHOLD))
+    add("seekdb agent-memory", "limit-5 recall saves tokens", E(limit), _row(g, limit))
+    add("seekdb agent-memory", "a similarity threshold saves tokens", f"{E(thr)} >= {SEEKDB_THRESHOLD:.2f}", _row(g, thr, SEEKDB_THRESHOLD))
+    add("seekdb agent-memory", "threshold capped at 5", f"{E(hybrid)} >= {SEEKDB_THRESHOLD:.2f}", _row(g, hybrid, SEEKDB_THRESHOLD))
     r = _row(g, router)
     if r is not None:
         parts = [f"{route}: share {_f(p['question_share'], 2)}, recall {_f(p['recall'])}"
                  for route in ("profile", "other") if (p := _row(g, f"{router}/{route}")) is not None]
-        add("seekdb agent-memory", "route profile questions to limit-3, others to >= 0.65 cap 5 (user-only)", str(router), r, "; ".join(parts))
+        add("seekdb agent-memory", "route profile questions to limit-3, others to >= 0.65 cap 5 (user-only)", E(router), r, "; ".join(parts))
     best = _best(g, dual)
     extra = () if best is None or any(abs(best["threshold"] - t) < 1e-9 for t in DUAL_TIER_THRESHOLDS) else (float(best["threshold"]),)
     for t in DUAL_TIER_THRESHOLDS + extra:  # the article's 0.72 lies between two grid points; plus dual tier's best-F1 threshold
@@ -139,21 +140,21 @@ def seed_table(g: pd.DataFrame, fmt_records: Sequence[dict], strategies: Sequenc
             total = d["noise_mean"] / th["noise_mean"] - 1
             note = (f"L2 noise {_f(d['l2_noise_mean'], 2)} vs plain threshold {_f(th['noise_mean'], 2)}: {_pct(l2)} "
                     f"(claimed {_pct(-CLAIMED_NOISE_CUT)}); with L1: {_pct(total)}; plain threshold recall {_f(th['recall'])}")
-        add("dual-tier L1/L2", "decay cuts injected noise by 34 %", f"{dual} @ {t:.2f}", d, note)
+        add("dual-tier L1/L2", "decay cuts injected noise by 34 %", f"{E(dual)} @ {t:.2f}", d, note)
         via = d["gold_via_l1"] + d["gold_via_l2"]
-        add("dual-tier L1/L2", "L1 scratchpad (last 5 turns) always injected", f"{dual} @ {t:.2f}", d,
+        add("dual-tier L1/L2", "L1 scratchpad (last 5 turns) always injected", f"{E(dual)} @ {t:.2f}", d,
             f"L1 share of recalled gold {_f(d['gold_via_l1'] / via if via else float('nan'), 2)}; "
             f"L1 share of injected memories {_f(d['l1_selected_mean'] / d['selected_mean'] if d['selected_mean'] else float('nan'), 2)}")
     for t in CODE_AGENT_THRESHOLDS:
-        add("code-agent", "threshold table", f"{thr} >= {t:.1f}", _row(g, thr, t))
-    add("code-agent", "v1 keyword recall (substring, most recent first, limit 5)", str(keyword), _row(g, keyword))
+        add("code-agent", "threshold table", f"{E(thr)} >= {t:.1f}", _row(g, thr, t))
+    add("code-agent", "v1 keyword recall (substring, most recent first, limit 5)", E(keyword), _row(g, keyword))
     by = {(r["strategy"], None if r["threshold"] is None else round(r["threshold"], 2), r["format"]): r for r in fmt_records}
     for setting, t in [(thr, x) for x in CODE_AGENT_THRESHOLDS] + [(limit, None)]:
         cells = [by.get((setting, t, f)) for f in ("A", "B", "C")]
         if setting is None or cells[0] is None or None in cells:
             continue
         a = cells[0]["tokens_injected_mean"]
-        rows.append(["code-agent", "injection format A plain / B JSON / C labelled sections", f"{setting}" + (f" >= {t:.1f}" if t is not None else ""),
+        rows.append(["code-agent", "injection format A plain / B JSON / C labelled sections", E(setting) + (f" >= {t:.1f}" if t is not None else ""),
                      _f(cells[0]["recall"]), "", "", " / ".join(_f(c["tokens_injected_mean"], 1) for c in cells), "", "",
                      f"B {_pct(cells[1]['tokens_injected_mean'] / a - 1 if a else float('nan'))}, C {_pct(cells[2]['tokens_injected_mean'] / a - 1 if a else float('nan'))} vs A"])
     if not rows:
@@ -170,7 +171,7 @@ def side_by_side(g: pd.DataFrame) -> list[str]:
         if r is None:
             continue
         share = "" if not r["route"] else f" (share {_f(r['question_share'], 2)})"
-        rows.append([f"{name}{share}", _f(r["threshold"], 2), str(int(r["n_questions"])), *_metrics(r), _f(r["hit_rate"]),
+        rows.append([f"{E(name)}{share}", _f(r["threshold"], 2), str(int(r["n_questions"])), *_metrics(r), _f(r["hit_rate"]),
                      _f(r["adversarial_abstain_rate"])])
     return ["## Strategies side by side (best threshold by F1, or the fixed setting)", "",
             *_table(["strategy", "threshold", "questions", *METRIC_HEADER, "hit rate", "adversarial abstain"], rows), ""]
@@ -178,7 +179,7 @@ def side_by_side(g: pd.DataFrame) -> list[str]:
 
 def routing_section(g: pd.DataFrame, strategies: Sequence[dict]) -> list[str]:
     routers = [s["name"] for s in strategies if s.get("kind") == SEEDS["routing"][0]]
-    rows = [[n, _f(r["question_share"], 3), str(int(r["n_questions"])), *_metrics(r)]
+    rows = [[E(n), _f(r["question_share"], 3), str(int(r["n_questions"])), *_metrics(r)]
             for router in routers for n in (router, f"{router}/profile", f"{router}/other") if (r := _row(g, n)) is not None]
     if not rows:
         return []
@@ -201,7 +202,7 @@ def dual_tier_section(g: pd.DataFrame, strategies: Sequence[dict]) -> list[str]:
     return ["## Dual-tier memory: L1 vs L2 contributions and noise against plain threshold recall", "",
             "gold via L1/L2 = mean share of a question's gold memories injected through that tier; noise = non-gold memories injected "
             "per question; L2 noise change = dual-tier L2 noise vs plain threshold noise at the same threshold (the article claims -34 %).", "",
-            *_table(["threshold", "recall", f"{thr or 'threshold'} recall", "gold via L1", "gold via L2", "L1 memories", "L2 noise", "total noise",
+            *_table(["threshold", "recall", f"{E(thr or 'threshold')} recall", "gold via L1", "gold via L2", "L1 memories", "L2 noise", "total noise",
                      "threshold noise", "L2 noise change", "tokens/question"], rows), ""]
 
 
@@ -220,7 +221,7 @@ def format_section(summary: pd.DataFrame, fmt_records: Sequence[dict], key, stra
         t = r["threshold"]
         t = None if t is None or (isinstance(t, float) and math.isnan(t)) else t
         pivot.setdefault((r["strategy"], t), {})[r["format"]] = r["tokens_injected_mean"]
-    rows = [[name, _f(t, 2) if t is not None else "", *[_f(v.get(f), 1) for f in ("A", "B", "C")],
+    rows = [[E(name), _f(t, 2) if t is not None else "", *[_f(v.get(f), 1) for f in ("A", "B", "C")],
              _pct(v["B"] / v["A"] - 1) if v.get("A") and "B" in v else "n/a", _pct(v["C"] / v["A"] - 1) if v.get("A") and "C" in v else "n/a"]
             for (name, t), v in pivot.items()]
     return ["## Injection formats: mean injected tokens per question", "",
@@ -241,7 +242,7 @@ def units_section(s: pd.DataFrame, strategies: Sequence[dict]) -> list[str]:
         for name in names:
             r = _best(g, name) if thresholded.get(name) else _row(g, name)
             if r is not None:
-                rows.append([ds, be, name, _f(r["threshold"], 2), str(int(r["n_questions"])), *_metrics(r),
+                rows.append([E(ds), E(be), E(name), _f(r["threshold"], 2), str(int(r["n_questions"])), *_metrics(r),
                              _f(r["tokens_injected_mean"] / raw_full, 4)])
     if not rows:
         return []
