@@ -275,10 +275,10 @@ def contract_violations(corpus: Corpus, hit_ids: Sequence[Sequence[str]], hit_sc
         out = ~np.isfinite(scores) | (scores < -1 - SCORE_SLACK) | (scores > 1 + SCORE_SLACK)
         if out.any():
             j = int(np.flatnonzero(out)[0])
-            found.append(("score out of range", f"hit {ids[j]!r} has similarity {scores[j]!r}, outside [-1, 1]"))
+            found.append(("score out of range", f"hit {ids[j]!r} has similarity {float(scores[j])!r}, outside [-1, 1]"))
         elif len(scores) > 1 and (np.diff(scores) > 1e-9).any():
             j = int(np.flatnonzero(np.diff(scores) > 1e-9)[0])
-            found.append(("not best first", f"similarity {scores[j + 1]!r} after {scores[j]!r}"))
+            found.append(("not best first", f"similarity {float(scores[j + 1])!r} after {float(scores[j])!r}"))
         if found:
             bad_questions += 1
             for kind in dict.fromkeys(kind for kind, _ in found):

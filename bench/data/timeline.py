@@ -120,16 +120,16 @@ def adversarial_gold_defects(corpus: Corpus, sources: Mapping[str, Source]) -> l
 
 
 def add_reachability_defects(corpus: Corpus, sources: Mapping[str, Source]) -> Corpus:
-    """``corpus`` with its reachability defects and its ``adversarial_with_gold`` defects appended to ``corpus.defects``."""
+    """``corpus`` with its reachability defects, then its ``adversarial_with_gold`` defects, appended to ``corpus.defects``."""
+    found = reachability_defects(corpus, sources)
+    if found:
+        log.info("%s: %d gold turn(s) after asked_at, %d question(s) asked before their conversation "
+                 "(reported as defects; such gold is scored as a miss)", corpus.name,
+                 sum(d.kind == GOLD_AFTER for d in found), sum(d.kind == ASKED_BEFORE for d in found))
     adversarial = adversarial_gold_defects(corpus, sources)
     if adversarial:
         log.info("%s: %d adversarial question(s) with gold evidence (reported as defects; scored as adversarial, "
                  "the gold unused)", corpus.name, len(adversarial))
-        corpus = dataclasses.replace(corpus, defects=corpus.defects + tuple(adversarial))
-    found = reachability_defects(corpus, sources)
-    if not found:
+    if not found and not adversarial:
         return corpus
-    log.info("%s: %d gold turn(s) after asked_at, %d question(s) asked before their conversation "
-                "(reported as defects; such gold is scored as a miss)", corpus.name,
-                sum(d.kind == GOLD_AFTER for d in found), sum(d.kind == ASKED_BEFORE for d in found))
-    return dataclasses.replace(corpus, defects=corpus.defects + tuple(found))
+    return dataclasses.replace(corpus, defects=corpus.defects + tuple(found) + tuple(adversarial))
