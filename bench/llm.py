@@ -10,12 +10,14 @@ connection errors (a ``Retry-After`` header is honoured, capped at 60 s).
 
 Counting rule: a call's tokens are the API's ``usage`` (``prompt_tokens`` / ``completion_tokens``) when
 the reply has it, else the tiktoken cl100k_base count of the message contents and of the reply
-(``usage_source`` says which). Estimates (the dry run) count the message contents with cl100k_base
+(``usage_source`` says which; a usage that is there but is not two whole counts >= 0, e.g. a negative
+count, is a server's lie: counted with tiktoken, ``usage_source`` ``USAGE_INVALID``, one warning line naming
+the endpoint). Estimates (the dry run) count the message contents with cl100k_base
 (no per-message overhead) and take ``max_tokens`` as each call's output. Cost = in x price_in / 1e6
 + out x price_out / 1e6.
 
-The cache holds one JSON file per call, keyed by the sha256 of (model, public base_url, prompt
-template version, messages, max_tokens, temperature): the messages carry the context and question,
+The cache holds one JSON file per call, keyed by the sha256 of (model, public base_url, the sha256 of its
+query string when it has one, prompt template version, messages, max_tokens, temperature): the messages carry the context and question,
 so the key is also a function of the context's hash. It never holds the key.
 """
 
@@ -27,6 +29,7 @@ import logging
 import math
 import os
 import time
+import urllib.parse
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, fields
 from pathlib import Path
@@ -147,6 +150,9 @@ class Cache:
     def key(cfg: LLMConfig, version: str, messages: Sequence[Mapping[str, str]], max_tokens: int) -> str:
         ident = {"model": cfg.model, "base_url": _public_url(cfg.base_url), "template": version,
                  "messages": list(messages), "max_tokens": max_tokens, "temperature": cfg.temperature}
+        query = urllib.parse.urlsplit(str(cfg.base_url)).query
+        if query:  # two deployments behind one URL (?deployment=, ?api-version=) answer differently; hashed: may hold a key
+            ident["query_sha256"] = hashlib.sha256(query.encode()).hexdigest()
         return hashlib.sha256(json.dumps(ident, sort_keys=True, ensure_ascii=False).encode()).hexdigest()
 
     def _path(self, key: str) -> Path:
@@ -192,6 +198,7 @@ class ChatClient:
         register_url_secrets(cfg.base_url)  # a key in its query string: scrubbed from replies, errors and logs
         self.requests = 0
         self.retries = 0
+        self.usage_invalid = 0  # replies whose usage was not two counts >= 0 (counted with tiktoken)
 
     def _api_key(self) -> str | None:
         env = self.cfg.api_key_env
@@ -243,10 +250,30 @@ class ChatClient:
         text = self._scrub("" if text is None else str(text))  # a reply quoting the request's header: never stored
         usage = data.get("usage") if isinstance(data, dict) else None
         try:
-            t_in, t_out, source = int(usage["prompt_tokens"]), int(usage["completion_tokens"]), "api"
-        except (TypeError, KeyError, ValueError):
-            t_in, t_out, source = message_tokens(messages), count_tokens(text), "tiktoken"
+            t_in, t_out, source = _count(usage["prompt_tokens"]), _count(usage["completion_tokens"]), "api"
+        except (TypeError, KeyError, ValueError) as e:
+            if isinstance(usage, Mapping) and ("prompt_tokens" in usage or "completion_tokens" in usage):  # there, but a lie
+                if not self.usage_invalid:  # one line per client; every such row says so in usage_source
+                    log.warning("%s: usage %s is not two token counts >= 0 (%s); such replies are counted with tiktoken "
+                                "(usage_source %r)", who, self._scrub(json.dumps(usage, default=str)[:200]), e, USAGE_INVALID)
+                self.usage_invalid += 1
+                source = USAGE_INVALID
+            else:
+                source = "tiktoken"
+            t_in, t_out = message_tokens(messages), count_tokens(text)
         return Reply(text, t_in, t_out, source, latency, self.cfg.cost(t_in, t_out))
+
+
+USAGE_INVALID = "tiktoken (api usage invalid)"  # usage_source of a reply whose usage was negative, fractional or not a number
+
+
+def _count(value) -> int:
+    """A token count from a reply's usage: an integer >= 0 (a float with no fraction is accepted), else ValueError."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value != int(value):
+        raise ValueError(f"{value!r} is not a whole number")
+    if value < 0:
+        raise ValueError(f"{value!r} is negative")
+    return int(value)
 
 
 def cached_call(client: ChatClient | None, cache: Cache, version: str, messages: Sequence[Mapping[str, str]],
@@ -254,8 +281,10 @@ def cached_call(client: ChatClient | None, cache: Cache, version: str, messages:
     """The reply from the cache when there, else from ``client`` (then cached). Returns (reply, was_cached)."""
     key = Cache.key(cfg, version, messages, max_tokens)
     hit = cache.get(key)
-    if hit is not None:
+    if hit is not None and all(isinstance(hit.get(n), (int, float)) and hit[n] >= 0 for n in ("tokens_in", "tokens_out", "cost_usd")):
         return Reply(**{f.name: hit[f.name] for f in fields(Reply)}), True
+    if hit is not None:  # written from a server's negative usage by an older version
+        log.warning("%s: cached reply with negative tokens or cost; asking again", cache._path(key))
     if client is None:
         raise LLMError("llm: a call is not cached and no client was given")
     reply = client.chat(messages, max_tokens)

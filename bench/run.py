@@ -15,6 +15,7 @@ The one owner of
 
 from __future__ import annotations
 
+import errno
 import functools
 import hashlib
 import json
@@ -194,20 +195,80 @@ def run_id() -> str:
     return os.environ.get(RUN_ID_ENV) or new_run_id()
 
 
+OWNER_LOCK_SUFFIX = ".lock"  # <path>/proc-<token>.lock beside <path>/proc-<token>/: held (flock) by the owner
+_OWNED: dict[str, int] = {}  # store directories this process created -> the open fd that holds their lock
+
+
 def private_store_dir(path: str | os.PathLike) -> Path:
-    """This process's own directory under a store's configured ``path``."""
-    return Path(path) / f"proc-{process_token()}"
+    """This process's own directory under a store's configured ``path``, created, and owned until the process ends.
+
+    Ownership is an exclusive ``fcntl.flock`` on ``proc-<token>.lock`` beside the directory, held on a
+    descriptor this process keeps open (and its forked children inherit): the kernel drops it only when
+    the whole process family is gone, whatever PID namespace it runs in. The lock file is locked before
+    it gets its name, and the directory is made after it, so no one ever sees an owned directory unlocked.
+    """
+    import fcntl
+
+    d = Path(path) / f"proc-{process_token()}"
+    if str(d) in _OWNED and d.is_dir():
+        return d
+    d.parent.mkdir(parents=True, exist_ok=True)
+    lock = d.with_name(d.name + OWNER_LOCK_SUFFIX)
+    fd, tmp = tempfile.mkstemp(prefix=f".{d.name}.", suffix=".tmp", dir=d.parent)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)  # a file no one else can know of yet: never blocks
+        os.replace(tmp, lock)  # the name appears already locked
+        d.mkdir(exist_ok=True)
+    except BaseException:
+        os.close(fd)
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    old = _OWNED.pop(str(d), None)
+    if old is not None:
+        os.close(old)
+    _OWNED[str(d)] = fd
+    return d
 
 
 def remove_stale_store_dirs(root: str | os.PathLike) -> int:
-    """Delete ``<root>/*/proc-<pid>x*`` directories whose process has ended (derived data). Returns how many."""
-    removed = 0
-    for d in Path(root).glob("*/proc-*x*"):
-        pid = d.name[len("proc-"):].split("x", 1)[0]
-        if not pid.isdigit() or int(pid) == os.getpid() or Path(f"/proc/{pid}").exists():
+    """Delete the ``<root>/*/proc-<token>`` store directories whose owner lock can be taken (their process family
+    has ended; see ``private_store_dir``). Returns how many.
+
+    Never by PID: a run in another PID namespace (a container on the same host) has PIDs this one cannot
+    see, and its live directories must stay. A directory without its lock file (written by an older
+    version, or by hand) is left alone: nothing proves it is stale."""
+    import fcntl
+
+    removed, unowned = 0, []
+    for lock in sorted(Path(root).glob(f"*/proc-*x*{OWNER_LOCK_SUFFIX}")):
+        d = lock.with_name(lock.name[: -len(OWNER_LOCK_SUFFIX)])
+        if str(d) in _OWNED:
             continue
-        shutil.rmtree(d, ignore_errors=True)
-        removed += 1
+        try:
+            fd = os.open(lock, os.O_RDWR)
+        except FileNotFoundError:  # another cleaner got there first
+            continue
+        try:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                continue  # its owner (any PID namespace) holds it: alive
+            if not os.path.samestat(os.fstat(fd), os.stat(lock)):
+                continue  # removed and made again since we opened it
+            shutil.rmtree(d, ignore_errors=True)
+            if not d.exists():
+                lock.unlink(missing_ok=True)
+                removed += 1
+        except FileNotFoundError:
+            continue
+        finally:
+            os.close(fd)
+    for d in Path(root).glob("*/proc-*x*"):
+        if d.is_dir() and not d.with_name(d.name + OWNER_LOCK_SUFFIX).exists():
+            unowned.append(d)
+    if unowned:
+        log.info("left %d store director%s without an owner lock (older version, or in use): %s; delete by hand when no run "
+                 "uses them", len(unowned), "y" if len(unowned) == 1 else "ies", ", ".join(str(d) for d in unowned[:3]))
     return removed
 
 
@@ -233,15 +294,32 @@ def save_job(out_dir: Path, cache_dir: Path, key: Key, *, exclude: Iterable[str]
             shutil.copy2(p, tmp / rel)
             files[rel] = sha256_file(tmp / rel)
         (tmp / MANIFEST).write_text(json.dumps({**key.describe(), "files": files}, indent=2, default=str))
-        old = done.with_name(f".{key.digest}.old.{process_token()}")
-        if done.exists():
-            os.replace(done, old)
-        os.replace(tmp, done)
-        shutil.rmtree(old, ignore_errors=True)
+        _swap_in(tmp, done)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
     return done
+
+
+def _swap_in(tmp: Path, done: Path) -> None:
+    """Rename the complete entry ``tmp`` to ``done``, replacing what is there once. Only complete entries are ever
+    renamed to ``done``, so when another process puts its own there between our two renames (two runs finishing the
+    same job at once), that one is kept and ours dropped: one complete entry, never an error."""
+    old = Path(tempfile.mkdtemp(prefix=f".{done.name}.old.", dir=done.parent))
+    try:
+        try:
+            os.replace(done, old / "entry")  # aside: a rename onto a non-empty directory fails
+        except FileNotFoundError:
+            pass
+        try:
+            os.rename(tmp, done)
+        except OSError as e:
+            if e.errno not in (errno.ENOTEMPTY, errno.EEXIST) or not (done / MANIFEST).is_file():
+                raise
+            log.debug("job cache %s was written by another process meanwhile; keeping that one", done)
+            shutil.rmtree(tmp, ignore_errors=True)
+    finally:
+        shutil.rmtree(old, ignore_errors=True)
 
 
 def check_job(done: Path, key: Key, *, required: Iterable[str] = ()) -> str:
@@ -262,10 +340,11 @@ def check_job(done: Path, key: Key, *, required: Iterable[str] = ()) -> str:
             return f"{rel} missing from the manifest"
     for rel, want in files.items():
         p = Path(done) / rel
-        if not p.is_file():
+        try:
+            if sha256_file(p) != want:
+                return f"{rel} changed since it was cached (sha256 mismatch)"
+        except (FileNotFoundError, IsADirectoryError):  # also: replaced by another process's save_job meanwhile
             return f"{rel} missing"
-        if sha256_file(p) != want:
-            return f"{rel} changed since it was cached (sha256 mismatch)"
     extra = sorted(set(p.relative_to(done).as_posix() for p in _files(Path(done))) - set(files))
     if extra:
         return f"unexpected file {extra[0]}"

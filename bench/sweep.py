@@ -215,7 +215,7 @@ def sweep(
             seen = vis.visible_turns(q)  # every role: the full-context cost
             eligible = seen if roles is None else vis.visible_turns(q, roles)
             view = views[(q.conversation_id, q.asked_at)] = (eligible, {f: cost(f, list(seen.keys)) for f in formats}, list(seen.keys))
-        ctx.append(_Ctx(q, view[0], frozenset(memory_key(q.conversation_id, e) for e in q.evidence),
+        ctx.append(_Ctx(q, view[0], frozenset(memory_key(q.conversation_id, e) for e in q.scored_evidence),
                         Hits(tuple(rec.hit_ids), tuple(np.asarray(rec.hit_scores, dtype=float).tolist())), float(rec.latency_ns), view[1],
                         view[2]))
 

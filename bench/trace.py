@@ -184,6 +184,10 @@ def build_trace(
         collections = getattr(backend, "n_collections", 1)  # bench.backends.layout: one per conversation, or 1
     hit_ids = [h.ids for h in timed.hits]  # columnar Hits: two references per question
     hit_scores = [h.scores for h in timed.hits]
+    broken = contract_violations(corpus, hit_ids, hit_scores, roles=roles, k=depth)
+    if broken:
+        raise StoreContractError(f"store {backend.name} broke the search contract (bench/backends/base.py) {broken}; "
+                                 "its results are not scored")
     lat, loop_ns, store_ns = timed.latency_ns, timed.loop_ns, timed.store_ns
 
     t_exact = time.perf_counter()
@@ -225,6 +229,66 @@ def build_trace(
     log.info("trace: %d questions on %s (ingest %.1fs, ready %.2fs, search %.1fs of which store %.1fs)", nq, backend.name,
              meta["ingest_seconds"], meta["ready_seconds"], loop_ns / 1e9, store_ns / 1e9)
     return Trace(table, meta)
+
+
+SCORE_SLACK = 1e-3  # a similarity is a cosine of L2-normalised float32 vectors: [-1, 1], plus float32 rounding
+
+
+class StoreContractError(RuntimeError):
+    """A store answered outside the search contract (bench/backends/base.py): the job fails, nothing is scored."""
+
+
+def contract_violations(corpus: Corpus, hit_ids: Sequence[Sequence[str]], hit_scores: Sequence[Sequence[float]], *,
+                        roles: tuple[str, ...] | None, k: int, examples: int = 3) -> str:
+    """'' when every question's hits keep the search contract, else one line: on how many questions it broke, by kind,
+    and the first ``examples`` hits that broke it (question, filter, hit). Checked for every store, once, after the
+    timed loop: every id is a memory of the corpus the question may see (``bench.visibility``: its conversation, its
+    ``roles``, said at or before ``asked_at``: the filter the store was given), no id twice, at most ``k`` hits,
+    similarities finite, within [-1, 1] (``SCORE_SLACK`` for rounding) and best first."""
+    vis = Visibility(corpus)
+    kinds: dict[str, int] = {}
+    shown: list[str] = []
+    bad_questions = 0
+    for qi, q in enumerate(corpus.questions):
+        ids, scores = list(hit_ids[qi]), np.asarray(hit_scores[qi], dtype=float)
+        found: list[tuple[str, str]] = []  # (kind, what)
+        if len(ids) > k:
+            found.append(("more than k", f"{len(ids)} hits for k={k}"))
+        if len(set(ids)) != len(ids):
+            found.append(("id twice", f"id {next(i for i in ids if ids.count(i) > 1)!r} twice"))
+        r = vis.lookup(ids)
+        start, end = vis.span(q.conversation_id)
+        ok = (r >= 0) & (r >= start) & (r < end)  # a memory of the question's conversation
+        ok[ok] = vis.mask(q, roles)[r[ok] - start]  # ... that the question may see
+        for j in np.flatnonzero(~ok):
+            row = int(r[j])
+            if row < 0:
+                found.append(("id outside the corpus", f"id {ids[j]!r} is not a memory of the corpus"))
+            elif not start <= row < end:
+                found.append(("filter ignored: conversation", f"hit {ids[j]!r} is from another conversation "
+                                                              f"(filter conversation_id={q.conversation_id!r})"))
+            elif roles is not None and vis.role[row] not in roles:
+                found.append(("filter ignored: role", f"hit {ids[j]!r} has role {vis.role[row]!r} (filter roles={list(roles)})"))
+            else:
+                found.append(("filter ignored: time", f"hit {ids[j]!r} was said at {vis.ts[row]:.0f}, after the filter's "
+                                                      f"before={q.asked_at!r}"))
+        out = ~np.isfinite(scores) | (scores < -1 - SCORE_SLACK) | (scores > 1 + SCORE_SLACK)
+        if out.any():
+            j = int(np.flatnonzero(out)[0])
+            found.append(("score out of range", f"hit {ids[j]!r} has similarity {float(scores[j])!r}, outside [-1, 1]"))
+        elif len(scores) > 1 and (np.diff(scores) > 1e-9).any():
+            j = int(np.flatnonzero(np.diff(scores) > 1e-9)[0])
+            found.append(("not best first", f"similarity {float(scores[j + 1])!r} after {float(scores[j])!r}"))
+        if found:
+            bad_questions += 1
+            for kind in dict.fromkeys(kind for kind, _ in found):
+                kinds[kind] = kinds.get(kind, 0) + 1
+            if len(shown) < examples:
+                shown.append(f"question {q.question_id!r}: {found[0][1]}")
+    if not bad_questions:
+        return ""
+    counts = ", ".join(f"{n} {kind}" for kind, n in sorted(kinds.items(), key=lambda x: (-x[1], x[0])))
+    return f"on {bad_questions} of {len(corpus.questions)} questions ({counts}): " + "; ".join(shown)
 
 
 def _exact_pass(corpus: Corpus, tv: np.ndarray, qv: np.ndarray, hit_ids: Sequence[Sequence[str]],

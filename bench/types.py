@@ -47,6 +47,12 @@ class Question:
     adversarial: bool = False  # correct answer is "nothing": excluded from main metrics
     answer: str = ""
 
+    @property
+    def scored_evidence(self) -> tuple[str, ...]:
+        """The gold that scoring uses: ``evidence``, none for an adversarial question (its correct recall is nothing;
+        gold a source gives one anyway is reported by the loader as defect ``adversarial_with_gold`` and unused)."""
+        return () if self.adversarial else self.evidence
+
 
 @dataclass(frozen=True, slots=True)
 class Conversation:

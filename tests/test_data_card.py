@@ -34,7 +34,7 @@ def test_defect_kinds_counts_and_order():
     got = [(kind, n, len(ex)) for kind, n, ex in defect_kinds(load_locomo(path=LOCOMO))]
     assert got == [  # by count descending, then kind
         ("evidence_malformed", 2, 2), ("evidence_multi_id", 2, 2), ("question_without_gold", 2, 2),
-        ("session_without_turns", 2, 2), ("answer_not_string", 1, 1), ("evidence_duplicate", 1, 1),
+        ("session_without_turns", 2, 2), ("adversarial_with_gold", 1, 1), ("answer_not_string", 1, 1), ("evidence_duplicate", 1, 1),
         ("evidence_not_found", 1, 1), ("evidence_unparseable", 1, 1), ("evidence_zero_padded", 1, 1)]
     many = Corpus("m", (), (), tuple(Defect("f", f"r{i}", "x", "k", str(i), "a") for i in range(5)))
     [(kind, n, examples)] = defect_kinds(many)
@@ -66,7 +66,7 @@ def test_card_values_on_locomo_fixture():
         "| gold turns per question (mean, non-adversarial) | 1.10 |",  # 11 / 10
         "| non-adversarial questions without gold | 2 |",
         "| tokens, words (test) | 43 total, 22 per conversation |",   # 6+13+4+3+4 + 4+9 words
-        "| defects | 13 |",
+        "| defects | 14 |",  # 13 + conv-1/qa[8]: adversarial with gold
         "| multi-hop | 2 | 0 | 2.50 |",
         "| adversarial | 1 | 1 | 1.00 |",
         "- `evidence_multi_id`: 2",

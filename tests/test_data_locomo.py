@@ -71,7 +71,7 @@ def test_questions_and_normalised_evidence(corpus):
         "conv-1/q5": ("D1:1",),                  # "D:9:9" has no turn: dropped
         "conv-1/q6": (),                         # bare "D": dropped -> no gold
         "conv-1/q7": ("D2:2",),                  # "D1:4" is past the end of session 1: dropped
-        "conv-1/q8": ("D1:1",),                  # adversarial keeps its evidence
+        "conv-1/q8": ("D1:1",),                  # adversarial keeps its evidence (reported, never scored)
         "conv-1/q9": (),                         # no evidence in the file
         "conv-2/q0": ("D1:2",),
     }
@@ -105,6 +105,9 @@ def test_every_defect_is_reported(corpus):
         Defect(F, "conv-1/qa[6]", "evidence", "question_without_gold", "['D']", "kept; its recall is undefined"),
         Defect(F, "conv-1/qa[7]", "evidence[0]", "evidence_not_found", "'D1:4'", "dropped from gold (no such turn)"),
         Defect(F, "conv-1/qa[9]", "evidence", "question_without_gold", "[]", "kept; its recall is undefined"),
+        # the rule for adversarial questions with gold (README, Metric conventions): reported, evidence kept, unscored
+        Defect(F, "conv-1/qa[8]", "evidence[0]", "adversarial_with_gold", "['D1:1']",
+               "not scored: an adversarial question's correct recall is nothing (scored by abstention only)"),
     ]
 
 
@@ -176,7 +179,7 @@ def test_real_locomo_counts(bench_data_dir):
     assert Counter(d.kind for d in c.defects) == {
         "session_without_turns": 16, "answer_not_string": 6, "evidence_multi_id": 4, "question_without_gold": 4,
         "evidence_not_found": 2, "evidence_duplicate": 1, "evidence_malformed": 1, "evidence_unparseable": 1,
-        "evidence_zero_padded": 1}
+        "evidence_zero_padded": 1, "adversarial_with_gold": 446}  # every category-5 question carries evidence
     q = {q.question_id: q for q in c.questions}
     assert q["conv-26/q37"].evidence == ("D8:6", "D9:17")
     assert "D11:26" in q["conv-43/q18"].evidence

@@ -12,6 +12,8 @@ from omegaconf import OmegaConf
 from bench.data.longmemeval import load_longmemeval, parse_lme_date
 from bench.types import Defect, Turn
 
+ADV = "not scored: an adversarial question's correct recall is nothing (scored by abstention only)"  # README, Metric conventions: an adversarial question's gold is reported, never scored
+
 FIX = Path(__file__).parent / "fixtures" / "data" / "lme"
 REPO = Path(__file__).resolve().parent.parent
 
@@ -64,6 +66,8 @@ def test_questions_gold_and_fallback(corpus):
         Defect(str(FIX / "2_q1.json"), "q1", "answer", "answer_not_string", "2", "converted to str"),
         Defect(str(FIX / "1_q2_abs.json"), "q2_abs", "has_answer", "gold_fallback_to_session",
                "no turn has has_answer: true", "gold = all 2 turns of 1 answer session(s)"),
+        Defect(str(FIX / "1_q2_abs.json"), "q2_abs", "answer_session_ids", "adversarial_with_gold", "['s0:t0', 's0:t1']",
+               ADV),
     ]
 
 
@@ -134,7 +138,8 @@ def test_real_oracle_all_500(bench_data_dir):
     assert kinds == {"answer_not_string": 32, "gold_fallback_to_session": 21,  # SOURCE.md: 21 questions, all _abs
                      # has_answer turns in sessions dated after question_date (59 temporal-reasoning, 3
                      # knowledge-update), in 42 questions; 16 questions are asked before their first session
-                     "gold_after_asked_at": 62, "asked_before_conversation": 16}
+                     "gold_after_asked_at": 62, "asked_before_conversation": 16,
+                     "adversarial_with_gold": 30}  # every _abs question has gold (has_answer or its answer session)
     late = [d for d in c.defects if d.kind == "gold_after_asked_at"]
     assert len({d.record for d in late}) == 42
     assert next(d for d in late if d.record == "0bb5a684") == Defect(
@@ -173,6 +178,7 @@ def test_unreachable_gold_is_reported_and_kept():
                "'s1:t0' at 2023-07-02T08:00:00Z > asked_at 2023-07-01T20:00:00Z", LATE),
         Defect(f3, "u3_abs", "answer_session_ids", "gold_after_asked_at",
                "'s1:t1' at 2023-07-02T08:00:00Z > asked_at 2023-07-01T20:00:00Z", LATE),
+        Defect(f3, "u3_abs", "answer_session_ids", "adversarial_with_gold", "['s1:t0', 's1:t1']", ADV),
     ]
     assert [q.evidence for q in c.questions] == [("s0:t0", "s1:t1"), ("s0:t1",), ("s1:t0", "s1:t1")]  # kept
 

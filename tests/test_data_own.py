@@ -292,3 +292,18 @@ def test_out_of_range_csv_timestamp_names_line(tmp_path):
         load_own(path=d)
     assert str(e.value) == (f"{d / 'turns.csv'}:2 (turn_id 't1'): field 'timestamp' is out of range: -3000000000.0 is "
                             f"year 1874, outside 1900-01-01..2200-01-01 (POSIX seconds, UTC)")
+
+
+def test_an_adversarial_question_with_gold_is_a_defect_and_its_gold_is_never_scored(tmp_path):
+    """The rule (README, Metric conventions): the evidence stays in the corpus, one defect says so, scoring uses none."""
+    d = _write(tmp_path / "adv", '{"conversation_id": "c1", "turn_id": "t1", "role": "user", "text": "I have a dog."}\n'
+                                 '{"conversation_id": "c1", "turn_id": "t2", "role": "user", "text": "It is Rex."}\n',
+               '{"question_id": "q1", "conversation_id": "c1", "text": "My dog?", "evidence": ["t2"]}\n'
+               '{"question_id": "q2", "conversation_id": "c1", "text": "My cat?", "evidence": ["t1", "t2"], "adversarial": true}\n'
+               '{"question_id": "q3", "conversation_id": "c1", "text": "My car?", "evidence": [], "adversarial": true}\n')
+    c = load_own(path=d)
+    assert [(q.question_id, q.evidence, q.scored_evidence) for q in c.questions] == [
+        ("q1", ("t2",), ("t2",)), ("q2", ("t1", "t2"), ()), ("q3", (), ())]
+    assert c.defects == (Defect(str(d / "questions.jsonl"), "line 2 (q2)", "evidence[0], evidence[1]", "adversarial_with_gold",
+                                "['t1', 't2']", "not scored: an adversarial question's correct recall is nothing "
+                                "(scored by abstention only)"),)

@@ -285,3 +285,51 @@ def test_rate_limit_spaces_requests(server, tmp_path, monkeypatch):
     for _ in range(3):
         client.chat(qa.judge_messages("Q?", "Rex", "Rex"), 5)
     assert slept == [0.5, 0.5] and len(server.requests) == 3
+
+
+def test_cache_key_tells_deployments_behind_one_url_apart_by_query_string():
+    msgs = [{"role": "user", "content": "hi"}]
+    cfg = lambda url: llm.LLMConfig(name="x", base_url=url, model="m")  # noqa: E731
+    a, b = cfg("https://llm.example/v1?deployment=a"), cfg("https://llm.example/v1?deployment=b")
+    plain = cfg("https://llm.example/v1")
+    assert len({llm.Cache.key(c, "v1", msgs, 10) for c in (a, b, plain)}) == 3
+    # a URL without a query keeps the key it always had: (model, public base_url, template, messages, max_tokens, temperature)
+    import hashlib
+
+    ident = {"model": "m", "base_url": "https://llm.example/v1", "template": "v1", "messages": msgs, "max_tokens": 10,
+             "temperature": 0.0}
+    assert llm.Cache.key(plain, "v1", msgs, 10) == hashlib.sha256(json.dumps(ident, sort_keys=True).encode()).hexdigest()
+
+
+@pytest.mark.parametrize("usage, why", [
+    ({"prompt_tokens": -5000, "completion_tokens": 10}, "-5000 is negative"),
+    ({"prompt_tokens": 100, "completion_tokens": -1}, "-1 is negative"),
+    ({"prompt_tokens": 12.5, "completion_tokens": 10}, "12.5 is not a whole number"),
+    ({"prompt_tokens": "100", "completion_tokens": 10}, "'100' is not a whole number"),
+])
+def test_a_usage_that_lies_is_counted_with_tiktoken_flagged_and_said_once(server, tmp_path, monkeypatch, caplog, usage, why):
+    monkeypatch.setenv(KEY_ENV, SECRET)
+    cfg = llm.load_config(str(_config(tmp_path / "loop.yaml", server.base_url)))
+    body = json.dumps({"choices": [{"message": {"content": "Rex"}}], "usage": usage}).encode()
+    server.replies += [(200, {}, body), (200, {}, body)]
+    client = llm.ChatClient(cfg)
+    msgs = qa.judge_messages("Q?", "Rex", "Rex it is")
+    first, second = client.chat(msgs, 5), client.chat(msgs, 5)
+    same = lambda r: (r.text, r.tokens_in, r.tokens_out, r.usage_source, r.cost_usd)  # noqa: E731
+    assert same(first) == same(second) and client.usage_invalid == 2
+    assert (first.tokens_in, first.tokens_out) == (llm.message_tokens(msgs), llm.count_tokens("Rex"))
+    assert first.usage_source == llm.USAGE_INVALID == "tiktoken (api usage invalid)"
+    assert first.cost_usd == pytest.approx(cfg.cost(first.tokens_in, first.tokens_out)) and first.cost_usd > 0
+    said = [r.getMessage() for r in caplog.records if "usage" in r.getMessage()]
+    assert len(said) == 1 and f"llm loop (POST {server.base_url}/chat/completions): usage " in said[0] and why in said[0]
+
+
+def test_a_cached_reply_with_a_negative_cost_is_asked_again(server, tmp_path, monkeypatch):
+    monkeypatch.setenv(KEY_ENV, SECRET)
+    cfg = llm.load_config(str(_config(tmp_path / "loop.yaml", server.base_url)))
+    cache, msgs = llm.Cache(tmp_path / "c"), qa.judge_messages("Q?", "Rex", "Rex")
+    key = llm.Cache.key(cfg, qa.TEMPLATE_VERSION, msgs, 5)
+    cache.put(key, {"text": "old", "tokens_in": -5000, "tokens_out": 3, "usage_source": "api", "latency_s": 0.1, "cost_usd": -0.005})
+    reply, cached = llm.cached_call(llm.ChatClient(cfg), cache, qa.TEMPLATE_VERSION, msgs, 5, cfg)
+    assert not cached and (reply.tokens_in, reply.tokens_out, reply.usage_source) == (100, 10, "api")
+    assert llm.cached_call(None, cache, qa.TEMPLATE_VERSION, msgs, 5, cfg) == (reply, True)  # the new answer replaced it

@@ -143,15 +143,76 @@ def test_run_id_is_fresh_per_command_and_shared_with_workers(monkeypatch):
     assert run.new_run_id() != first
 
 
-def test_stale_store_dirs_of_ended_processes_are_removed(tmp_path):
+# A store directory owned by a process whose PID this namespace does not see (another PID namespace, or a reused
+# PID): the child pretends its PID is 4194304 (above every pid_max, so no /proc entry here ever has it).
+OWNER = """
+import os, sys
+os.getpid = lambda: 4194304
+from pathlib import Path
+from bench import run
+d = run.private_store_dir(Path(sys.argv[1]))
+(d / "index.bin").write_bytes(b"live")
+print(d, flush=True)
+sys.stdin.readline()  # holds its lock until the test closes stdin
+"""
+
+
+def test_a_live_store_dir_is_kept_whatever_its_pid_and_removed_once_its_owner_ends(tmp_path):
+    owner = subprocess.Popen([sys.executable, "-c", OWNER, str(tmp_path / "seekdb")], cwd=REPO, stdin=subprocess.PIPE,
+                             stdout=subprocess.PIPE, text=True)
+    try:
+        live = Path(owner.stdout.readline().strip())
+        assert live.name == f"proc-{4194304}x{live.name.split('x')[1]}" and not Path("/proc/4194304").exists()
+        assert run.remove_stale_store_dirs(tmp_path) == 0  # its PID is nowhere here, but its lock is held: alive
+        assert (live / "index.bin").read_bytes() == b"live"
+    finally:
+        owner.stdin.close()
+        owner.wait()
+    assert run.remove_stale_store_dirs(tmp_path) == 1  # the owner ended: its lock can be taken
+    assert not live.exists() and not live.with_name(live.name + ".lock").exists()
+
+
+def test_only_store_dirs_with_an_owner_lock_are_ever_removed(tmp_path):
     dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True, check=True)
-    stale = tmp_path / "seekdb" / f"proc-{dead.stdout.strip()}xabc123"
+    unowned = tmp_path / "seekdb" / f"proc-{dead.stdout.strip()}xabc123"  # an older version's, or made by hand
     mine = run.private_store_dir(tmp_path / "seekdb")
     other_store = tmp_path / "chroma" / "unrelated"
-    for d in (stale, mine, other_store):
+    for d in (unowned, other_store):
         d.mkdir(parents=True)
-    assert run.remove_stale_store_dirs(tmp_path) == 1
-    assert not stale.exists() and mine.exists() and other_store.exists()
+    assert mine.is_dir() and mine.with_name(mine.name + ".lock").is_file()
+    assert run.private_store_dir(tmp_path / "seekdb") == mine  # once per process and path
+    assert run.remove_stale_store_dirs(tmp_path) == 0
+    assert unowned.exists() and mine.exists() and other_store.exists()
+
+
+def test_two_saves_of_one_job_at_once_leave_one_complete_entry(tmp_path, monkeypatch):
+    """Process B's complete entry lands at ``done`` between process A's two renames (A moved the old entry aside):
+    the old code's rename onto it raised OSError 'Directory not empty'; now A keeps B's entry."""
+    key = run.Key("job", {"x": 1})
+    theirs = run.save_job(job_dir(tmp_path / "b"), tmp_path / "other" / "jobs", key)
+    (theirs / "summary.csv").write_text("a,b\n3,4\n")  # B's results (its manifest updated to match below)
+    manifest = json.loads((theirs / run.MANIFEST).read_text())
+    manifest["files"]["summary.csv"] = run.sha256_file(theirs / "summary.csv")
+    (theirs / run.MANIFEST).write_text(json.dumps(manifest))
+    done = run.save_job(job_dir(tmp_path / "first"), tmp_path / "jobs", key)
+    real_rename, real_replace = os.rename, os.replace
+    raced = []
+
+    def racing(src, dst, *a, **kw):
+        move = real_rename if racing.name == "rename" else real_replace
+        if Path(dst) == done and Path(src).name.startswith(f".{key.digest}.") and not raced:
+            raced.append(src)
+            import shutil
+            shutil.copytree(theirs, done)  # B finished first
+        return move(src, dst, *a, **kw)
+
+    for name in ("rename", "replace"):
+        fn = lambda src, dst, *a, _n=name, **kw: (setattr(racing, "name", _n), racing(src, dst, *a, **kw))[1]  # noqa: E731
+        monkeypatch.setattr(run.os, name, fn)
+    assert run.save_job(job_dir(tmp_path / "a"), tmp_path / "jobs", key) == done
+    assert raced and run.check_job(done, key) == ""
+    assert (done / "summary.csv").read_text() == "a,b\n3,4\n"  # one complete entry: B's
+    assert sorted(p.name for p in (tmp_path / "jobs").iterdir()) == [key.digest]  # nothing left aside
 
 
 @pytest.mark.parametrize("value", ["sk-1", {"a": [1, 2]}, None])

@@ -16,7 +16,7 @@ from bench.trace import (
     exact_top,
     store_metrics,
 )
-from bench.types import Conversation, Corpus, Hits, Question, Turn
+from bench.types import Conversation, Corpus, Hits, Question, Turn, Where
 
 # 2-d unit vectors chosen by hand; cosines with q=(1,0) are the x components.
 VEC = {
@@ -202,14 +202,77 @@ def test_exact_top_breaks_ties_by_key():
 
 
 def test_hits_outside_the_corpus_get_nan_exact_scores():
-    class Leaky(ExactBackend):
-        def search(self, vector, *, k, where):
-            inner = super().search(vector, k=k, where=where)
-            return Hits(("ghost|t9", *inner.ids), (0.5, *inner.scores))
+    from bench.trace import _exact_pass
 
-    trace = build_trace(CORPUS, FakeEmbedder(), Leaky(), depth=1, warmup=0, progress=False)
-    first = trace.table["exact_scores"].iloc[0]
-    assert np.isnan(first[0]) and first[1] == pytest.approx(1.0)
+    tv = np.array([VEC[x.text] for x in CORPUS.turns()], dtype=np.float32)
+    qv = np.array([VEC[q.text] for q in CORPUS.questions], dtype=np.float32)
+    exact = _exact_pass(CORPUS, tv, qv, [["ghost|t9", "a|t0"], [], []], [[0.5, 1.0], [], []], roles=None, k=1, depth=2)[0]
+    assert np.isnan(exact[0][0]) and exact[0][1] == pytest.approx(1.0)
+
+
+GOOD = ([["a|t0", "a|t2", "a|t1"], ["a|t3", "a|t1", "a|t2"], ["b|t0", "b|t1"]], [[1.0, 0.8, 0.6], [1.0, 0.8, 0.6], [1.0, 0.8]])
+
+
+def _lie(q: int, ids=None, scores=None):
+    hit_ids, hit_scores = [list(x) for x in GOOD[0]], [list(x) for x in GOOD[1]]
+    if ids is not None:
+        hit_ids[q] = ids
+    if scores is not None:
+        hit_scores[q] = scores
+    return hit_ids, hit_scores
+
+
+@pytest.mark.parametrize("roles, hits, line", [
+    # q1 (conversation a, asked at ts 3: sees a0, a1, a2) and q3 (conversation b)
+    (None, _lie(0, ids=["a|t0", "b|t0", "a|t2"]),
+     "on 1 of 3 questions (1 filter ignored: conversation): question 'q1': hit 'b|t0' is from another conversation "
+     "(filter conversation_id='a')"),
+    (None, _lie(0, ids=["a|t0", "a|t4", "a|t2"]),
+     "on 1 of 3 questions (1 filter ignored: time): question 'q1': hit 'a|t4' was said at 5, after the filter's before=3.0"),
+    (("user",), ([["a|t0", "a|t2"], ["a|t2", "a|t0", "a|t4"], ["b|t0", "b|t1"]], [[1.0, 0.8], [0.6, 0.0, -0.8], [1.0, 0.8]]),
+     # user turns only, but b1 is the assistant's
+     "on 1 of 3 questions (1 filter ignored: role): question 'q3': hit 'b|t1' has role 'assistant' (filter roles=['user'])"),
+    (None, _lie(2, ids=["b|t0", "ghost|t9"]),
+     "on 1 of 3 questions (1 id outside the corpus): question 'q3': id 'ghost|t9' is not a memory of the corpus"),
+    (None, _lie(1, scores=[1.7, 0.8, 0.6]),
+     "on 1 of 3 questions (1 score out of range): question 'q2': hit 'a|t3' has similarity 1.7, outside [-1, 1]"),
+    (None, _lie(1, scores=[float("nan"), 0.8, 0.6]),
+     "on 1 of 3 questions (1 score out of range): question 'q2': hit 'a|t3' has similarity nan, outside [-1, 1]"),
+    (None, _lie(1, scores=[0.6, 0.8, 1.0]),
+     "on 1 of 3 questions (1 not best first): question 'q2': similarity 0.8 after 0.6"),
+    (None, _lie(2, ids=["b|t0", "b|t0"]),
+     "on 1 of 3 questions (1 id twice): question 'q3': id 'b|t0' twice"),
+    (None, _lie(2, ids=["b|t0", "b|t1", "b|t0"], scores=[1.0, 0.8, 0.5]),  # k=3 asked: 3 hits is fine, one twice is not
+     "on 1 of 3 questions (1 id twice): question 'q3': id 'b|t0' twice"),
+])
+def test_contract_violations_name_the_question_the_filter_and_the_hit(roles, hits, line):
+    from bench.trace import contract_violations
+
+    assert contract_violations(CORPUS, *GOOD, roles=None, k=3) == ""
+    assert contract_violations(CORPUS, *hits, roles=roles, k=3) == line
+    assert contract_violations(CORPUS, *GOOD, roles=None, k=2) == (
+        "on 2 of 3 questions (2 more than k): question 'q1': 3 hits for k=2; question 'q2': 3 hits for k=2")
+
+
+def test_a_store_that_ignores_the_filter_fails_the_trace_with_one_line_naming_it():
+    """Hand-worked: without a filter q1 (1, 0) gets a0 1.0, b0 1.0 (ties by key), a2 .8; q3 the same: a0 and a2 are
+    conversation a's. The store is dropped and closed, and nothing is scored."""
+    from bench.trace import StoreContractError
+
+    class NoFilter(ExactBackend):
+        name = "exact+no_filter"
+
+        def search(self, vector, *, k, where):
+            return super().search(vector, k=k, where=Where())
+
+    store = NoFilter()
+    with pytest.raises(StoreContractError) as e:
+        build_trace(CORPUS, FakeEmbedder(), store, depth=3, warmup=0, progress=False)
+    assert str(e.value) == (
+        "store exact+no_filter broke the search contract (bench/backends/base.py) on 2 of 3 questions "
+        "(2 filter ignored: conversation): question 'q1': hit 'b|t0' is from another conversation (filter conversation_id='a'); "
+        "question 'q3': hit 'a|t0' is from another conversation (filter conversation_id='b'); its results are not scored")
+    assert len(store._ids) == 0  # dropped
 
 
 def test_a_store_returning_a_plain_list_is_a_clear_error():

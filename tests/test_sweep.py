@@ -1,5 +1,6 @@
 """Offline sweep over a hand-built trace: exact threshold labels, metrics per question, summary."""
 
+import dataclasses
 import functools
 import math
 
@@ -397,3 +398,15 @@ def test_prefix_strategies_vectorised_equal_their_functions():
         pd.testing.assert_frame_equal(a.drop(columns="kind"), b.drop(columns="kind"))
         assert len(a) == 9 * (1 + 17 + 17) * len(kw.get("formats", "A")) and a["n_selected"].sum() > 100
         assert a["answer_recall"].notna().sum() > 50 and 0 < a["answer_recall"].mean() < 1
+
+
+def test_an_adversarial_question_with_gold_is_scored_as_adversarial_only():
+    """q2 is adversarial but its source gave it gold t3 (the defect adversarial_with_gold): its rows carry no gold
+    (n_gold 0, recall and F1 NaN, nothing counted correct), exactly as the same question without gold, and the
+    summary is unchanged. Before, its limit2 row read recall 1.0 (t3 was its best hit)."""
+    with_gold = dataclasses.replace(CORPUS, questions=(CORPUS.questions[0], dataclasses.replace(CORPUS.questions[1], evidence=("t3",))))
+    rows, plain = sweep(TRACE, with_gold, SPECS, (0.5, 0.9), TOKENS), sweep(TRACE, CORPUS, SPECS, (0.5, 0.9), TOKENS)
+    q2 = rows[rows.question_id == "q2"]
+    assert (q2.n_gold == 0).all() and (q2.n_correct == 0).all() and q2.recall.isna().all() and q2.f1.isna().all()
+    pd.testing.assert_frame_equal(rows, plain)
+    pd.testing.assert_frame_equal(summarise(rows), summarise(plain))

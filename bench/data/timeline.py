@@ -1,4 +1,5 @@
-"""Time rules shared by every loader: the accepted timestamp range and which gold a question can reach.
+"""Label rules shared by every loader: the accepted timestamp range, which gold a question can reach, and
+adversarial questions that carry gold.
 
 * ``time_problem(ts, raw)``: None when ``ts`` (POSIX seconds) lies in 1900-01-01..2200-01-01 UTC,
   else the tail of the loader's one-line ValueError ("is out of range: ..."), with a hint when the
@@ -16,6 +17,13 @@
     the asked_at field; its gold turns are also reported one by one as ``gold_after_asked_at``.
 
   The gold is kept (the label is reported, not changed): such a turn is scored as a miss.
+
+  - ``adversarial_with_gold``: an adversarial question (its correct recall is nothing) that the source gives
+    gold evidence anyway (LoCoMo gives every category-5 question the turn it twists; LongMemEval its
+    ``_abs`` questions' answer turns). One defect per question, field = its evidence field, value = the ids.
+    The rule (README, Metric conventions): the evidence stays in the corpus but is never scored
+    (``Question.scored_evidence``); the question is scored as adversarial only, by abstention, and stays out of
+    recall/precision/F1, ranked.csv, the qrels, calibration and attribution like every adversarial question.
 """
 
 from __future__ import annotations
@@ -38,6 +46,7 @@ RANGE_TEXT = "1900-01-01..2200-01-01"
 HINT_FROM = datetime(1980, 1, 1, tzinfo=timezone.utc).timestamp()
 GOLD_AFTER = "gold_after_asked_at"
 ASKED_BEFORE = "asked_before_conversation"
+ADVERSARIAL_GOLD = "adversarial_with_gold"
 _SCALES = ((1_000, "milliseconds"), (1_000_000, "microseconds"))
 
 
@@ -96,12 +105,31 @@ def reachability_defects(corpus: Corpus, sources: Mapping[str, Source]) -> list[
     return defects
 
 
+def adversarial_gold_defects(corpus: Corpus, sources: Mapping[str, Source]) -> list[Defect]:
+    """One ``adversarial_with_gold`` defect per adversarial question with gold evidence (see the module doc)."""
+    out = []
+    for q in corpus.questions:
+        if q.adversarial and q.evidence:
+            src = sources.get(q.question_id)
+            file, record = (src.file, src.record) if src else (corpus.source, q.question_id)
+            fields = ", ".join(dict.fromkeys(src.evidence_fields)) if src else ""
+            field = fields if fields and len(fields) <= 80 else "evidence"
+            out.append(Defect(file, record, field, ADVERSARIAL_GOLD, short(list(q.evidence)),
+                              "not scored: an adversarial question's correct recall is nothing (scored by abstention only)"))
+    return out
+
+
 def add_reachability_defects(corpus: Corpus, sources: Mapping[str, Source]) -> Corpus:
-    """``corpus`` with its reachability defects appended to ``corpus.defects``."""
+    """``corpus`` with its reachability defects, then its ``adversarial_with_gold`` defects, appended to ``corpus.defects``."""
     found = reachability_defects(corpus, sources)
-    if not found:
+    if found:
+        log.info("%s: %d gold turn(s) after asked_at, %d question(s) asked before their conversation "
+                 "(reported as defects; such gold is scored as a miss)", corpus.name,
+                 sum(d.kind == GOLD_AFTER for d in found), sum(d.kind == ASKED_BEFORE for d in found))
+    adversarial = adversarial_gold_defects(corpus, sources)
+    if adversarial:
+        log.info("%s: %d adversarial question(s) with gold evidence (reported as defects; scored as adversarial, "
+                 "the gold unused)", corpus.name, len(adversarial))
+    if not found and not adversarial:
         return corpus
-    log.info("%s: %d gold turn(s) after asked_at, %d question(s) asked before their conversation "
-                "(reported as defects; such gold is scored as a miss)", corpus.name,
-                sum(d.kind == GOLD_AFTER for d in found), sum(d.kind == ASKED_BEFORE for d in found))
-    return dataclasses.replace(corpus, defects=corpus.defects + tuple(found))
+    return dataclasses.replace(corpus, defects=corpus.defects + tuple(found) + tuple(adversarial))
