@@ -144,7 +144,7 @@ def next_knob_section(run: RunDir, a: Analysis, strategies: list[dict]) -> list[
             if len(m):
                 causes = {c[: -len(" miss")]: int(m.iloc[0][c]) for c in m.columns if c.endswith(" miss")}
         body = next_knob(causes=causes, point=b.to_dict(), summary=a.summary, full_context=strategy_names(strategies, "full_context"),
-                         usable_recall=a.cfg.usable_recall, embedders=embedders)
+                         usable_recall=a.cfg.usable_recall, embedders=embedders, min_n=a.cfg.min_n)
         lines += [f"**{b['dataset']}** (at the recommendation):", "", *(body or ["- Nothing to suggest: no misses were attributed."]), ""]
     return lines if len(lines) > 2 else []
 
