@@ -277,7 +277,8 @@ def _md(df: pd.DataFrame, cols: list[str]) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = parser("stores", "Every local store side by side, on LoCoMo and on synthetic data at the seed's scale -> reports/compare/.",
+    ap = parser("stores", "Every local store, and Pinecone via its loopback double (quality only), side by side, on LoCoMo and on "
+                "synthetic data at the seed's scale -> reports/compare/.",
                 examples=["recallbench stores --sizes 2000 --dims 384 --no-locomo    # a quick look",
                           "BENCH_DATA_DIR=~/corpora recallbench stores                # full scale (tens of minutes)"])
     ap.add_argument("--stores", default=None,
