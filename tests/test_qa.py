@@ -135,7 +135,6 @@ def tiny_run(tmp_path_factory) -> Path:
 
 
 POINTS = "recency1,full_context"
-TAG_A = qa.setting_tag(fmt="A", llm="loop", sample=200, seed=0, points=qa.parse_points(POINTS))  # the loop.yaml config
 
 
 def test_token_f1_and_labels():
@@ -210,6 +209,7 @@ def test_answer_end_to_end_cache_and_secret(tiny_run, tmp_path, server, capsys, 
     assert f"Memories:\n{CONTEXT['c1']}\n\nQuestion: What is my dog called?\nAnswer:" in users
     assert f"Memories:\n{LAST['c2']}\n\nQuestion: What is my cat called?\nAnswer:" in users
 
+    TAG_A = qa.setting_tag(fmt="A", llm="loop", sample=200, seed=0, points=qa.parse_points(POINTS))  # noqa: N806 (loop.yaml)
     assert TAG_A.startswith("formatA-loop-n200-seed0-points")
     rows = pd.read_csv(tiny_run / "analysis" / f"answers-{TAG_A}.csv")
     got = {(r.point, r.question_id): (r.label, r.f1) for r in rows.itertuples()}
