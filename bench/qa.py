@@ -22,7 +22,8 @@ are not sampled.
 
 Accuracy (J) and F1 are means over the sampled questions with 95 % CIs of the mean over conversations like
 these (Student t with conversations - 1 df, ``bench.analysis.stats.mean_intervals``); each point's J is compared with full context's on the same
-questions (difference, its CI, paired sign-flip permutation p). Dollars per 1,000 questions are the
+questions (difference, its CI and p from the paired t test over conversations, ``bench.analysis.stats.paired_t_test``:
+the report's one decision rule, so the CI excludes 0 exactly when p < 0.05). Dollars per 1,000 questions are the
 reader's recorded cost x 1000 / questions (what answering with that context costs);
 ``eval_usd_per_1k_questions`` adds the judge's (what the evaluation costs). A cached call keeps the cost
 it had when it was sent.
@@ -126,6 +127,16 @@ class Point:
     @property
     def label(self) -> str:
         return self.strategy if self.threshold is None else f"{self.strategy}@{self.threshold:g}"
+
+
+def setting_tag(*, fmt: str, llm: str, sample: int, seed: int, points: Sequence[Point] | None = None) -> str:
+    """The name part of one ``recallbench answer`` setting's outputs (``answers-<tag>.csv``): the injection format, the LLM
+    config, the sample size and seed, and (when ``--points`` is given) a digest of the points, so two settings never
+    write the same files. Characters outside [A-Za-z0-9_.] become ``_``."""
+    parts = [f"format{fmt}", str(llm), f"n{sample}", f"seed{seed}"]
+    if points:
+        parts.append("points" + hashlib.sha1(",".join(p.label for p in points).encode("utf-8")).hexdigest()[:8])
+    return "-".join(re.sub(r"[^A-Za-z0-9_.]+", "_", x) for x in parts)
 
 
 def parse_points(text: str) -> list[Point]:
@@ -267,7 +278,7 @@ def answer_items(items: Sequence[Item], cfg: LLMConfig, cache: Cache, client: Ch
 SUMMARY_KEYS = ["dataset", "embedder", "backend", "point", "strategy", "threshold"]
 
 
-def summarise(rows: pd.DataFrame, *, seed: int = 0, n_resamples: int = 1000) -> pd.DataFrame:
+def summarise(rows: pd.DataFrame) -> pd.DataFrame:
     """Per point: J and token F1 with 95 % CIs of the mean over conversations (t with conversations - 1 df,
     ``bench.analysis.stats.mean_intervals``; none with 1 conversation), J on answerable questions,
     mean injected tokens and reader input tokens, dollars per 1,000 questions (reader; reader + judge), mean reader latency."""
@@ -288,14 +299,15 @@ def summarise(rows: pd.DataFrame, *, seed: int = 0, n_resamples: int = 1000) -> 
                     "usd_per_1k_questions": 1000.0 * float(g["reader_cost_usd"].mean()),
                     "eval_usd_per_1k_questions": 1000.0 * float(g["cost_usd"].mean()),
                     "reader_latency_s": float(g["reader_latency_s"].mean()),
-                    **_versus_full(rows, dict(zip(SUMMARY_KEYS, key)), seed=seed, n_resamples=n_resamples)})
+                    **_versus_full(rows, dict(zip(SUMMARY_KEYS, key)))})
     return pd.DataFrame(out)
 
 
-def _versus_full(rows: pd.DataFrame, where: dict, *, seed: int, n_resamples: int) -> dict:
-    """J of this point minus J of full context on the same questions: the difference, its 95 % cluster-bootstrap
-    CI and a paired sign-flip permutation p (``bench.analysis.stats.paired_test``); NaN for full context itself."""
-    from bench.analysis.stats import paired_test
+def _versus_full(rows: pd.DataFrame, where: dict) -> dict:
+    """J of this point minus J of full context on the same questions: the difference, its 95 % CI and p from the paired
+    t test over conversations (``bench.analysis.stats.paired_t_test``, the report's one rule: the CI excludes 0 exactly
+    when p < 0.05; NaN with fewer than 2 conversations); NaN for full context itself."""
+    from bench.analysis.stats import paired_t_test
 
     nan = {"j_minus_full": NAN, "j_minus_full_lo": NAN, "j_minus_full_hi": NAN, "p_vs_full": NAN}
     same = ((rows["dataset"] == where["dataset"]) & (rows["embedder"] == where["embedder"])
@@ -307,8 +319,8 @@ def _versus_full(rows: pd.DataFrame, where: dict, *, seed: int, n_resamples: int
     common = a.index.intersection(b.index)
     if len(common) == 0:
         return nan
-    t = paired_test(a.loc[common, "correct"].to_numpy(np.float64), b.loc[common, "correct"].to_numpy(np.float64),
-                    clusters=a.loc[common, "conversation_id"].astype(str).to_numpy(), seed=seed, n_resamples=n_resamples)
+    t = paired_t_test(a.loc[common, "correct"].to_numpy(np.float64), b.loc[common, "correct"].to_numpy(np.float64),
+                      clusters=a.loc[common, "conversation_id"].astype(str).to_numpy())
     return {"j_minus_full": t.diff, "j_minus_full_lo": t.ci_low, "j_minus_full_hi": t.ci_high, "p_vs_full": t.p_value}
 
 
@@ -349,7 +361,7 @@ def markdown(summary: pd.DataFrame, cfg: LLMConfig, *, sample: int, seed: int, f
             saved = 1 - r["injected_tokens"] / f["injected_tokens"] if f["injected_tokens"] else NAN
             lines.append(f"- {md_text(ds)}: {md_text(r['point'])} vs full context on the same questions: J {r['accuracy_j']:.3f} vs "
                          f"{f['accuracy_j']:.3f}, difference {_ci(diff, r['j_minus_full_lo'], r['j_minus_full_hi'])}, paired "
-                         f"sign-flip p {p:.3g} ({verdict}); {saved:.0%} fewer injected tokens; "
+                         f"t test over conversations p {p:.3g} ({verdict}); {saved:.0%} fewer injected tokens; "
                          f"${r['usd_per_1k_questions']:.4f} vs ${f['usd_per_1k_questions']:.4f} per 1,000 answers.")
     return "\n".join(lines) + "\n"
 

@@ -12,7 +12,9 @@ exact cosines (trace column ``exact_scores``, each gold memory's exact rank in `
 and the fidelity metrics) are computed after the timed loop, one matrix product per question over
 its conversation, under the visibility rule and exact order of ``bench.visibility``, so the loop
 around the store call stays thin;
-``meta`` records the loop's wall time and the store's share of it (``harness_ns_per_query``).
+``meta`` records the loop's wall time and the store's share of it (``harness_ns_per_query``), and where the
+latency was measured: ``measured_at`` (time) and ``measured_in`` (the run id, ``bench.run.run_id``), kept when the
+trace is reused from the cache, so a later run's report can say its latency is from an earlier run.
 Every long step has a progress bar (``progress=True``).
 """
 
@@ -33,7 +35,7 @@ from bench.backends.base import Backend
 from bench.backends.session import INGEST_BATCH, open_session
 from bench.embedders.base import Embedder, embed_side
 from bench.output import redact, write_atomic
-from bench.run import sha256_file
+from bench.run import run_id, sha256_file
 from bench.types import Corpus, MemoryBatch, Turn, memory_key
 from bench.visibility import Visibility, question_filter
 
@@ -224,6 +226,7 @@ def build_trace(
         "index_bytes": index_bytes,
         **store,
         "measured_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+        "measured_in": run_id(),  # the run whose store calls these latencies are: a cached trace keeps it (bench.run.run_id)
         **emb_stats,
     }
     log.info("trace: %d questions on %s (ingest %.1fs, ready %.2fs, search %.1fs of which store %.1fs)", nq, backend.name,

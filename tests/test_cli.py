@@ -87,6 +87,37 @@ def test_second_run_embeds_nothing_and_reuses_the_trace(two_runs):
     assert "reused_from" in meta2 and "reused_from" not in meta1
 
 
+def test_a_cached_trace_says_its_latency_is_from_the_earlier_run(two_runs):
+    """The second run reads the first run's trace: its report's latency table says so (run id and time) and names the
+    layout; the first run's says "measured in this run". The old report printed cached latency as if measured now."""
+    tmp, meta1, meta2 = two_runs
+    assert meta1["measured_in"] == meta1["run_id"] and meta2["run_id"] != meta1["run_id"]
+    assert meta2["traces"][0]["measured_in"] == meta1["measured_in"]  # kept with the cached trace
+
+    def latency(run_dir):
+        return (run_dir / "report.md").read_text().split("## Store latency")[1].split("\n## ")[0]
+
+    second = latency(tmp / "latest")
+    assert "| dataset | backend | layout | latency_p50_ms | latency_p95_ms | latency_p99_ms | latency origin |" in second
+    assert "| per_conversation |" in second  # seekdb, the default store: a collection per conversation
+    assert f"cached trace of run {meta1['run_id']} ({meta1['measured_at']}) |" in second
+    first = next(d for d in (tmp / "runs").iterdir() if d.name.endswith(meta1["run_id"]))
+    assert "| measured in this run |" in latency(first)
+
+
+def test_a_multirun_over_stores_of_different_layouts_runs_them_all_shared():
+    from bench.cli.sweep import like_for_like_layout
+
+    assert like_for_like_layout(["-m", "backend=seekdb,sqlite_vec,pinecone"]) == {
+        "seekdb": "per_conversation", "sqlite_vec": "per_conversation", "pinecone": "shared"}
+    assert like_for_like_layout(["--multirun", "backend=choice(seekdb,seekdb_server)"]) is not None
+    assert like_for_like_layout(["-m", "backend=seekdb,sqlite_vec"]) is None  # already one layout
+    assert like_for_like_layout(["-m", "backend=seekdb,pinecone", "backend.layout=per_conversation"]) is None  # chosen
+    assert like_for_like_layout(["-m", "backend=seekdb,pinecone", "+backend.layout=shared"]) is None
+    assert like_for_like_layout(["backend=seekdb", "dataset=own"]) is None  # one job
+    assert like_for_like_layout(["-m", "backend=seekdb,nosuchstore"]) is None  # Hydra reports the bad name itself
+
+
 def test_bad_override_is_a_clear_error(tmp_path):
     proc = run_bench(tmp_path, "backend=nosuchstore")
     assert proc.returncode != 0

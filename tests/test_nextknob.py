@@ -51,3 +51,20 @@ def test_offline_embedders_come_from_configs_and_leave_out_api_and_plumbing():
     names = offline_embedders()
     assert "minilm" in names and not {"hashing", "http", "synthetic", "qwen3_openrouter"} & set(names)
     assert "minilm" not in offline_embedders(exclude_targets=["bench.embedders.minilm.MiniLMEmbedder"])
+
+
+def test_a_slice_below_min_n_is_never_offered_and_the_drop_is_counted():
+    """A routing strategy's per-route slice (1 question of 1,536 here) reaches recall 1.0 while saving tokens: with
+    recommend.min_n = 10 it is neither offered as usable nor quoted; the old code offered it as a usable setting."""
+    sized = SUMMARY.assign(n_questions=1536)
+    sliced = pd.concat([sized, pd.DataFrame([{**row("routing/profile", NAN, 1.0, savings=0.9), "n_questions": 1},
+                                             {**row("hybrid5", 0.4, 0.9, embedder="e5_small"), "n_questions": 3}])],
+                       ignore_index=True)
+    lines = next_knob(causes={"embedding": 5}, point=POINT, **{**KW, "summary": sliced}, min_n=10)
+    assert not any("Usable settings exist" in x or "routing/profile" in x.split("e.g.")[0] for x in lines)
+    assert lines[1] == "  Measured in this run: `e5_small` reaches recall 0.410 with `hybrid5` (vs 0.190)."  # not the 3-question 0.9
+    assert lines[-2].startswith("- **No setting tried reaches a usable recall**") and "recall 0.410" in lines[-2]
+    assert lines[-1] == ("- 2 setting(s) measured on fewer than 10 questions are left out of these suggestions "
+                         "(`recommend.min_n`; e.g. `routing/profile` on 1 question(s)).")
+    # at min_n = 1 nothing is dropped and the slice is what it is: usable
+    assert any("Usable settings exist" in x and "routing/profile" in x for x in next_knob(causes={}, point=POINT, **{**KW, "summary": sliced}, min_n=1))

@@ -146,6 +146,31 @@ def test_token_f1_and_labels():
     assert qa.abstains("no information available.") and not qa.abstains("Rex")
 
 
+def test_versus_full_is_the_paired_t_test_over_conversations():
+    """Answer accuracy against full context uses the report's one rule (stats.paired_t_test), not a bootstrap CI
+    beside a sign-flip p. By hand, point p minus full context (correct 0/1):
+        c1: q1 0-1, q2 1-1 -> sum -1 over 2;  c2: q3 0-1 -> -1 over 1;  c3: q4 1-1, q5 1-0 -> +1 over 2
+        mean m = -1/5 = -0.2; residuals s - m n: -0.6, -0.8, 1.4; se^2 = 3/2 * 2.96 / 25 = 0.1776
+        t = 0.2 / sqrt(0.1776) = 0.474579, 2 df: p = 1 - t / sqrt(t^2 + 2) = 0.68186 (a sign-flip over the three
+        non-zero question differences gives 1.0); CI = -0.2 -+ 4.302653 * sqrt(0.1776)."""
+    import math
+
+    data = [("c1", "q1", 0, 1), ("c1", "q2", 1, 1), ("c2", "q3", 0, 1), ("c3", "q4", 1, 1), ("c3", "q5", 1, 0)]
+    base = {"dataset": "d", "embedder": "e", "backend": "b"}
+    rows = pd.DataFrame([{**base, "point": "p", "strategy": "limit5", "conversation_id": c, "question_id": q, "correct": a}
+                         for c, q, a, _ in data]
+                        + [{**base, "point": qa.FULL, "strategy": qa.FULL, "conversation_id": c, "question_id": q, "correct": f}
+                           for c, q, _, f in data])
+    got = qa._versus_full(rows, {**base, "point": "p", "strategy": "limit5"})
+    se = math.sqrt(0.1776)
+    t = 0.2 / se
+    assert got["j_minus_full"] == pytest.approx(-0.2)
+    assert got["p_vs_full"] == pytest.approx(1 - t / math.sqrt(t * t + 2), rel=1e-9)
+    assert got["j_minus_full_lo"] == pytest.approx(-0.2 - 4.302653 * se, rel=1e-6)
+    assert got["j_minus_full_hi"] == pytest.approx(-0.2 + 4.302653 * se, rel=1e-6)
+    assert all(math.isnan(v) for v in qa._versus_full(rows, {**base, "point": qa.FULL, "strategy": qa.FULL}).values())
+
+
 def test_dry_run_numbers_by_hand(tiny_run, tmp_path, server, capsys, monkeypatch):
     monkeypatch.delenv(KEY_ENV, raising=False)  # a dry run needs no key
     cfg = _config(tmp_path / "loop.yaml", server.base_url)
@@ -184,7 +209,9 @@ def test_answer_end_to_end_cache_and_secret(tiny_run, tmp_path, server, capsys, 
     assert f"Memories:\n{CONTEXT['c1']}\n\nQuestion: What is my dog called?\nAnswer:" in users
     assert f"Memories:\n{LAST['c2']}\n\nQuestion: What is my cat called?\nAnswer:" in users
 
-    rows = pd.read_csv(tiny_run / "analysis" / "answers.csv")
+    TAG_A = qa.setting_tag(fmt="A", llm="loop", sample=200, seed=0, points=qa.parse_points(POINTS))  # noqa: N806 (loop.yaml)
+    assert TAG_A.startswith("formatA-loop-n200-seed0-points")
+    rows = pd.read_csv(tiny_run / "analysis" / f"answers-{TAG_A}.csv")
     got = {(r.point, r.question_id): (r.label, r.f1) for r in rows.itertuples()}
     assert got[("full_context", "q1")] == ("CORRECT", pytest.approx(2 / 7))
     assert got[("recency1", "q1")] == ("WRONG", 0.0)
@@ -193,7 +220,7 @@ def test_answer_end_to_end_cache_and_secret(tiny_run, tmp_path, server, capsys, 
     assert got[("recency1", "q3")] == ("WRONG", 0.0)
     assert got[("full_context", "q4")] == ("CORRECT", 1.0) and got[("recency1", "q4")] == ("CORRECT", 1.0)
     assert (rows["reader_tokens_in"] == 100).all() and rows["reader_cost_usd"].tolist() == pytest.approx([1.2e-4] * 8)
-    summary = pd.read_csv(tiny_run / "analysis" / "answers_summary.csv").set_index("point")
+    summary = pd.read_csv(tiny_run / "analysis" / f"answers_summary-{TAG_A}.csv").set_index("point")
     assert summary.loc["full_context", "accuracy_j"] == 1.0
     assert summary.loc["recency1", "accuracy_j"] == 0.5
     assert summary.loc["full_context", "token_f1"] == pytest.approx((2 / 7 + 1 / 3 + 1 / 4 + 1) / 4)
@@ -204,8 +231,10 @@ def test_answer_end_to_end_cache_and_secret(tiny_run, tmp_path, server, capsys, 
     # 1/3 -+ 12.71/6 clipped to [0, 1] (a percentile bootstrap printed the two conversations' min-max [1/6, 1/2])
     assert (summary.loc["recency1", "accuracy_j_lo"], summary.loc["recency1", "accuracy_j_hi"]) == (0.5, 0.5)
     assert (summary.loc["recency1", "token_f1_lo"], summary.loc["recency1", "token_f1_hi"]) == (0.0, 1.0)
-    # recency1 - full on the same questions: (0, 1, 0, 1) - (1, 1, 1, 1) -> -0.5; 2 of 4 pairs differ -> exact p = 2/4 = 0.5
-    assert summary.loc["recency1", "j_minus_full"] == -0.5 and summary.loc["recency1", "p_vs_full"] == pytest.approx(0.5)
+    # recency1 - full on the same questions: (0, 1, 0, 1) - (1, 1, 1, 1) -> -0.5; the paired t test over conversations
+    # (stats.paired_t_test): both conversations sum to -1 over 2 questions, residuals 0 -> se 0, CI [-.5, -.5], p 0
+    assert summary.loc["recency1", "j_minus_full"] == -0.5 and summary.loc["recency1", "p_vs_full"] == 0.0
+    assert (summary.loc["recency1", "j_minus_full_lo"], summary.loc["recency1", "j_minus_full_hi"]) == (-0.5, -0.5)
     assert pd.isna(summary.loc["full_context", "j_minus_full"])
     assert summary["usd_per_1k_questions"].tolist() == pytest.approx([0.12, 0.12])  # reader: 1000 x 0.00012
     assert summary["eval_usd_per_1k_questions"].tolist() == pytest.approx([0.21, 0.21])
@@ -229,7 +258,21 @@ def test_answer_end_to_end_cache_and_secret(tiny_run, tmp_path, server, capsys, 
     assert "0 calls to send (0 reader + 0 judge; 14 more answered from the cache)" in capsys.readouterr().out
     assert cli(argv) == 0
     assert len(server.requests) == before
-    assert pd.read_csv(tiny_run / "analysis" / "answers.csv")[["label", "f1"]].equals(rows[["label", "f1"]])
+    assert pd.read_csv(tiny_run / "analysis" / f"answers-{TAG_A}.csv")[["label", "f1"]].equals(rows[["label", "f1"]])
+
+    # another format is another setting: its own files, format A's kept (the old code wrote answers.csv for both)
+    tag_b = qa.setting_tag(fmt="B", llm="loop", sample=200, seed=0, points=qa.parse_points(POINTS))
+    assert tag_b != TAG_A
+    assert cli(argv + ["--format", "B"]) == 0
+    for tag in (TAG_A, tag_b):
+        assert (tiny_run / "analysis" / f"answers-{tag}.csv").is_file()
+        assert (tiny_run / "analysis" / f"answers_summary-{tag}.csv").is_file()
+        assert (tiny_run / f"answers-{tag}.md").is_file()
+    assert pd.read_csv(tiny_run / "analysis" / f"answers-{TAG_A}.csv")[["label", "f1"]].equals(rows[["label", "f1"]])
+    index = (tiny_run / "answers.md").read_text()
+    assert f"## Setting `{TAG_A}`" in index and f"## Setting `{tag_b}`" in index
+    assert "context rendered in format A" in index and "context rendered in format B" in index
+    assert not (tiny_run / "analysis" / "answers.csv").exists()
 
     # a rebuilt report keeps the link
     assert cli(["report", str(tiny_run)]) == 0

@@ -38,3 +38,51 @@ def test_scale_part_has_a_row_per_store_and_layout_and_ratios_to_exact_of_the_sa
                                                     ("sqlite_vec", "shared"), ("sqlite_vec", "per_conversation")]
     assert (df.loc[df["store"] == "exact", "p50_ms_ratio_to_exact"] == 1.0).all()
     assert (df["recall_at_k_vs_exact"] == 1.0).all() and (df["filtered_recall_at_k_vs_exact"] == 1.0).all()
+
+
+def test_pinecone_runs_against_its_loopback_double_labelled_quality_only(data, tmp_path):
+    """make stores left Pinecone out (a cloud store); now it runs against the loopback double in both layouts, and every
+    row says the latency is not Pinecone's. The double scans exactly, so it finds the exact top-k."""
+    truth, ftruth = S.exact_truth(data, 5)
+    df = S.scale_part(["exact", "pinecone"], [300], [16], n_queries=12, k=5, warmup=2, workdir=tmp_path, overrides={},
+                      progress=False, layouts=("shared", "per_conversation"), loopback=("pinecone",))
+    assert S.LOOPBACK_LABEL == "pinecone (loopback double: quality only, latency is not Pinecone's)"
+    assert list(zip(df["store"], df["layout"]))[2:] == [(S.LOOPBACK_LABEL, "shared"), (S.LOOPBACK_LABEL, "per_conversation")]
+    assert "error" not in df or df["error"].isna().all(), df.get("error")
+    assert (df["recall_at_k_vs_exact"] == 1.0).all() and (df["filtered_recall_at_k_vs_exact"] == 1.0).all()
+    # above LOOPBACK_MAX_N the double is left out (it scans every row in Python per query)
+    big = S.scale_part(["pinecone"], [S.LOOPBACK_MAX_N + 1], [4], n_queries=2, k=1, warmup=0, workdir=tmp_path, overrides={},
+                       progress=False, loopback=("pinecone",))
+    assert big.empty
+
+
+def test_the_command_runs_pinecone_loopback_by_default_and_skips_it_when_asked(tmp_path):
+    argv = ["--stores", "exact,pinecone", "--sizes", "200", "--dims", "8", "--queries", "6", "--warmup", "1",
+            "--layouts", "shared", "--no-locomo", "--no-progress"]
+    assert S.main([*argv, "--out", str(tmp_path / "on")]) == 0
+    text = (tmp_path / "on" / "README.md").read_text()
+    assert f"| {S.LOOPBACK_LABEL} | shared | 200 | 8 |" in text and "Skipped pinecone" not in text
+    assert S.main([*argv, "--out", str(tmp_path / "off"), "--no-pinecone-loopback"]) == 0
+    text = (tmp_path / "off" / "README.md").read_text()
+    assert "Skipped pinecone: a cloud store" in text and S.LOOPBACK_LABEL not in text
+
+
+def test_locomo_part_measures_latency_fresh_by_default_and_says_where_it_was_measured(tmp_path):
+    """Two LoCoMo-part runs on one cache: by default the second times the store again (``latency_origin`` "measured in
+    this run"); with the caches turned back on it reads the first run's trace, and says so. The old part reused the
+    cached trace silently. The Pinecone row runs against the loopback double, labelled."""
+    from pathlib import Path
+
+    demo = Path(__file__).resolve().parent.parent / "datasets" / "demo"
+    extra = ("dataset=own", f"dataset.path={demo}", "embedder=hashing", f"paths.reports={tmp_path / 'reports'}")
+    first = S.locomo_part(["exact", "pinecone"], out=tmp_path / "a", overrides={}, data_dir=None, extra=extra,
+                          loopback=("pinecone",))
+    assert "error" not in first or first["error"].isna().all(), first.get("error")
+    assert first["store"].tolist() == ["exact", S.LOOPBACK_LABEL] and first["layout"].tolist() == ["shared", "shared"]
+    assert first["latency_origin"].tolist() == ["measured in this run"] * 2
+    again = S.locomo_part(["exact"], out=tmp_path / "b", overrides={}, data_dir=None, extra=extra)
+    assert again["latency_origin"].tolist() == ["measured in this run"]
+    cached = S.locomo_part(["exact"], out=tmp_path / "c", overrides={}, data_dir=None,
+                           extra=(*extra, "trace_cache=true", "resume=true"))
+    assert cached["latency_origin"].iloc[0].startswith("cached trace of run ")
+    assert cached["best_f1"].iloc[0] == first["best_f1"].iloc[0]

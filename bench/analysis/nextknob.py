@@ -12,7 +12,9 @@ At the recommended configuration, the largest cause of missed gold memories name
 Where the run measured the alternative (a lower threshold of the same strategy, the same strategy on another
 embedder or store, the threshold strategy without a cap), the recall it reached is quoted. A setting is
 *usable* when its recall is at least ``usable_recall`` while it saves tokens against full context; when none
-of the settings tried is, the section says so plainly.
+of the settings tried is, the section says so plainly. A row scored on fewer than ``min_n`` questions
+(``recommend.min_n``; a routing strategy's per-route slice such as ``routing/profile`` may hold 1 question of
+1,536) is never quoted or offered: the section says how many were left out.
 """
 
 from __future__ import annotations
@@ -46,12 +48,15 @@ def _same(s: pd.DataFrame, point: Mapping, keys: Sequence[str]) -> pd.DataFrame:
 
 
 def next_knob(*, causes: Mapping[str, int], point: Mapping, summary: pd.DataFrame, full_context: Sequence[str],
-              usable_recall: float, embedders: Sequence[str] = ()) -> list[str]:
+              usable_recall: float, embedders: Sequence[str] = (), min_n: int = 0) -> list[str]:
     """Markdown bullet lines for one dataset. ``causes``: missed gold memories per cause at ``point`` (the
     recommendation row: dataset, embedder, backend, strategy, threshold, recall); ``summary``: summary.csv
-    rows (one format); ``embedders``: names of offline embedders to suggest (not those the run used)."""
+    rows (one format); ``embedders``: names of offline embedders to suggest (not those the run used); ``min_n``:
+    rows with fewer scored questions (``n_questions``) are left out of every comparison and suggestion."""
     ds = point["dataset"]
     s = summary[summary["dataset"] == ds]
+    small = s["n_questions"] < min_n if "n_questions" in s else pd.Series(False, index=s.index)
+    dropped, s = s[small], s[~small]
     lines = []
     total = sum(int(v) for v in causes.values())
     if total:
@@ -77,6 +82,10 @@ def next_knob(*, causes: Mapping[str, int], point: Mapping, summary: pd.DataFram
             lines.append(f"  The recommendation recalls only {point['recall']:.3f}: an agent would miss {1 - point['recall']:.0%} of the "
                          f"gold memories. To ship a usable recall at the fewest tokens, set `recommend.objective=min_tokens "
                          f"recommend.min_recall={usable_recall:g}`.")
+    if len(dropped):
+        smallest = dropped.loc[dropped["n_questions"].idxmin()]
+        lines.append(f"- {len(dropped)} setting(s) measured on fewer than {min_n} questions are left out of these suggestions "
+                     f"(`recommend.min_n`; e.g. `{smallest['strategy']}` on {int(smallest['n_questions'])} question(s)).")
     return lines
 
 

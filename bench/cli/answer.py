@@ -2,8 +2,10 @@
 
 What is asked and how it is scored is ``bench.qa``; the client, prices and cache ``bench.llm``.
 Prints the estimate (calls, tokens, dollars) first; ``--dry-run`` stops there (no key needed).
-Writes analysis/answers.csv (per question and point), analysis/answers_summary.csv (per point) and
-answers.md (linked from report.md) in the run directory.
+Each setting (format, LLM config, sample, seed, points: ``bench.qa.setting_tag``) writes its own files, so a second
+setting never overwrites the first: analysis/answers-<tag>.csv (per question and point),
+analysis/answers_summary-<tag>.csv (per point) and answers-<tag>.md; answers.md (linked from report.md) is rebuilt
+from every answers-*.md in the run directory, one section per setting.
 """
 
 from __future__ import annotations
@@ -19,6 +21,20 @@ from bench.rundir import ANALYSIS, REPORT_MD, RunDir
 ANSWERS = "answers"
 ANSWERS_SUMMARY = "answers_summary"
 ANSWERS_MD = "answers.md"
+
+
+def answers_index(run: RunDir) -> str:
+    """answers.md: every setting's section (answers-<tag>.md in the run directory), in name order."""
+    parts = sorted(run.path.glob("answers-*.md"))
+    lines = ["# Answer-level metrics (LLM reader and judge)", "",
+             f"{len(parts)} setting(s) answered (format, LLM, sample, seed, points in each name); one section each.", ""]
+    for p in parts:
+        tag = p.stem[len("answers-"):]
+        body = [line for line in p.read_text(encoding="utf-8").splitlines() if not line.startswith("#")]  # its own title
+        lines += [f"## Setting `{tag}`", "",
+                  f"Files: [{p.name}]({p.name}), `{ANALYSIS}/{ANSWERS}-{tag}.csv`, `{ANALYSIS}/{ANSWERS_SUMMARY}-{tag}.csv`.",
+                  *body, ""]
+    return "\n".join(lines) + "\n"
 
 
 def cache_dir(run: RunDir) -> Path:
@@ -80,11 +96,13 @@ def main(argv: list[str] | None = None) -> int:
         return fail(f"the estimate ${est.usd:.4f} exceeds --max-usd {args.max_usd:g}: nothing sent")
     client = llm.ChatClient(cfg)
     rows = qa.answer_items(items, cfg, cache, client)
-    summary = qa.summarise(rows, seed=args.seed)
-    run.write_table(ANSWERS, rows)
-    run.write_table(ANSWERS_SUMMARY, summary)
+    summary = qa.summarise(rows)
+    tag = qa.setting_tag(fmt=args.format, llm=cfg.name, sample=args.sample, seed=args.seed, points=asked)
+    run.write_table(f"{ANSWERS}-{tag}", rows)
+    run.write_table(f"{ANSWERS_SUMMARY}-{tag}", summary)
     md = qa.markdown(summary, cfg, sample=args.sample, seed=args.seed, fmt=args.format)
-    run.write_text(ANSWERS_MD, md)
+    run.write_text(f"answers-{tag}.md", md)
+    run.write_text(ANSWERS_MD, answers_index(run))
     if run.has(REPORT_MD) and ANSWERS_MD not in run.file(REPORT_MD).read_text():
         run.write_text(REPORT_MD, run.file(REPORT_MD).read_text().rstrip("\n")
                        + f"\n\nAnswer-level metrics (LLM reader and judge): [{ANSWERS_MD}]({ANSWERS_MD})\n")
@@ -95,6 +113,6 @@ def main(argv: list[str] | None = None) -> int:
             "injected_tokens", "usd_per_1k_questions", "eval_usd_per_1k_questions"]
     with pd.option_context("display.width", 200, "display.max_columns", 20):
         print(summary[cols].to_string(index=False, float_format=lambda v: f"{v:.4f}"))
-    print(f"wrote {run.path / ANALYSIS / (ANSWERS + '.csv')}, {run.path / ANALYSIS / (ANSWERS_SUMMARY + '.csv')}, "
-          f"{run.file(ANSWERS_MD)}")
+    print(f"wrote {run.path / ANALYSIS / f'{ANSWERS}-{tag}.csv'}, {run.path / ANALYSIS / f'{ANSWERS_SUMMARY}-{tag}.csv'}, "
+          f"{run.file(f'answers-{tag}.md')} and {run.file(ANSWERS_MD)} (every setting)")
     return 0

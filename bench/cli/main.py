@@ -21,7 +21,7 @@ COMMANDS = {
     "compare": ("bench.cli.compare", "paired significance table between two finished runs"),
     "export": ("bench.cli.export", "a finished run's traces as TREC run files plus qrels (read back: sweep run_file=...)"),
     "answer": ("bench.cli.answer", "answer-level metrics: an LLM reader and judge on a finished run's injected context"),
-    "stores": ("bench.tools.stores", "every local store side by side (LoCoMo and synthetic scale) -> reports/compare/"),
+    "stores": ("bench.tools.stores", "every local store, and Pinecone via its loopback double, side by side (LoCoMo and synthetic scale) -> reports/compare/"),
     "regress": ("bench.tools.regress", "CI regression gate against reports/baseline/ (--write-baseline rewrites it)"),
     "harden": ("bench.tools.harden.run", "bad input, planted secrets, store faults and a short load, with figures"),
     "bench": ("bench.tools.perf", "performance ratios P1-P5 and PL with their targets and PASS/FAIL"),

@@ -284,7 +284,7 @@ def run_job(cfg: DictConfig, out_dir: Path, job: Job | None = None) -> pd.DataFr
     out.write_card(dataset_card(corpus))
     out.write_corpus(corpus)  # what the report reads: never the dataset files again
     out.write_strategies(redact([strategy_record(s, n) for s, n in zip(strategies, nodes)]))
-    meta = {**metas[0], "traces": metas, "tokens_encoding": cfg.tokens.encoding, "thresholds": list(grid),
+    meta = {**metas[0], "traces": metas, "run_id": run.run_id(), "tokens_encoding": cfg.tokens.encoding, "thresholds": list(grid),
             "strategies": [s.name for s in strategies], "formats": list(formats), "format_tokens": by_format,
             "corpus_sha256": job.corpus_sha, "labels_sha256": run.labels_digest(corpus), "turns_sha256": run.turns_digest(corpus), "embedder_identity": inner.identity,
             "overrides": _overrides(), "coverage": readable, "embedding_cost_estimate": est,
@@ -347,6 +347,7 @@ def run_or_resume(cfg: DictConfig, out_dir: Path) -> bool:
             run.restore_job(done, out_dir)
             meta = out.meta()
             meta.setdefault("caches", {})["job"] = {**key.describe(), "status": "hit", "from": str(done)}
+            meta["run_id"] = run.run_id()  # this run; its traces' measured_in still names the run that timed the store
             meta["overrides"] = _overrides()
             out.write_meta(meta)
             out.write_config(redacted_yaml(cfg))
@@ -513,6 +514,33 @@ class CollectRuns(Callback):
 
 # --- the process --------------------------------------------------------------------------------
 
+def like_for_like_layout(args: list[str]) -> dict[str, str] | None:
+    """A multirun that sweeps stores whose configs default to different layouts (``configs/backend/*.yaml``: the embedded
+    stores one collection per conversation, servers and Pinecone one shared collection) and gives no ``backend.layout``:
+    {store: its default layout}, so ``main`` can run them all in ``shared`` (their latency then compares like for like).
+    None otherwise (not a multirun, one store, one layout, a layout given, or overrides Hydra will reject itself)."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    from bench.backends.catalog import backend_config
+    from bench.backends.layout import SHARED
+    from bench.resources import plugin_names
+
+    if not {"-m", "--multirun"} & set(args):
+        return None
+    names = None
+    try:
+        for o in OverridesParser.create().parse_overrides([a for a in args if "=" in a and not a.startswith("-")]):
+            if o.key_or_group.lstrip("+") == "backend.layout":
+                return None
+            if o.key_or_group == "backend" and o.is_sweep_override():
+                v = o.value()
+                names = v.filter(plugin_names("backend")) if hasattr(v, "filter") else list(o.sweep_string_iterator())
+        layouts = {n: str(backend_config(n).get("layout", SHARED)) for n in names or []}
+    except Exception:  # noqa: BLE001  (a bad override: Hydra says what is wrong with it)
+        return None
+    return layouts if len(set(layouts.values())) > 1 else None
+
+
 def main() -> int:
     import os
 
@@ -520,6 +548,12 @@ def main() -> int:
 
     install_scrubbing(sys.argv[1:])
     run.new_run_id()
+    mixed = like_for_like_layout(sys.argv[1:])
+    if mixed:  # one layout for every store swept: the stores' latency and recall compare like for like
+        sys.argv.append("backend.layout=shared")
+        print("note: the stores swept default to different layouts (" + ", ".join(f"{n} {lay}" for n, lay in mixed.items())
+              + "): all run with backend.layout=shared so they compare like for like (give backend.layout=... to choose)",
+              file=sys.stderr)
     debug = os.environ.get("HYDRA_FULL_ERROR") == "1"  # the user asked for tracebacks
     os.environ["HYDRA_FULL_ERROR"] = "1"  # Hydra re-raises its own start-up errors to us instead of printing a traceback
     _STATE.update(interrupted=False, exit=0, sweep_dir=None)

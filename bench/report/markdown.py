@@ -147,7 +147,7 @@ def next_knob_section(run: RunDir, a: Analysis, strategies: list[dict]) -> list[
             if len(m):
                 causes = {c[: -len(" miss")]: int(m.iloc[0][c]) for c in m.columns if c.endswith(" miss")}
         body = next_knob(causes=causes, point=b.to_dict(), summary=a.summary, full_context=strategy_names(strategies, "full_context"),
-                         usable_recall=a.cfg.usable_recall, embedders=embedders)
+                         usable_recall=a.cfg.usable_recall, embedders=embedders, min_n=a.cfg.min_n)
         lines += [f"**{E(b['dataset'])}** (at the recommendation):", "", *(body or ["- Nothing to suggest: no misses were attributed."]), ""]
     return lines if len(lines) > 2 else []
 
@@ -773,10 +773,13 @@ def write_report(run_dir: Path, settings=None) -> Path:
     lines += ["## Seed claims, re-measured", "", seed_claims(summary, strategies), ""]
     lines += strategy_sections(summary, jobs, strategies)
     multi_emb = summary["embedder"].nunique() > 1  # one row per (store, embedder): name the embedder, else two rows look alike
-    lat = summary[summary["latency_p50_ms"].notna()].drop_duplicates(["dataset", "embedder", "backend"])
+    from bench.report.latency import latency_rows
+
+    lat, like = latency_rows(summary, jobs)  # with the layout and where each latency was measured (bench.report.latency)
     if len(lat):
-        lines += ["## Store latency (per query, store call only, warm-up discarded)", "",
-                  _table(lat, ["dataset", *(["embedder"] if multi_emb else []), "backend", "latency_p50_ms", "latency_p95_ms", "latency_p99_ms"]), ""]
+        lines += ["## Store latency (per query, store call only, warm-up discarded)", "", *like,
+                  _table(lat, ["dataset", *(["embedder"] if multi_emb else []), "backend", "layout", "latency_p50_ms", "latency_p95_ms",
+                               "latency_p99_ms", "latency origin"]), ""]
     traces = [(j, t) for j in jobs for t in j.get("traces", [j])]
     if traces:
         lines += ["## Store metrics (same vectors, same filters; exact = numpy cosine scan of the cached vectors)", "",

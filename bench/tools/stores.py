@@ -14,7 +14,16 @@ shared collection filtered by conversation, or a collection per conversation; th
 
 The stores are every ``configs/backend/*.yaml`` that runs here (``bench.backends.catalog``): embedded
 ones and local servers (started by ``bench.backends.servers.started_servers``); cloud stores are
-skipped with the reason. Each store is driven through ``bench.backends.session``.
+skipped with the reason, except Pinecone, which runs against its loopback protocol double
+(``bench.tools.harden.doubles.PineconeTestServer``, a fresh one per run, on 127.0.0.1, a dummy key; opt out with
+``--no-pinecone-loopback``). Its rows are labelled ``LOOPBACK_LABEL``: the double shows what the Pinecone adapter
+recalls (filters, layouts, the protocol), never Pinecone's latency (a numpy scan in this process); in the scale part
+it runs up to ``LOOPBACK_MAX_N`` memories (it scans every row in Python per query). Each store is driven through
+``bench.backends.session``.
+
+Latency is fresh by default: the LoCoMo part runs with ``trace_cache=false resume=false`` (unless ``--locomo-args``
+sets them), so no row carries a latency timed in an earlier run; the ``latency_origin`` column says where each one
+was measured (``bench.report.latency``).
 """
 
 from __future__ import annotations
@@ -26,12 +35,14 @@ import os
 import subprocess
 import sys
 import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager, nullcontext
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
-from bench.backends.catalog import load_backend, split_runnable
+from bench.backends.catalog import load_backend, split_runnable, store_names
 from bench.backends.layout import LAYOUTS, SHARED, check_layout
 from bench.backends.servers import started_servers
 from bench.backends.session import INGEST_BATCH, open_session
@@ -47,6 +58,30 @@ QUOTED = [
     {"store": "sqlite-vec (quoted)", "n": 14726, "dim": 1536, "p50_ms": 94.0, "p99_ms": 118.0},
     {"store": "Pinecone (quoted)", "n": 14726, "dim": 1536, "p50_ms": 127.0, "p99_ms": 342.0},
 ]
+
+
+# Cloud stores run here against a loopback protocol double: quality only, the latency is the double's.
+LOOPBACK_LABEL = "pinecone (loopback double: quality only, latency is not Pinecone's)"
+LOOPBACK_STORES = ("pinecone",)
+LOOPBACK_KEY_ENV = "RECALLBENCH_LOOPBACK_PINECONE_KEY"
+LOOPBACK_KEY = "loopback-double-key-not-a-secret"  # a dummy the double checks; never PINECONE_API_KEY
+LOOPBACK_MAX_N = 20_000  # the double scans every row in Python per query: larger scale sizes leave it out
+
+
+@contextmanager
+def pinecone_loopback() -> Iterator[dict]:
+    """A fresh loopback Pinecone double on 127.0.0.1 for one store run: yields the backend overrides (host, key variable).
+    The dummy key is set in this process's environment, so a ``python -m bench`` child inherits it."""
+    from bench.tools.harden.doubles import PineconeTestServer
+
+    os.environ[LOOPBACK_KEY_ENV] = LOOPBACK_KEY
+    with PineconeTestServer(LOOPBACK_KEY) as server:
+        yield {"host": server.host, "api_key_env": LOOPBACK_KEY_ENV}
+
+
+def _place(name: str, loopback) -> tuple[str, object]:
+    """(the store's label in the tables, a context manager yielding its extra overrides)."""
+    return (LOOPBACK_LABEL, pinecone_loopback()) if name in loopback else (name, nullcontext({}))
 
 
 def synthetic(n: int, dim: int, *, n_queries: int, seed: int = 0, clusters: int = 100, conversations: int = 50):
@@ -75,10 +110,10 @@ def synthetic_batches(vecs, conv, roles, ts, size: int = INGEST_BATCH):
 
 
 def bench_store(name: str, data, *, stores_dir: Path, k: int, warmup: int, overrides: dict, progress: bool,
-                layout: str = SHARED) -> dict:
+                layout: str = SHARED, label: str | None = None) -> dict:
     vecs, conv, roles, ts, qv, qconv = data
     n, dim = vecs.shape
-    row = {"store": name, "layout": layout, "n": n, "dim": dim}
+    row = {"store": label or name, "layout": layout, "n": n, "dim": dim}
     try:
         backend = load_backend(name, stores_dir=stores_dir, collection=f"cmp_{n}_{dim}", **{**overrides, "layout": layout})
         with open_session(backend, dim=dim, fresh=True) as s:
@@ -116,17 +151,25 @@ def _recall(got: list[list[str]], truth: list[list[str]]) -> float:
 
 
 def scale_part(stores, sizes, dims, *, n_queries, k, warmup, workdir, overrides, progress,
-               layouts=(SHARED,)) -> pd.DataFrame:
+               layouts=(SHARED,), loopback: tuple[str, ...] = ()) -> pd.DataFrame:
+    """``loopback``: stores of ``stores`` run against their loopback double (``pinecone_loopback``), up to
+    ``LOOPBACK_MAX_N`` memories."""
     rows = []
     for n in sizes:
         for dim in dims:
             data = synthetic(n, dim, n_queries=n_queries, seed=n + dim)
             truth, ftruth = exact_truth(data, k)
             for name in stores:
+                if name in loopback and n > LOOPBACK_MAX_N:
+                    log.info("scale: %s left out at %d memories (the loopback double scans in Python; max %d)", name, n, LOOPBACK_MAX_N)
+                    continue
                 for layout in layouts:
                     log.info("scale: %s (%s) at %d x %d", name, layout, n, dim)
-                    r = bench_store(name, data, stores_dir=workdir / "stores", k=k, warmup=warmup,
-                                    overrides=overrides.get(name, {}), progress=progress, layout=layout)
+                    label, place = _place(name, loopback)
+                    with place as extra:
+                        r = bench_store(name, data, stores_dir=workdir / "stores", k=k, warmup=warmup,
+                                        overrides={**overrides.get(name, {}), **extra}, progress=progress, layout=layout,
+                                        label=label)
                     if "_ids" in r:
                         r["recall_at_k_vs_exact"] = _recall(r.pop("_ids"), truth)
                         r["filtered_recall_at_k_vs_exact"] = _recall(r.pop("_fids"), ftruth)
@@ -140,32 +183,43 @@ def scale_part(stores, sizes, dims, *, n_queries, k, warmup, workdir, overrides,
     return df
 
 
+FRESH = ("trace_cache=false", "resume=false")  # the LoCoMo part's default: every latency timed in this command
+
+
 def locomo_part(stores, *, out: Path, overrides: dict, data_dir: str | None, layouts=(SHARED,),
-                extra: tuple[str, ...] = ()) -> pd.DataFrame:
+                extra: tuple[str, ...] = (), loopback: tuple[str, ...] = ()) -> pd.DataFrame:
+    """One ``python -m bench`` per store and layout. ``extra``: more overrides (``trace_cache=`` / ``resume=`` there
+    replace the fresh default, ``FRESH``); ``loopback``: stores run against their loopback double."""
+    from bench.report.latency import latency_origin
+
+    given = {x.split("=", 1)[0].lstrip("+") for x in extra}
+    fresh = [x for x in FRESH if x.split("=", 1)[0] not in given]
     rows = []
     for name, layout in ((n, lay) for n in stores for lay in layouts):
         run_dir = out / "locomo" / f"{name}-{layout}"
-        cmd = [sys.executable, "-m", "bench", f"backend={name}", f"backend.layout={layout}", "strategy=[limit,threshold,hybrid]",
-               "progress=false", "publish_latest=false", f"hydra.run.dir={run_dir}", *extra]
-        cmd += [f"backend.{k}={v}" for k, v in overrides.get(name, {}).items()]
-        env = dict(os.environ, **({"BENCH_DATA_DIR": data_dir} if data_dir else {}))
-        log.info("locomo: %s", " ".join(cmd[2:]))
-        proc = subprocess.run(cmd, env=env, capture_output=True, text=True)
+        label, place = _place(name, loopback)
+        with place as more:
+            cmd = [sys.executable, "-m", "bench", f"backend={name}", f"backend.layout={layout}", "strategy=[limit,threshold,hybrid]",
+                   "progress=false", "publish_latest=false", f"hydra.run.dir={run_dir}", *fresh, *extra]
+            cmd += [f"backend.{k}={v}" for k, v in {**overrides.get(name, {}), **more}.items()]
+            env = dict(os.environ, **({"BENCH_DATA_DIR": data_dir} if data_dir else {}))
+            log.info("locomo: %s", " ".join(cmd[2:]))
+            proc = subprocess.run(cmd, env=env, capture_output=True, text=True)
         if proc.returncode != 0 or not (run_dir / "summary.csv").exists():
-            rows.append({"store": name, "layout": layout, "error": (proc.stderr.strip().splitlines() or ["failed"])[-1][:300]})
+            rows.append({"store": label, "layout": layout, "error": (proc.stderr.strip().splitlines() or ["failed"])[-1][:300]})
             continue
         s = pd.read_csv(run_dir / "summary.csv")
         meta = json.loads((run_dir / "meta.json").read_text())
         best = s.dropna(subset=["threshold"]).sort_values("f1", ascending=False).iloc[0]
         lim = s[s["strategy"].isin(RunDir(run_dir).strategy_names("limit"))].iloc[0]
-        rows.append({"store": name, "layout": layout, "collections": meta.get("collections"), "dataset": meta["dataset"],
+        rows.append({"store": label, "layout": layout, "collections": meta.get("collections"), "dataset": meta["dataset"],
                      "memories": meta["n_memories"], "ingest_s": meta.get("ingest_seconds"),
                      "best_strategy": best["strategy"], "best_threshold": best["threshold"], "best_f1": best["f1"],
                      "limit5_recall": lim["recall"], "limit5_token_savings": lim["token_savings"],
                      "p50_ms": lim["latency_p50_ms"], "p99_ms": lim["latency_p99_ms"],
                      "fidelity_at_10": meta.get("fidelity_at_10"), "short_result_rate": meta.get("short_result_rate"),
                      "score_max_abs_diff": meta.get("score_max_abs_diff"), "ingest_rows_per_s": meta.get("ingest_per_second"),
-                     "read_after_write_lag_s": meta.get("ready_seconds")})
+                     "read_after_write_lag_s": meta.get("ready_seconds"), "latency_origin": latency_origin(meta)})
     return pd.DataFrame(rows)
 
 
@@ -223,7 +277,8 @@ def _md(df: pd.DataFrame, cols: list[str]) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = parser("stores", "Every local store side by side, on LoCoMo and on synthetic data at the seed's scale -> reports/compare/.",
+    ap = parser("stores", "Every local store, and Pinecone via its loopback double (quality only), side by side, on LoCoMo and on "
+                "synthetic data at the seed's scale -> reports/compare/.",
                 examples=["recallbench stores --sizes 2000 --dims 384 --no-locomo    # a quick look",
                           "BENCH_DATA_DIR=~/corpora recallbench stores                # full scale (tens of minutes)"])
     ap.add_argument("--stores", default=None,
@@ -237,6 +292,9 @@ def main(argv: list[str] | None = None) -> int:
                     help=f"comma-separated store layouts (default {','.join(LAYOUTS)}; bench.backends.layout)")
     ap.add_argument("--locomo-args", default="",
                     help="extra sweep overrides for the LoCoMo part, space-separated (e.g. 'trace_cache=false')")
+    ap.add_argument("--pinecone-loopback", action=argparse.BooleanOptionalAction, default=True,
+                    help="run Pinecone against its loopback protocol double (127.0.0.1, a dummy key): quality only, the latency "
+                         "is the double's, not Pinecone's (default on; --no-pinecone-loopback skips Pinecone)")
     ap.add_argument("--no-locomo", action="store_true", help="skip the LoCoMo part")
     ap.add_argument("--no-scale", action="store_true", help="skip the synthetic scale part")
     ap.add_argument("--out", default=str(reports_dir("compare")), help="default reports/compare")
@@ -244,7 +302,9 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     layouts = tuple(check_layout(x) for x in args.layouts.split(",") if x)
     setup_logging()
-    stores, skipped = split_runnable([s for s in args.stores.split(",") if s] if args.stores else None)
+    asked = [s for s in args.stores.split(",") if s] if args.stores else store_names()
+    loopback = tuple(n for n in asked if n in LOOPBACK_STORES) if args.pinecone_loopback else ()
+    stores, skipped = split_runnable([n for n in asked if n not in loopback])
     for reason in skipped:
         log.warning("skipped %s", reason)
     out = Path(args.out).resolve()
@@ -252,17 +312,25 @@ def main(argv: list[str] | None = None) -> int:
     lines = ["# Store comparison", "", "Every store gets the same vectors, filters and queries. Latency is the store call only "
              "(top-10, warm-up discarded); the exact store is a numpy cosine scan of the same vectors in RAM.", ""]
     lines += [f"Skipped {r}." for r in skipped] + ([""] if skipped else [])
+    if loopback:
+        lines += [f"`{LOOPBACK_LABEL}`: the Pinecone adapter against its loopback protocol double on 127.0.0.1 "
+                  "(bench/tools/harden/doubles.py): what it recalls is the adapter's (filters, layouts, protocol); its latency "
+                  f"is a numpy scan in this process, not Pinecone's. Scale part: up to {LOOPBACK_MAX_N:,} memories. "
+                  "`--no-pinecone-loopback` leaves it out.", ""]
     with tempfile.TemporaryDirectory(prefix="rb-compare-", ignore_cleanup_errors=True) as tmp, started_servers(stores, Path(tmp)) as servers:
         overrides = {name: info.overrides() for name, info in servers.items()}
         if not args.no_locomo:
-            loc = locomo_part(stores, out=out, overrides=overrides, data_dir=os.environ.get("BENCH_DATA_DIR"), layouts=layouts,
-                              extra=tuple(args.locomo_args.split()))
+            loc = locomo_part([*stores, *loopback], out=out, overrides=overrides, data_dir=os.environ.get("BENCH_DATA_DIR"),
+                              layouts=layouts, extra=tuple(args.locomo_args.split()), loopback=loopback)
             write_atomic(out / "locomo.csv", lambda p: loc.to_csv(p, index=False))
-            lines += ["## LoCoMo (MiniLM int8, depth = every eligible memory, strategies limit5 / threshold / hybrid5)", "", _md(loc, list(loc.columns)), ""]
+            lines += ["## LoCoMo (MiniLM int8, depth = every eligible memory, strategies limit5 / threshold / hybrid5)", "",
+                      "Each row names its layout (compare rows of one layout) and where its latency was measured "
+                      "(`latency_origin`; fresh unless `--locomo-args` turns the caches back on).", "",
+                      _md(loc, list(loc.columns)), ""]
         if not args.no_scale:
-            scale = scale_part(stores, [int(x) for x in args.sizes.split(",")], [int(x) for x in args.dims.split(",")],
+            scale = scale_part([*stores, *loopback], [int(x) for x in args.sizes.split(",")], [int(x) for x in args.dims.split(",")],
                                n_queries=args.queries, k=args.k, warmup=args.warmup, workdir=Path(tmp),
-                               overrides=overrides, progress=args.progress, layouts=layouts)
+                               overrides=overrides, progress=args.progress, layouts=layouts, loopback=loopback)
             write_atomic(out / "scale.csv", lambda p: scale.to_csv(p, index=False))
             cols = ["store", "layout", "n", "dim", "ingest_s", "ingest_rows_per_s", "read_after_write_lag_s", "p50_ms", "p99_ms",
                     "p50_ms_ratio_to_exact", "p99_ms_ratio_to_exact", "filtered_p50_ms", "filtered_p99_ms",
