@@ -594,6 +594,8 @@ def main() -> int:
 
     import hydra
 
+    verbose = any(a in ("-v", "--verbose") for a in sys.argv[1:])  # ours, not Hydra's: the libraries' INFO lines too
+    sys.argv = [a for a in sys.argv if a not in ("-v", "--verbose")]
     install_scrubbing(sys.argv[1:])
     run.new_run_id()
     debug = os.environ.get("HYDRA_FULL_ERROR") == "1"  # the user asked for tracebacks
@@ -602,6 +604,9 @@ def main() -> int:
 
     @hydra.main(version_base="1.3", config_path=str(configs_dir()), config_name="config")
     def _app(cfg: DictConfig) -> None:
+        from bench.cli.common import quiet_third_party
+
+        quiet_third_party(verbose)  # after Hydra's logging setup, which resets every logger's level
         hc = HydraConfig.get()
         out_dir = Path(hc.runtime.output_dir)
         if _STATE["interrupted"]:  # a multirun after Ctrl-C: the remaining jobs are not started

@@ -141,13 +141,13 @@ def scale_part(stores, sizes, dims, *, n_queries, k, warmup, workdir, overrides,
 
 
 def locomo_part(stores, *, out: Path, overrides: dict, data_dir: str | None, layouts=(SHARED,),
-                extra: tuple[str, ...] = ()) -> pd.DataFrame:
+                extra: tuple[str, ...] = (), verbose: bool = False) -> pd.DataFrame:
     rows = []
     for name, layout in ((n, lay) for n in stores for lay in layouts):
         run_dir = out / "locomo" / f"{name}-{layout}"
         cmd = [sys.executable, "-m", "bench", f"backend={name}", f"backend.layout={layout}", "strategy=[limit,threshold,hybrid]",
                "progress=false", "publish_latest=false", f"hydra.run.dir={run_dir}", *extra]
-        cmd += [f"backend.{k}={v}" for k, v in overrides.get(name, {}).items()]
+        cmd += [f"backend.{k}={v}" for k, v in overrides.get(name, {}).items()] + (["-v"] if verbose else [])
         env = dict(os.environ, **({"BENCH_DATA_DIR": data_dir} if data_dir else {}))
         log.info("locomo: %s", " ".join(cmd[2:]))
         proc = subprocess.run(cmd, env=env, capture_output=True, text=True)
@@ -241,9 +241,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--no-scale", action="store_true", help="skip the synthetic scale part")
     ap.add_argument("--out", default=str(reports_dir("compare")), help="default reports/compare")
     ap.add_argument("--progress", action=argparse.BooleanOptionalAction, default=sys.stderr.isatty())
+    ap.add_argument("-v", "--verbose", action="store_true", help="also the store clients' own INFO lines (httpx, pyseekdb, ...)")
     args = ap.parse_args(argv)
     layouts = tuple(check_layout(x) for x in args.layouts.split(",") if x)
-    setup_logging()
+    setup_logging(verbose=args.verbose)
     stores, skipped = split_runnable([s for s in args.stores.split(",") if s] if args.stores else None)
     for reason in skipped:
         log.warning("skipped %s", reason)
@@ -256,7 +257,7 @@ def main(argv: list[str] | None = None) -> int:
         overrides = {name: info.overrides() for name, info in servers.items()}
         if not args.no_locomo:
             loc = locomo_part(stores, out=out, overrides=overrides, data_dir=os.environ.get("BENCH_DATA_DIR"), layouts=layouts,
-                              extra=tuple(args.locomo_args.split()))
+                              extra=tuple(args.locomo_args.split()), verbose=args.verbose)
             write_atomic(out / "locomo.csv", lambda p: loc.to_csv(p, index=False))
             lines += ["## LoCoMo (MiniLM int8, depth = every eligible memory, strategies limit5 / threshold / hybrid5)", "", _md(loc, list(loc.columns)), ""]
         if not args.no_scale:
