@@ -126,7 +126,8 @@ def check_params(name: str, node, choice: str | None = None) -> None:
     for key in node:
         if not (key.startswith("_") and key.endswith("_")) and key not in params:
             group = f"{name}={choice}" if choice else node["_target_"]
-            raise ValueError(f"config {name}.{key}: not a setting of {group}{did_you_mean(key, known)} "
+            close = did_you_mean(key, known).replace("did you mean ", f"did you mean {name}.")
+            raise ValueError(f"config {name}.{key}: not a setting of {group}{close} "
                              f"(its settings: {', '.join(known)})")
 
 

@@ -128,7 +128,17 @@ def check_before_work(cfg: DictConfig) -> None:
     for key, node in (cfg.get("strategy") or {}).items():
         if isinstance(node, DictConfig) and node.get("fn") is not None:
             check_params(f"strategy.{key}.fn", to_plain(node.fn))
-    build_strategies(cfg.strategy)
+    from collections import Counter
+
+    from bench import formats as F
+    from bench.sweep import threshold_grid
+
+    names = Counter(s.name for s in build_strategies(cfg.strategy))
+    dupes = sorted(n for n, c in names.items() if c > 1)
+    if dupes:
+        raise ValueError(f"strategy names must be unique within a run: {', '.join(dupes)} used twice (configs/strategy/*.yaml 'name')")
+    threshold_grid(cfg.thresholds.start, cfg.thresholds.stop, cfg.thresholds.step)
+    F.check_formats(cfg.get("formats") or ["A"])
     RecommendConfig.from_settings(OmegaConf.to_container(cfg, resolve=True), source="the run's config")
 
 
