@@ -151,7 +151,7 @@ def explain_override_error(exc: BaseException, argv=()) -> str | None:
     from bench.resources import plugin_names
 
     text = " ".join(str(e) for e in _chain(exc))
-    missing = re.search(r"Could not find '([\w/]+)/([^'/]+)'", text)
+    missing = re.search(r"Could not (?:find|load) '([\w/]+)/([^'/]+)'", text)
     if missing:
         group, value = missing.groups()
         options = plugin_names(group) if (CONFIGS / group).is_dir() else []
