@@ -133,7 +133,7 @@ def check_before_work(cfg: DictConfig) -> None:
     from bench import formats as F
     from bench.sweep import threshold_grid
 
-    names = Counter(s.name for s in build_strategies(cfg.strategy))
+    names = Counter(s.name for s in build_strategies(cfg.strategy)) if cfg.get("strategy") is not None else Counter()
     dupes = sorted(n for n, c in names.items() if c > 1)
     if dupes:
         raise ValueError(f"strategy names must be unique within a run: {', '.join(dupes)} used twice (configs/strategy/*.yaml 'name')")
