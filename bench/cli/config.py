@@ -131,6 +131,56 @@ def check_params(name: str, node, choice: str | None = None) -> None:
                              f"(its settings: {', '.join(known)})")
 
 
+def check_required(cfg: DictConfig) -> None:
+    """A group option's mandatory value (``???``) left unset: one line saying what to add (``dataset=own`` needs a path)."""
+    choices = _choices()
+    for group in ("dataset", "embedder", "backend"):
+        node = cfg.get(group)
+        for key in (node.keys() if isinstance(node, DictConfig) else ()):
+            if OmegaConf.is_missing(node, key):
+                option = f"{group}={choices[group]}" if group in choices else group
+                raise ValueError(f"config {group}.{key} is required by {option}: add {group}.{key}=..."
+                                 + (" (your data directory: turns.jsonl + questions.jsonl)" if key == "path" else ""))
+
+
+def check_before_work(cfg: DictConfig) -> None:
+    """Every setting, before any work (what would otherwise fail late, or worse, run): a mandatory value left unset,
+    the switches, each plugin's keys, every strategy, the threshold grid, the formats, the report's settings."""
+    from collections import Counter
+
+    from bench import formats as F
+    from bench.analysis.recommend import RecommendConfig
+    from bench.strategies.spec import threshold_grid
+
+    check_required(cfg)
+    check_flags(cfg)  # strict=flase is an error, not true
+    choices = _choices()
+    for group in ("dataset", "embedder", "backend"):
+        if cfg.get(group) is not None:
+            node = {k: v for k, v in to_plain(cfg[group]).items() if not (group == "backend" and k == "layout")}  # build_store's
+            check_params(group, node, choices.get(group))
+    for key, node in (cfg.get("strategy") or {}).items():
+        if isinstance(node, DictConfig) and node.get("fn") is not None:
+            check_params(f"strategy.{key}.fn", to_plain(node.fn))
+    names = Counter(s.name for s in build_strategies(cfg.strategy)) if cfg.get("strategy") is not None else Counter()
+    dupes = sorted(n for n, c in names.items() if c > 1)
+    if dupes:
+        raise ValueError(f"strategy names must be unique within a run: {', '.join(dupes)} used twice (configs/strategy/*.yaml 'name')")
+    threshold_grid(cfg.thresholds.start, cfg.thresholds.stop, cfg.thresholds.step)
+    F.check_formats(cfg.get("formats") or ["A"])
+    RecommendConfig.from_settings(OmegaConf.to_container(cfg, resolve=True), source="the run's config")
+
+
+def _choices() -> dict:
+    """The group options of the running Hydra job (``dataset: own``); empty outside one."""
+    from hydra.core.hydra_config import HydraConfig
+
+    try:
+        return dict(HydraConfig.get().runtime.choices)
+    except ValueError:  # outside a Hydra job (the Compose API)
+        return {}
+
+
 def _group_choices(argv) -> list[str]:
     """The plain group choices (``dataset=own``) among command-line overrides: what decides which keys exist."""
     out = []
@@ -146,6 +196,13 @@ def explain_override_error(exc: BaseException, argv=()) -> str | None:
 
     Hydra's own text suggests ``+dataset.pth=...`` for a misspelt key, which then fails as a TypeError;
     this names the key the user meant (``dataset.path``), or the group option that has it."""
+    try:
+        return _explain(exc, list(argv))
+    except Exception:  # noqa: BLE001  (explaining must never hide the error itself)
+        return None
+
+
+def _explain(exc: BaseException, argv: list) -> str | None:
     import re
 
     from bench.resources import plugin_names

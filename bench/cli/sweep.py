@@ -26,7 +26,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from bench import run
 from bench.backends.layout import build_store
-from bench.cli.config import as_bool, build, check_flags, redacted_yaml, strategy_nodes, to_plain
+from bench.cli.config import as_bool, build, check_before_work, explain_override_error, redacted_yaml, strategy_nodes, to_plain
 from bench.output import (
     check_env_name,
     error_line,
@@ -86,8 +86,7 @@ def _env_settings(node, where: str = ""):
 
 def check_settings(cfg: DictConfig) -> None:
     """Reject bad top-level settings with a one-line message naming the key (never echoing a secret)."""
-    check_required(cfg)
-    check_flags(cfg)  # strict=flase is an error, not true
+    check_before_work(cfg)  # switches, plugin keys, strategies, the report's settings (bench.cli.config)
     for name, value in _env_settings(OmegaConf.to_container(cfg, resolve=False)):
         check_env_name(name, value)
         register_secret_env(value)
@@ -100,53 +99,6 @@ def check_settings(cfg: DictConfig) -> None:
         from bench.ranked import check_ks
 
         check_ks(list(cfg.ranked.get("ks") or []))
-    check_before_work(cfg)
-
-
-def check_required(cfg: DictConfig) -> None:
-    """A group option's mandatory value (``???``) left unset: one line saying what to add (``dataset=own`` needs a path)."""
-    choices = _choices()
-    for group in ("dataset", "embedder", "backend"):
-        node = cfg.get(group)
-        for key in (node.keys() if isinstance(node, DictConfig) else ()):
-            if OmegaConf.is_missing(node, key):
-                option = f"{group}={choices[group]}" if group in choices else group
-                raise ValueError(f"config {group}.{key} is required by {option}: add {group}.{key}=..."
-                                 + (" (your data directory: turns.jsonl + questions.jsonl)" if key == "path" else ""))
-
-
-def check_before_work(cfg: DictConfig) -> None:
-    """What would otherwise fail late (after the job ran): each plugin's keys, every strategy, the report's settings."""
-    from bench.analysis.recommend import RecommendConfig
-    from bench.cli.config import build_strategies, check_params
-
-    choices = _choices()
-    for group in ("dataset", "embedder", "backend"):
-        if cfg.get(group) is not None:
-            node = {k: v for k, v in to_plain(cfg[group]).items() if not (group == "backend" and k == "layout")}  # build_store's
-            check_params(group, node, choices.get(group))
-    for key, node in (cfg.get("strategy") or {}).items():
-        if isinstance(node, DictConfig) and node.get("fn") is not None:
-            check_params(f"strategy.{key}.fn", to_plain(node.fn))
-    from collections import Counter
-
-    from bench import formats as F
-    from bench.sweep import threshold_grid
-
-    names = Counter(s.name for s in build_strategies(cfg.strategy)) if cfg.get("strategy") is not None else Counter()
-    dupes = sorted(n for n, c in names.items() if c > 1)
-    if dupes:
-        raise ValueError(f"strategy names must be unique within a run: {', '.join(dupes)} used twice (configs/strategy/*.yaml 'name')")
-    threshold_grid(cfg.thresholds.start, cfg.thresholds.stop, cfg.thresholds.step)
-    F.check_formats(cfg.get("formats") or ["A"])
-    RecommendConfig.from_settings(OmegaConf.to_container(cfg, resolve=True), source="the run's config")
-
-
-def _choices() -> dict:
-    try:
-        return dict(HydraConfig.get().runtime.choices)
-    except ValueError:  # outside a Hydra job
-        return {}
 
 
 # Settings that say where a job writes, how it shows progress, or how it is reported: not part of its results.
@@ -540,16 +492,6 @@ class CollectRuns(Callback):
                       f"; their report: {sweep_dir / REPORT_MD}" if finished else "")
 
 
-def _explained(exc: BaseException) -> str:
-    """The error line of a failed start: Hydra's refusal of an override said with the closest key or option."""
-    from bench.cli.config import explain_override_error
-
-    try:
-        return explain_override_error(exc, sys.argv[1:]) or error_line(exc)
-    except Exception:  # noqa: BLE001  (explaining must never hide the error itself)
-        return error_line(exc)
-
-
 # --- the process --------------------------------------------------------------------------------
 
 class _ScrubbedStream(io.TextIOBase):
@@ -644,7 +586,7 @@ def main() -> int:
     except Exception as exc:  # a bad override, or Hydra's own start-up (run directory, logging) on a bad disk
         if debug:
             raise
-        print(f"error: {_explained(exc)}", file=sys.stderr)
+        print(f"error: {explain_override_error(exc, sys.argv[1:]) or error_line(exc)}", file=sys.stderr)
         return 1
     if _STATE["interrupted"]:
         return EXIT_INTERRUPTED
