@@ -31,7 +31,7 @@ COMMANDS = {
 }
 
 EXAMPLES = (
-    ("recallbench sweep", "shipped defaults: LoCoMo when the data path has it, else the demo corpus"),
+    ("recallbench sweep", "shipped defaults: LoCoMo from the data path; the demo corpus when none is set"),
     ("recallbench sweep embedder=hashing backend=exact", "a quick plumbing check"),
     ("recallbench sweep dataset=own dataset.path=$HOME/my-data", "your own turns.jsonl + questions.jsonl"),
     ("recallbench sweep -m strategy='glob(*)'", "multirun: every strategy, one merged report"),
