@@ -157,7 +157,7 @@ def check_before_work(cfg: DictConfig) -> None:
     choices = _choices()
     for group in ("dataset", "embedder", "backend"):
         if cfg.get(group) is not None:
-            node = {k: v for k, v in to_plain(cfg[group]).items() if not (group == "backend" and k == "layout")}  # build_store's
+            node = {k: v for k, v in to_plain(cfg[group], resolve=False).items() if not (group == "backend" and k == "layout")}  # build_store's
             check_params(group, node, choices.get(group))
     for key, node in (cfg.get("strategy") or {}).items():
         if isinstance(node, DictConfig) and node.get("fn") is not None:
