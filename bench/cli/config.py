@@ -81,12 +81,18 @@ TRUE_WORDS, FALSE_WORDS = ("true", "yes", "1"), ("false", "no", "0")
 FLAGS = ("trace_cache", "progress", "resume", "strict", "publish_latest", "defer_report")
 
 
-def did_you_mean(word: str, choices) -> str:
-    """``"; did you mean X?"`` for the closest of ``choices`` (difflib), else ""."""
+def closest(word: str, choices) -> str | None:
+    """The closest of ``choices`` to a misspelt ``word`` (difflib), None when none is close."""
     import difflib
 
     close = difflib.get_close_matches(str(word), [str(c) for c in choices], n=1, cutoff=0.6)
-    return f"; did you mean {close[0]}?" if close else ""
+    return close[0] if close else None
+
+
+def did_you_mean(word: str, choices) -> str:
+    """``"; did you mean X?"`` for the closest of ``choices``, else ""."""
+    close = closest(word, choices)
+    return f"; did you mean {close}?" if close else ""
 
 
 def as_bool(name: str, value) -> bool:
@@ -239,13 +245,15 @@ def _explain(exc: BaseException, argv: list) -> str | None:
     if parent and (CONFIGS / parent).is_dir():  # a setting of another option of the group (dataset.path without dataset=own)
         others = {k: [o for o in plugin_names(parent) if k in _option_keys(parent, o)]
                   for o in plugin_names(parent) for k in _option_keys(parent, o) if not k.startswith("_")}
-        match = leaf if leaf in others else (did_you_mean(leaf, others)[len("; did you mean "):-1] or None)
+        match = leaf if leaf in others else closest(leaf, others)
         if match:
+            from bench.output import redact_override
+
             having = others[match]
             example = "own" if "own" in having else having[0]
             value = next((str(a).partition("=")[2] for a in argv if str(a).lstrip("+~").startswith(f"{full}=")), "...")
             line += (f"; {match} is a setting of {parent}={', '.join(having)}: "
-                     f"did you mean {parent}={example} {parent}.{match}={value}?")
+                     f"did you mean {parent}={example} {redact_override(f'{parent}.{match}={value}')}?")  # a key's value is never echoed
     return line
 
 
