@@ -86,7 +86,6 @@ def _env_settings(node, where: str = ""):
 
 def check_settings(cfg: DictConfig) -> None:
     """Reject bad top-level settings with a one-line message naming the key (never echoing a secret)."""
-    check_before_work(cfg)  # switches, plugin keys, strategies, the report's settings (bench.cli.config)
     for name, value in _env_settings(OmegaConf.to_container(cfg, resolve=False)):
         check_env_name(name, value)
         register_secret_env(value)
@@ -99,6 +98,7 @@ def check_settings(cfg: DictConfig) -> None:
         from bench.ranked import check_ks
 
         check_ks(list(cfg.ranked.get("ks") or []))
+    check_before_work(cfg)  # switches, plugin keys, strategies, the report's settings (bench.cli.config)
 
 
 # Settings that say where a job writes, how it shows progress, or how it is reported: not part of its results.
