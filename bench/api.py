@@ -6,6 +6,7 @@ from bench.api import load_run, run
 r = run(["embedder=hashing", "backend=exact"])  # one job, in this process -> reports/runs/<time>_<id>/
 r.summary                                       # one row per (dataset, embedder, store, strategy, threshold)
 r.recommendation                                # the report's recommendation table
+r.report                                        # the path of report.md (r.report.read_text(): its text)
 load_run("reports/latest").questions            # any finished run, also one written by `recallbench sweep`
 ```
 
@@ -32,7 +33,8 @@ class Run:
     ``summary``: summary.csv (one row per dataset, embedder, store, strategy, threshold, format);
     ``questions``: questions.parquet (one row per question and configuration); ``jobs``: each job's
     meta.json (one for a single run, every finished job of a multirun); ``failed``: the failed jobs'
-    records; ``report``: report.md (None when no report was written); ``recommendation``: the
+    records; ``report``: the path of report.md (a Path; ``report.read_text()`` is its text; None when no
+    report was written); ``recommendation``: the
     report's recommendation table (``analysis/recommendation.csv``; None without a report).
     """
 

@@ -108,8 +108,15 @@ def test_failures_raise_with_one_line(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     with pytest.raises(ValueError, match=r"runs one job; for a multirun use `recallbench sweep -m"):
         api.run(["-m", "backend=exact"])
-    with pytest.raises(Exception, match=r"Could not find 'backend/nope'"):
+    with pytest.raises(ValueError, match=r"^backend=nope: no such option \(options: chroma, "):
         api.run(["backend=nope"])
+    with pytest.raises(ValueError, match=r"^backend=exct: no such option; did you mean exact\? \(options: "):
+        api.run(["backend=exct"])
+    with pytest.raises(ValueError, match=r"^dataset.pth: no such setting in dataset=own; did you mean dataset.path\?$"):
+        api.run([*OVERRIDES, "dataset=own", "dataset.pth=/x"])
+    with pytest.raises(RuntimeError, match=r"config strict: expected true or false \(or yes/no, 1/0\), got 'flase'; did you mean false\?"):
+        api.run([*OVERRIDES, "strict=flase"])
+    assert not (tmp_path / "reports" / "latest").exists()
     with pytest.raises(RuntimeError) as failed:
         api.run([*OVERRIDES, "dataset=own", f"dataset.path={tmp_path / 'missing'}"])
     assert str(failed.value).startswith("the job failed: FileNotFoundError: dataset path not found: ")
@@ -127,3 +134,14 @@ def test_a_multirun_has_one_meta_per_job(notebook, tmp_path):
     assert [j["backend"] for j in m.jobs] == ["exact", "sqlite_vec"]
     with pytest.raises(ValueError, match="holds 2 jobs: read Run.jobs"):
         m.meta
+
+
+def test_run_report_is_what_the_readme_and_the_docstring_say(notebook):
+    """The README said r.report "is report.md" beside r.meta (a dict): it is the path of report.md, and both say so."""
+    from pathlib import Path
+
+    _, r = notebook
+    assert isinstance(r.report, Path) and r.report.name == "report.md" and r.report.read_text().startswith("# ")
+    readme = (Path(__file__).resolve().parent.parent / "README.md").read_text()
+    assert "r.report           # the path of report.md (a pathlib.Path; r.report.read_text() is its text)" in readme
+    assert "the path of report.md" in api.Run.__doc__ and "the path of report.md" in api.__doc__

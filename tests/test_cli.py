@@ -143,7 +143,9 @@ def cli(reports: Path, *overrides: str, env_extra: dict | None = None, data: Pat
     env = {k: v for k, v in os.environ.items() if k not in ("BENCH_DATA_DIR", "HYDRA_FULL_ERROR")}
     env.update(HTTP_PROXY="http://127.0.0.1:9", HTTPS_PROXY="http://127.0.0.1:9", HF_HUB_OFFLINE="1", **(env_extra or {}))
     dataset = ["dataset=own", f"dataset.path={data}"] if data is not None else []
-    cmd = [sys.executable, "-m", "bench", f"paths.reports={reports}", *dataset, "progress=false", *overrides]
+    flags = [o for o in overrides if o in ("-m", "-v")]  # before the overrides, as a user types them
+    cmd = [sys.executable, "-m", "bench", *flags, f"paths.reports={reports}", *dataset, "progress=false",
+           *(o for o in overrides if o not in flags)]
     return subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
 
 
@@ -282,3 +284,116 @@ def test_label_defects_are_summarised_at_the_end_and_strict_makes_them_fatal(tmp
     strict = cli(reports, *FAST, "strict=true", data=own)
     assert strict.returncode == 1 and "strict=true: own" in strict.stdout + strict.stderr
     assert "Traceback" not in strict.stdout + strict.stderr
+
+
+# --- mistakes that used to run the wrong experiment with exit 0 (issue 24, part 3) -------------------------------
+
+def error_lines(proc: subprocess.CompletedProcess) -> list[str]:
+    return [ln for ln in (proc.stdout + proc.stderr).splitlines() if "[ERROR]" in ln or ln.startswith("error:")]
+
+
+@pytest.mark.parametrize("make", ["typo", "empty"])
+def test_a_data_path_without_locomo_is_an_error_not_the_demo(tmp_path, make):
+    """BENCH_DATA_DIR=<a typo> used to benchmark the demo corpus, exit 0, and repoint reports/latest."""
+    data = tmp_path / ("corpra" if make == "typo" else "corpora")
+    if make == "empty":
+        (data / "longmemeval_oracle").mkdir(parents=True)  # a real directory, but no LoCoMo in it
+    reports = tmp_path / "reports"
+    proc = cli(reports, *FAST, data=None, env_extra={"BENCH_DATA_DIR": str(data)})
+    what = "does not exist" if make == "typo" else "holds no LoCoMo (locomo/locomo10.json not found)"
+    assert proc.returncode == 1 and len(error_lines(proc)) == 1, proc.stdout[-3000:]
+    assert (f"job failed: FileNotFoundError: dataset=auto: the data path {data} (env BENCH_DATA_DIR / paths.datasets) {what}; "
+            "fix the path") in error_lines(proc)[0]
+    assert "using the demo corpus" not in proc.stdout + proc.stderr
+    assert not (reports / "latest").exists() and not list(reports.glob("runs/*/summary.csv"))
+
+
+def test_dataset_own_without_a_path_is_an_error_not_the_demo(tmp_path):
+    reports = tmp_path / "reports"
+    proc = cli(reports, *FAST, "dataset=own", data=None)
+    assert proc.returncode == 1, proc.stdout[-3000:]
+    assert error_lines(proc)[0].endswith("job failed: ValueError: config dataset.path is required by dataset=own: add "
+                                         "dataset.path=... (your data directory: turns.jsonl + questions.jsonl)")
+    assert not (reports / "latest").exists()
+
+
+@pytest.mark.parametrize("value, closest", [("flase", "false"), ("ture", "true"), ("maybe", None)])
+def test_a_misspelt_switch_is_one_line_not_true(tmp_path, value, closest):
+    proc = cli(tmp_path / "reports", *FAST, f"strict={value}")
+    assert proc.returncode == 1 and len(error_lines(proc)) == 1, proc.stdout[-3000:]
+    assert error_lines(proc)[0].endswith(f"job failed: ValueError: config strict: expected true or false (or yes/no, 1/0), "
+                                         f"got '{value}'" + (f"; did you mean {closest}?" if closest else ""))
+    assert not (tmp_path / "reports" / "latest").exists()
+
+
+@pytest.mark.parametrize("args, line", [
+    (["dataset.pth=/x"], "error: dataset.pth: no such setting in dataset=own; did you mean dataset.path?"),
+    (["dataset=locmo"], "error: dataset=locmo: no such option; did you mean locomo? (options: auto, locomo, locomo_2025, "
+                        "locomo_ci, locomo_observations, locomo_summaries, longmemeval_oracle, own, synthetic)"),
+    (["stict=true"], "error: stict: no such setting in the config; did you mean strict?"),
+    (["recommend.objectiv=max_f1"], "error: recommend.objectiv: no such setting in recommend=default; did you mean recommend.objective?"),
+    (["-m", "strategy=limt,threshold"], "error: strategy=limt: no such option; did you mean limit? (options: adaptive, bm25, "
+                                        "calibrated, dual_tier, full_context, hybrid, hybrid_assistant, hybrid_user, keyword, limit, "
+                                        "recency, relative_delta, relative_ratio, routing, rrf, threshold, token_budget)"),
+])
+def test_a_misspelt_key_or_option_says_what_was_meant(tmp_path, args, line):
+    """Hydra's own text recommended +dataset.pth=..., which then failed with a TypeError."""
+    proc = cli(tmp_path / "reports", *FAST, *args)
+    assert proc.returncode == 1 and proc.stderr.splitlines() == [line], proc.stderr
+    assert not list((tmp_path / "reports").glob("**/*.csv")) and not (tmp_path / "reports" / "latest").exists()
+
+
+def test_dataset_path_without_dataset_own_names_the_option_that_has_it(tmp_path):
+    proc = cli(tmp_path / "reports", *FAST, "dataset.path=/my/data", data=None)
+    assert proc.returncode == 1 and proc.stderr.splitlines() == [
+        "error: dataset.path: no such setting in dataset=auto (its settings: datasets_dir, default_dir, demo_dir); path is a "
+        "setting of dataset=locomo, locomo_2025, locomo_observations, locomo_summaries, longmemeval_oracle, own: did you mean "
+        "dataset=own dataset.path=/my/data?"], proc.stderr
+
+
+def test_an_appended_key_the_loader_does_not_take_fails_before_any_work(tmp_path):
+    """+dataset.pth=... (what Hydra's message recommended) used to end in a TypeError from the loader."""
+    proc = cli(tmp_path / "reports", *FAST, "+dataset.pth=/x")
+    assert proc.returncode == 1 and "TypeError" not in proc.stdout + proc.stderr
+    assert error_lines(proc)[0].endswith("job failed: ValueError: config dataset.pth: not a setting of dataset=own; did you "
+                                         "mean dataset.path? (its settings: path, name)")
+
+
+@pytest.mark.parametrize("arg, message", [
+    ("recommend.objective=max_recal", "ValueError: the run's config: recommend config: objective must be one of ['max_f1', "
+                                      "'max_f1_abstain', 'max_recall', 'min_tokens'] (got 'max_recal'); did you mean max_recall?"),
+    ("strategy.limit.fn.k=-1", "ValueError: strategy limit-1: k must be an integer >= 0 (got -1)"),
+    ("strategy.limit.fn.kk=3", "error: strategy.limit.fn.kk: no such setting in strategy.limit.fn; did you mean strategy.limit.fn.k?"),
+    ("+strategy.limit.fn.kk=3", "ValueError: config strategy.limit.fn.kk: not a setting of bench.strategies.vector.limit; "
+                                "did you mean strategy.limit.fn.k? (its settings: hits, question, eligible, threshold, k)"),
+    ("formats=[A,Z]", "format"),
+])
+def test_a_bad_setting_fails_before_any_work(tmp_path, arg, message):
+    """recommend.objective=max_recal was rejected only after the whole job ran (at report time)."""
+    reports = tmp_path / "reports"
+    proc = cli(reports, *FAST, arg)
+    assert proc.returncode == 1 and len(error_lines(proc)) == 1, proc.stdout[-3000:]
+    assert message in error_lines(proc)[0]
+    assert not (reports / "cache" / "traces").exists() and not (reports / "cache" / "embeddings").exists()  # nothing measured
+
+
+def test_top_k_is_a_named_knob_in_a_multirun(tmp_path):
+    """-m strategy.limit.fn.k=1,3,10: every row used to be named limit5 and k was appended to the store's label."""
+    reports = tmp_path / "reports"
+    proc = cli(reports, "backend=exact", "embedder=hashing", "strategy=limit", "-m", "strategy.limit.fn.k=1,3,10")
+    assert proc.returncode == 0, proc.stdout[-3000:]
+    summary = pd.read_csv(reports / "latest" / "summary.csv")
+    assert sorted(summary["strategy"]) == ["limit1", "limit10", "limit3"]
+    assert set(summary["backend"]) == {"exact"}  # no "(strategy.limit.fn.k=3)" label
+    n = summary.set_index("strategy")["tokens_injected_mean"]
+    assert n["limit1"] < n["limit3"] < n["limit10"]
+
+
+def test_store_clients_log_at_warning_unless_verbose(tmp_path):
+    """pyseekdb's INFO lines were 69 of 115 console lines of a LoCoMo run."""
+    quiet = cli(tmp_path / "a", "backend=seekdb", "embedder=hashing", "strategy=limit", "trace_cache=false")
+    assert quiet.returncode == 0, quiet.stdout[-3000:]
+    assert not [ln for ln in (quiet.stdout + quiet.stderr).splitlines() if "[pyseekdb" in ln or "[httpx" in ln]
+    loud = cli(tmp_path / "b", "backend=seekdb", "embedder=hashing", "strategy=limit", "trace_cache=false", "-v")
+    assert loud.returncode == 0, loud.stdout[-3000:]
+    assert [ln for ln in (loud.stdout + loud.stderr).splitlines() if "[pyseekdb" in ln]

@@ -104,7 +104,7 @@ def test_sweep_passes_overrides_and_multirun_to_the_hydra_app(tmp_path):
 def test_sweep_errors_stay_one_line(tmp_path):
     proc = recallbench("sweep", "backend=nope", cwd=tmp_path)
     assert proc.returncode == 1 and "Traceback" not in proc.stderr
-    assert proc.stderr.startswith("error: MissingConfigException: In 'config': Could not find 'backend/nope'")
+    assert proc.stderr.startswith("error: backend=nope: no such option (options: chroma, chroma_server, exact, ")
     assert proc.stderr.count("\n") == 1
 
 
@@ -191,3 +191,24 @@ def test_tools_use_the_shared_entry():
         assert "argparse.ArgumentParser(" not in text and "logging.basicConfig(" not in text, f
         assert "parser(" in text and "setup_logging(" in text, f
         assert "PACKAGE_DIR" not in text, f  # no default path inside the installed package
+
+
+# --- third-party loggers, typos through the console script (issue 24) ---------------------------------------------------
+
+def test_setup_logging_puts_the_store_clients_at_warning_unless_verbose():
+    import logging
+
+    common.setup_logging()
+    assert all(logging.getLogger(n).level == logging.WARNING for n in ("httpx", "pyseekdb", "chromadb", "urllib3"))
+    common.setup_logging(verbose=True)
+    assert all(logging.getLogger(n).level == logging.NOTSET for n in ("httpx", "pyseekdb", "chromadb", "urllib3"))
+    common.quiet_third_party()
+
+
+def test_a_typo_through_recallbench_sweep_is_one_line_with_the_closest_name(tmp_path):
+    proc = recallbench("sweep", "dataset.pth=/x", cwd=tmp_path)
+    assert proc.returncode == 1 and "Traceback" not in proc.stderr
+    assert proc.stderr.splitlines() == [
+        "error: dataset.pth: no such setting in dataset=auto (its settings: datasets_dir, default_dir, demo_dir); path is a "
+        "setting of dataset=locomo, locomo_2025, locomo_observations, locomo_summaries, longmemeval_oracle, own: did you mean "
+        "dataset=own dataset.path=/x?"]

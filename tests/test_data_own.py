@@ -220,7 +220,7 @@ def test_hydra_config_and_path_override(tmp_path):
 
     base = OmegaConf.create({"paths": {"datasets": str(tmp_path)},
                              "dataset": OmegaConf.load(REPO / "configs" / "dataset" / "own.yaml")})
-    assert base.dataset.path == f"{tmp_path}/demo"
+    assert OmegaConf.is_missing(base.dataset, "path")  # no default: dataset=own never falls back to the demo corpus
     cfg = OmegaConf.merge(base, OmegaConf.from_dotlist([f"dataset.path={OWN}"]))
     c = instantiate(cfg.dataset)
     assert c.name == "own_tiny" and len(c.questions) == 3

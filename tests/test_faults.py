@@ -266,15 +266,18 @@ def test_ctrl_c_in_a_single_run_exits_130_and_leaves_earlier_results(tmp_path, h
 
 def test_ctrl_c_in_a_multirun_keeps_the_report_of_the_finished_jobs(tmp_path, hang_conf):
     reports = tmp_path / "reports"
+    first = run_cli([f"paths.reports={reports}", "backend=exact", *FAST])
+    assert first.returncode == 0
+    before = os.readlink(reports / "latest")
     proc = interrupt_when(["-m", f"hydra.searchpath=[file://{hang_conf}]", f"paths.reports={reports}",
                            "backend=exact,fault_hang,sqlite_vec", *FAST], "injected fault: search 3 blocks")
     out = proc.stdout
     assert proc.returncode == 130, out[-3000:]
     assert "Traceback" not in out and "KeyboardInterrupt" not in out
-    assert "interrupted (Ctrl-C): 1 job(s) finished; their report:" in out
-    (sweep,) = (reports / "runs").iterdir()
+    assert "interrupted (Ctrl-C): 1 job(s) finished; their report:" in out and "reports/latest is unchanged" in out
+    (sweep,) = [d for d in (reports / "runs").iterdir() if f"runs/{d.name}" != before]
     assert (sweep / "job0" / "summary.csv").exists() and (sweep / "report.md").exists()
     reasons = {f["job"]: f["reason"] for f in json.loads((sweep / "failed.json").read_text())}
     assert reasons == {"job1": "interrupted (Ctrl-C) before the job finished",
                        "job2": "not started: the run was interrupted (Ctrl-C)"}
-    assert os.readlink(reports / "latest") == f"runs/{sweep.name}"
+    assert os.readlink(reports / "latest") == before  # a multirun cut short is not the latest run (it was, before)

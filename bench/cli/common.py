@@ -43,9 +43,23 @@ def parser(command: str, description: str, *, examples: Sequence[str] = ()) -> a
                                    formatter_class=argparse.RawDescriptionHelpFormatter)
 
 
-def setup_logging(level: int = logging.INFO) -> None:
-    """Log records to stderr with time, level and logger name (no-op when logging is already set up)."""
+# Libraries that log every request or start-up step at INFO (httpx: a line per HTTP call to a store server; pyseekdb:
+# its embedded server's steps): at WARNING unless the command runs with -v.
+THIRD_PARTY_LOGGERS = ("httpx", "httpcore", "urllib3", "pyseekdb", "pylibseekdb", "chromadb", "pinecone", "lancedb",
+                       "openai", "filelock", "asyncio", "ray", "matplotlib", "numexpr")
+
+
+def quiet_third_party(verbose: bool = False) -> None:
+    """Third-party loggers at WARNING (``verbose``: left to the root level)."""
+    for name in THIRD_PARTY_LOGGERS:
+        logging.getLogger(name).setLevel(logging.NOTSET if verbose else logging.WARNING)
+
+
+def setup_logging(level: int = logging.INFO, *, verbose: bool = False) -> None:
+    """Log records to stderr with time, level and logger name (no-op when logging is already set up);
+    third-party loggers at WARNING unless ``verbose`` (``-v``)."""
     logging.basicConfig(level=level, format=LOG_FORMAT, datefmt="%H:%M:%S", stream=sys.stderr)
+    quiet_third_party(verbose)
 
 
 def fail(message: str, code: int = 2) -> int:

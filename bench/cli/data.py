@@ -45,7 +45,7 @@ def main(argv: list[str] | None = None) -> int:
     if argv[:1] == ["fetch"]:  # its own options
         return fetch_main(argv[1:])
     args = _parser().parse_args(argv)
-    setup_logging(logging.INFO if args.verbose else logging.WARNING)
+    setup_logging(logging.INFO if args.verbose else logging.WARNING, verbose=args.verbose)
     from bench.data import load_corpus
     from bench.data.card import dataset_card, defect_kinds, defect_summary
 

@@ -31,7 +31,7 @@ COMMANDS = {
 }
 
 EXAMPLES = (
-    ("recallbench sweep", "shipped defaults: LoCoMo when the data path has it, else the demo corpus"),
+    ("recallbench sweep", "shipped defaults: LoCoMo from the data path; the demo corpus when none is set"),
     ("recallbench sweep embedder=hashing backend=exact", "a quick plumbing check"),
     ("recallbench sweep dataset=own dataset.path=$HOME/my-data", "your own turns.jsonl + questions.jsonl"),
     ("recallbench sweep -m strategy='glob(*)'", "multirun: every strategy, one merged report"),
@@ -125,7 +125,16 @@ def run_in_process(overrides: Sequence[str] = ()) -> Path:
     GlobalHydra.instance().clear()  # a notebook may have initialised Hydra: put back below
     try:
         with initialize_config_dir(config_dir=str(configs_dir()), version_base="1.3", job_name="cli"):
-            cfg = compose("config", overrides=overrides, return_hydra_config=True)
+            try:
+                cfg = compose("config", overrides=overrides, return_hydra_config=True)
+            except Exception as exc:  # a misspelt key or option: the line names the closest one
+                from bench.cli.config import explain_override_error
+
+                GlobalHydra.instance().clear()
+                line = explain_override_error(exc, overrides)
+                if line is None:
+                    raise
+                raise ValueError(line) from None
     finally:
         GlobalHydra.instance().clear()
         if previous is not None:

@@ -25,7 +25,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from bench import run
 from bench.backends.layout import build_store
-from bench.cli.config import build, redacted_yaml, strategy_nodes, to_plain
+from bench.cli.config import as_bool, build, check_before_work, explain_override_error, redacted_yaml, strategy_nodes, to_plain
 from bench.output import (
     check_env_name,
     error_line,
@@ -97,6 +97,7 @@ def check_settings(cfg: DictConfig) -> None:
         from bench.ranked import check_ks
 
         check_ks(list(cfg.ranked.get("ks") or []))
+    check_before_work(cfg)  # switches, plugin keys, strategies, the report's settings (bench.cli.config)
 
 
 # Settings that say where a job writes, how it shows progress, or how it is reported: not part of its results.
@@ -143,7 +144,7 @@ def prepare(cfg: DictConfig) -> Job:
     corpus = build(cfg.dataset)
     if corpus.defects:
         log.warning("%s: %s (see %s)", corpus.name, defect_summary(corpus.defects), CARD)
-        if cfg.get("strict", False):
+        if as_bool("strict", cfg.get("strict", False)):
             raise ValueError(f"strict=true: {corpus.name} ({corpus.source}) has {defect_summary(corpus.defects)}")
     from bench.embedders.auto import resolve
 
@@ -455,7 +456,8 @@ def verdict_lines(run: RunDir) -> list[str]:
 def _finish(run_dir: Path, cfg) -> None:
     """The report of what finished, ``reports/latest`` updated; faults become one line and the exit code."""
     try:
-        finish_run(run_dir, Path(cfg.paths.reports) / "latest" if cfg.publish_latest else None, defer=bool(cfg.get("defer_report", False)))
+        publish = as_bool("publish_latest", cfg.publish_latest) and not _STATE["interrupted"]  # a run cut short is not the latest
+        finish_run(run_dir, Path(cfg.paths.reports) / "latest" if publish else None, defer=as_bool("defer_report", cfg.get("defer_report", False)))
     except KeyboardInterrupt:
         _STATE["interrupted"] = True
         log.error("interrupted (Ctrl-C) while writing the report; the results are in %s (make report RUN=%s rebuilds it)", run_dir, run_dir)
@@ -509,7 +511,8 @@ class CollectRuns(Callback):
             _STATE["exit"] = _STATE["exit"] or 1
         if _STATE["interrupted"]:
             n = sum(1 for j in jobs if j.has(SUMMARY))
-            log.error("interrupted (Ctrl-C): %d job(s) finished%s", n, f"; their report: {sweep_dir / REPORT_MD}" if finished else "")
+            log.error("interrupted (Ctrl-C): %d job(s) finished%s; reports/latest is unchanged", n,
+                      f"; their report: {sweep_dir / REPORT_MD}" if finished else "")
 
 
 # --- the process --------------------------------------------------------------------------------
@@ -546,6 +549,8 @@ def main() -> int:
 
     import hydra
 
+    verbose = any(a in ("-v", "--verbose") for a in sys.argv[1:])  # ours, not Hydra's: the libraries' INFO lines too
+    sys.argv = [a for a in sys.argv if a not in ("-v", "--verbose")]
     install_scrubbing(sys.argv[1:])
     run.new_run_id()
     mixed = like_for_like_layout(sys.argv[1:])
@@ -560,6 +565,9 @@ def main() -> int:
 
     @hydra.main(version_base="1.3", config_path=str(configs_dir()), config_name="config")
     def _app(cfg: DictConfig) -> None:
+        from bench.cli.common import quiet_third_party
+
+        quiet_third_party(verbose)  # after Hydra's logging setup, which resets every logger's level
         hc = HydraConfig.get()
         out_dir = Path(hc.runtime.output_dir)
         if _STATE["interrupted"]:  # a multirun after Ctrl-C: the remaining jobs are not started
@@ -593,7 +601,7 @@ def main() -> int:
     except Exception as exc:  # a bad override, or Hydra's own start-up (run directory, logging) on a bad disk
         if debug:
             raise
-        print(f"error: {error_line(exc)}", file=sys.stderr)
+        print(f"error: {explain_override_error(exc, sys.argv[1:]) or error_line(exc)}", file=sys.stderr)
         return 1
     if _STATE["interrupted"]:
         return EXIT_INTERRUPTED

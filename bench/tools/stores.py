@@ -187,7 +187,7 @@ FRESH = ("trace_cache=false", "resume=false")  # the LoCoMo part's default: ever
 
 
 def locomo_part(stores, *, out: Path, overrides: dict, data_dir: str | None, layouts=(SHARED,),
-                extra: tuple[str, ...] = (), loopback: tuple[str, ...] = ()) -> pd.DataFrame:
+                extra: tuple[str, ...] = (), loopback: tuple[str, ...] = (), verbose: bool = False) -> pd.DataFrame:
     """One ``python -m bench`` per store and layout. ``extra``: more overrides (``trace_cache=`` / ``resume=`` there
     replace the fresh default, ``FRESH``); ``loopback``: stores run against their loopback double."""
     from bench.report.latency import latency_origin
@@ -201,7 +201,7 @@ def locomo_part(stores, *, out: Path, overrides: dict, data_dir: str | None, lay
         with place as more:
             cmd = [sys.executable, "-m", "bench", f"backend={name}", f"backend.layout={layout}", "strategy=[limit,threshold,hybrid]",
                    "progress=false", "publish_latest=false", f"hydra.run.dir={run_dir}", *fresh, *extra]
-            cmd += [f"backend.{k}={v}" for k, v in {**overrides.get(name, {}), **more}.items()]
+            cmd += [f"backend.{k}={v}" for k, v in {**overrides.get(name, {}), **more}.items()] + (["-v"] if verbose else [])
             env = dict(os.environ, **({"BENCH_DATA_DIR": data_dir} if data_dir else {}))
             log.info("locomo: %s", " ".join(cmd[2:]))
             proc = subprocess.run(cmd, env=env, capture_output=True, text=True)
@@ -299,9 +299,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--no-scale", action="store_true", help="skip the synthetic scale part")
     ap.add_argument("--out", default=str(reports_dir("compare")), help="default reports/compare")
     ap.add_argument("--progress", action=argparse.BooleanOptionalAction, default=sys.stderr.isatty())
+    ap.add_argument("-v", "--verbose", action="store_true", help="also the store clients' own INFO lines (httpx, pyseekdb, ...)")
     args = ap.parse_args(argv)
     layouts = tuple(check_layout(x) for x in args.layouts.split(",") if x)
-    setup_logging()
+    setup_logging(verbose=args.verbose)
     asked = [s for s in args.stores.split(",") if s] if args.stores else store_names()
     loopback = tuple(n for n in asked if n in LOOPBACK_STORES) if args.pinecone_loopback else ()
     stores, skipped = split_runnable([n for n in asked if n not in loopback])
@@ -321,7 +322,7 @@ def main(argv: list[str] | None = None) -> int:
         overrides = {name: info.overrides() for name, info in servers.items()}
         if not args.no_locomo:
             loc = locomo_part([*stores, *loopback], out=out, overrides=overrides, data_dir=os.environ.get("BENCH_DATA_DIR"),
-                              layouts=layouts, extra=tuple(args.locomo_args.split()), loopback=loopback)
+                              layouts=layouts, extra=tuple(args.locomo_args.split()), loopback=loopback, verbose=args.verbose)
             write_atomic(out / "locomo.csv", lambda p: loc.to_csv(p, index=False))
             lines += ["## LoCoMo (MiniLM int8, depth = every eligible memory, strategies limit5 / threshold / hybrid5)", "",
                       "Each row names its layout (compare rows of one layout) and where its latency was measured "
