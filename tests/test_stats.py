@@ -73,47 +73,6 @@ def test_cluster_bootstrap_vector_statistic_and_reduce():
     assert vec.low.tolist() == [0.0, 0.0] and vec.high.tolist() == [3.0, 2.0]
 
 
-def test_paired_test_exact_sign_flips():
-    # d = (1, 1, 1): 8 sign patterns, mean diff in {1 (1x), 1/3 (3x), -1/3 (3x), -1 (1x)}; two-sided p = 2/8
-    r = stats.paired_test(np.array([1.0, 1.0, 1.0]), np.zeros(3))
-    assert r.p_value == pytest.approx(0.25)
-    assert (r.wins, r.ties, r.losses) == (3, 0, 0)
-    assert (r.mean_a, r.mean_b, r.diff) == (1.0, 0.0, 1.0)
-    assert (r.ci_low, r.ci_high) == (1.0, 1.0)
-
-
-def test_paired_test_with_ties_and_nan_pairs():
-    # pairs: (1,0) (0,0) (1,0) (1,1) and one NaN pair dropped -> d = (1, 0, 1, 0), mean 0.5.
-    # 16 sign patterns; T = 0.5 when both non-zero d are +: 4/16; two-sided p = 2 * 4/16 = 0.5
-    a = np.array([1.0, 0.0, 1.0, 1.0, np.nan])
-    b = np.array([0.0, 0.0, 0.0, 1.0, 0.0])
-    r = stats.paired_test(a, b)
-    assert r.n == 4 and r.diff == 0.5
-    assert r.p_value == pytest.approx(0.5)
-    assert (r.wins, r.ties, r.losses) == (2, 2, 0)
-
-
-def test_paired_test_flipping_whole_conversations():
-    # d = (1, 1 | 1, 0) in conversations a | b: cluster sums (2, 1), n = 4 questions.
-    # flips: (+-2 +-1)/4 in {0.75, 0.25, -0.25, -0.75}: two-sided p = 2/4.
-    # CI: cluster means a = 1, b = 0.5 -> resamples aa 1, ab 0.75, bb 0.5 -> [0.5, 1.0]
-    r = stats.paired_test(np.array([1.0, 1.0, 1.0, 0.0]), np.zeros(4), clusters=["a", "a", "b", "b"], unit="conversation")
-    assert r.p_value == pytest.approx(0.5)
-    assert r.n == 2 and r.n_questions == 4 and r.diff == 0.75
-    assert (r.ci_low, r.ci_high) == (0.5, 1.0)
-    with pytest.raises(ValueError, match="needs clusters"):
-        stats.paired_test(np.ones(2), np.zeros(2), unit="conversation")
-    with pytest.raises(ValueError, match="unit"):
-        stats.paired_test(np.ones(2), np.zeros(2), unit="session")
-
-
-def test_paired_test_identical_and_empty():
-    same = stats.paired_test(np.array([0.2, 0.4]), np.array([0.2, 0.4]))
-    assert same.p_value == 1.0 and same.diff == 0.0 and (same.wins, same.ties, same.losses) == (0, 2, 0)
-    empty = stats.paired_test(np.array([np.nan]), np.array([1.0]))
-    assert empty.n == 0 and math.isnan(empty.p_value) and math.isnan(empty.diff)
-
-
 def test_holm_hand_worked():
     # sorted: 0.005*4 = 0.02, 0.01*3 = 0.03, 0.03*2 = 0.06, 0.04*1 = 0.04 -> running max 0.06; NaN ignored (m = 4)
     adj = stats.holm([0.01, 0.04, 0.03, 0.005, np.nan])

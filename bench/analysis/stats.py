@@ -7,7 +7,7 @@ prediction interval for a new corpus) and the one rule every table of means prin
 default, clipped to the metric's range), the cluster bootstrap (``scipy.stats.bootstrap`` over cluster
 indices), the paired test of two configurations on the same questions that the report, its verdict and
 ``recallbench compare`` use (:func:`paired_t_test`: a t test over conversations, whose CI and p agree),
-the paired permutation test the regression gate uses (:func:`paired_test`), Holm's step-down correction
+Holm's step-down correction
 and win/tie/loss counts. NaN means undefined, never 0.
 """
 
@@ -199,7 +199,7 @@ class PairedTest:
     diff: float  # mean_a - mean_b over the paired questions
     ci_low: float  # CI of diff (NaN with < 2 conversations): the t interval (paired_t_test) or a cluster bootstrap (paired_test)
     ci_high: float
-    p_value: float  # two-sided: t test over conversations (paired_t_test) or sign-flip permutation (paired_test)
+    p_value: float  # two-sided t test over conversations (paired_t_test)
     wins: int  # questions where a > b
     ties: int
     losses: int
@@ -244,58 +244,6 @@ def paired_t_test(a: np.ndarray, b: np.ndarray, *, clusters: Sequence, confidenc
     g = int(r.n_clusters)
     return PairedTest(g, len(a), float(a.mean()), float(b.mean()), float(r.point), float(r.low), float(r.high),
                       float(r.p_value), w, t, l, g, float(r.se))
-
-
-def paired_test(
-    a: np.ndarray,
-    b: np.ndarray,
-    *,
-    clusters: Sequence | None = None,
-    unit: str = "question",
-    n_resamples: int = 2000,
-    seed: int = 0,
-    confidence: float = 0.95,
-) -> PairedTest:
-    """Two configurations measured on the same questions (aligned arrays): the regression gate's test
-    (``bench.tools.regress``; the report and ``recallbench compare`` use :func:`paired_t_test`).
-
-    The p-value comes from a paired sign-flip permutation test of the mean difference
-    (``scipy.stats.permutation_test``, ``permutation_type='samples'``; exact when 2**n <= n_resamples).
-    ``unit='question'`` flips each question's pair; ``unit='conversation'`` flips whole conversations
-    (needs ``clusters``; conservative when questions of a conversation are correlated).
-    The CI of the difference is a cluster bootstrap over ``clusters`` (each question its own
-    cluster when None).
-    """
-    from scipy import stats
-
-    if unit not in ("question", "conversation"):
-        raise ValueError(f"paired_test: unit must be 'question' or 'conversation' (got {unit!r})")
-    a, b, cl = _paired(a, b, clusters, "paired_test")
-    w, t, l = win_tie_loss(a, b)
-    if len(a) == 0:
-        return PairedTest(0, 0, NAN, NAN, NAN, NAN, NAN, NAN, 0, 0, 0)
-    n_q = len(a)
-    if unit == "conversation":
-        if clusters is None:
-            raise ValueError("paired_test: unit='conversation' needs clusters")
-        _, xa, _ = cluster_sums(a, cl)
-        _, xb, _ = cluster_sums(b, cl)
-    else:
-        xa, xb = a, b
-
-    def statistic(x, y, axis=-1):
-        return (np.sum(x, axis=axis) - np.sum(y, axis=axis)) / n_q
-
-    if np.all(xa == xb):
-        p = 1.0
-    else:
-        p = float(stats.permutation_test((xa, xb), statistic, permutation_type="samples", vectorized=True,
-                                         n_resamples=n_resamples, alternative="two-sided",
-                                         rng=np.random.default_rng(seed)).pvalue)
-    _, s, c = cluster_sums(a - b, cl)
-    boot = cluster_bootstrap(s, c, confidence=confidence, n_resamples=n_resamples, seed=seed)
-    return PairedTest(len(xa), n_q, float(a.mean()), float(b.mean()), float((a - b).mean()),
-                      float(boot.low), float(boot.high), min(p, 1.0), w, t, l, len(np.unique(cl)))
 
 
 def holm(p_values: Sequence[float]) -> np.ndarray:
