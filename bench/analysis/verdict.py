@@ -24,6 +24,7 @@ that score differently (at the observed rate of such questions): the estimate is
 
 from __future__ import annotations
 
+import json
 import math
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass
@@ -74,7 +75,7 @@ def setting_name(record: Mapping | None, threshold: float | None = None) -> str:
     elif kind == "threshold":
         text = f"similarity ≥ {_num(t)}" if t is not None else "similarity threshold"
     elif kind == "hybrid":
-        text = (top1 if k == 1 else f"top-{k} with similarity ≥ {_num(t)}") if t is not None else f"top-{k} above a threshold"
+        text = f"top-{k} with similarity ≥ {_num(t)}" if t is not None else f"top-{k} above a threshold"
     elif kind == "relative_delta":
         text = "within a delta of the best match" if t is None else (top1 if t <= 0 else f"similarity ≥ best − {_num(t)}")
     elif kind == "relative_ratio":
@@ -104,13 +105,22 @@ def setting_name(record: Mapping | None, threshold: float | None = None) -> str:
     return text + only
 
 
+def configured(p: Mapping) -> str:
+    """The configured name of ``p``'s strategy, with its threshold unless its ``setting`` already says it."""
+    from bench.report.escape import md_code
+
+    t = p.get("threshold")
+    said = _nan(t) or _num(float(t)) in str(p.get("setting") or "").replace("top-1", "")
+    return md_code(p["strategy"]) + ("" if said else f" at {_num(float(t))}")
+
+
 def point_label(p: Mapping, like: Mapping | None = None) -> str:
     """What it does (`strategy` at t) on `store` / `embedder`; the store and embedder only where they differ from ``like``'s."""
     from bench.report.escape import md_code, md_text  # names come from data: a code span they cannot leave
 
     setting = p.get("setting")
     if isinstance(setting, str) and setting:  # what it does, then its configured name
-        what = f"{md_text(setting)} ({md_code(p['strategy'])}{'' if _nan(p.get('threshold')) else ' at ' + _num(p['threshold'])})"
+        what = f"{md_text(setting)} ({configured(p)})"
     else:
         what = md_code(p["strategy"]) + ("" if _nan(p.get("threshold")) else f" at {p['threshold']:.2f}")
     where = [md_code(p[k]) for k in ("backend", "embedder") if like is None or p.get(k) != like.get(k)]
@@ -325,11 +335,81 @@ def verdict_table(points: pd.DataFrame, sig: pd.DataFrame, cfg, *, metric: str, 
         s = sig[sig["dataset"] == ds] if len(sig) else sig
         b = best.iloc[0].to_dict() if len(best) else None
         ties, n_tied, rest = split_ties(pts, s, b)
+        if rest is not None and len(rest):  # each compared configuration named for what it does, as the recommendation
+            setting = {tuple(r[k] for k in ("embedder", "backend", "strategy")): r.get("setting") for _, r in pts.iterrows()}
+            rest = rest.assign(b=[{**d, "setting": setting.get(tuple(d[k] for k in ("embedder", "backend", "strategy")))}
+                                  if isinstance(d, Mapping) else d for d in rest["b"]])
         sl = shortlist[(shortlist["dataset"] == ds) & (shortlist["role"] == "closest")] if shortlist is not None and len(shortlist) else None
         v = verdict(b, runner_up(rest),
                     min_stable_share=cfg.min_stable_share, alpha=cfg.alpha, metric=metric, min_conversations=cfg.min_conversations,
                     min_untied=cfg.min_untied, ties=ties, n_tied=n_tied, goal=cfg.short(),
                     closest=sl.iloc[0].to_dict() if sl is not None and len(sl) else None)
         out.append({"dataset": ds, **asdict(v), "reasons": "; ".join(v.reasons),
-                    "tied_with": "; ".join(str(t["backend"]) for t in ties)})
+                    "tied_with": json.dumps([[str(t[k]) for k in ("embedder", "backend", "strategy")] for t in ties]) if ties else ""})
     return pd.DataFrame(out, columns=["dataset", "kind", "headline", "reasons", "more_conversations", "more_questions", "tied_with"])
+
+
+# --------------------------------------------------------------------------- the first screen
+
+def _iv(v, lo, hi, fmt: str) -> str:
+    if _nan(v):
+        return "n/a"
+    return format(v, fmt) + ("" if _nan(lo) else f" [{format(lo, fmt)}, {format(hi, fmt)}]")
+
+
+@dataclass(frozen=True)
+class FirstScreen:
+    """What a sweep shows first for one dataset: the verdict, the "what to ship" table and one line on what its
+    intervals are about (``first_screen``). Text in Markdown (backticks); the console drops the backticks."""
+
+    dataset: str
+    headline: str
+    header: tuple[str, ...]
+    rows: tuple[tuple[str, ...], ...]
+    about: str  # what the intervals are about, and the size of the data
+    kind: str
+    reasons: str
+
+
+def first_screen(v: Mapping, shortlist: pd.DataFrame, points: pd.DataFrame, cfg) -> FirstScreen:
+    """The first screen of dataset ``v["dataset"]`` (``v``: a ``verdict_table`` row; ``shortlist``: ``recommend.shortlist``'s
+    rows; ``points``: recommendation.csv; ``cfg``: the ``RecommendConfig``): the shortlist's rows (recommended, fewest tokens
+    at the recall target, best F1, or the highest recall when nothing reaches the target) and the configurations that
+    tie with the recommendation, each with recall and tokens with their prediction interval, F1 and the store latency."""
+    from bench.report.escape import md_code, md_text
+
+    ds = v["dataset"]
+    sl = shortlist[shortlist["dataset"] == ds] if shortlist is not None and len(shortlist) else pd.DataFrame()
+    pts = points[points["dataset"] == ds]
+    rows = [r for _, r in sl.iterrows()]
+    tied = json.loads(v["tied_with"]) if isinstance(v.get("tied_with"), str) and v.get("tied_with") else []
+    for emb, be, strat in tied:
+        hit = pts[(pts["embedder"] == emb) & (pts["backend"] == be) & (pts["strategy"] == strat)]
+        if len(hit):
+            rows.insert(1, hit.iloc[0].copy())
+            rows[1]["what"] = "ties with the recommended on every question"
+    multi = pts["embedder"].nunique() > 1
+    conf = f"{cfg.confidence:.0%}".replace("%", " %")
+    header = ("what", "setting", "store", *(("embedder",) if multi else ()), f"recall [{conf}]", f"tokens [{conf}]", "F1",
+              "p50 / p99 ms")
+    out = []
+    for r in rows:
+        name = configured(r)
+        setting = f"{md_text(r['setting'])} ({name})" if isinstance(r.get("setting"), str) and r.get("setting") else name
+        out.append((md_text(r["what"]), setting, md_code(r["backend"]), *((md_code(r["embedder"]),) if multi else ()),
+                    _iv(r["recall"], r.get("recall_pred_lo"), r.get("recall_pred_hi"), ".3f"),
+                    _iv(r["tokens"], r.get("tokens_pred_lo"), r.get("tokens_pred_hi"), ",.0f"),
+                    "n/a" if _nan(r.get("f1")) else f"{r['f1']:.3f}", f"{_ms(r.get('latency_p50_ms'))} / {_ms(r.get('latency_p99_ms'))}"))
+    g = _n(rows[0]["n_conversations"]) if rows else 0
+    nq = _n(rows[0]["n_questions"]) if rows else 0
+    k = int(cfg.new_conversations or g)
+    if g >= 2:
+        about = (f"[ ] = {conf} prediction interval: where the mean over a new corpus of {_plural(k, 'conversation')} like these "
+                 f"should land (measured on {_plural(nq, 'question')} in {_plural(g, 'conversation')})")
+    else:
+        about = f"no interval: {_plural(g, 'conversation')} says nothing about how another one would score ({_plural(nq, 'question')})"
+    if cfg.min_recall is not None:
+        about += f"; recall target {cfg.min_recall:.2f} (`recommend.min_recall`)"
+    about += "; p50 / p99 = store search time per query"
+    return FirstScreen(ds, str(v["headline"]), header, tuple(out), about, str(v["kind"]),
+                       "" if _nan(v.get("reasons")) else str(v.get("reasons") or ""))
