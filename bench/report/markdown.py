@@ -254,12 +254,13 @@ def recommendation_section(a: Analysis, strategies: list[dict]) -> list[str]:
         lo = lo[(lo[CONFIG_KEYS] == b[CONFIG_KEYS]).all(axis=1)] if len(lo) else lo
         if len(lo) and lo.iloc[0]["n_folds"] >= 2 and not math.isnan(lo.iloc[0]["mean_gap"]):
             r = lo.iloc[0]
+            d = 0 if p == "tokens" else 3  # tokens are whole numbers
             lines.append(f"- **Stable across conversations of this corpus** (leave one conversation out, {r['n_folds']} folds; "
                          "not transfer to another corpus, see Thresholds that transfer): thresholds chosen "
-                         f"{r['threshold_min']:.2f}–{r['threshold_max']:.2f}; held-out {name} {r['pooled_held_out']:.3f} vs "
-                         f"{r['in_sample']:.3f} tuned in-sample; LOCO gap (tuned minus held-out, mean over folds) "
-                         f"{r['mean_gap']:+.3f} (folds {r['gap_min']:+.3f} to {r['gap_max']:+.3f}); tuning each held-out conversation "
-                         f"on itself would gain {r['mean_regret']:.3f} on average.")
+                         f"{r['threshold_min']:.2f}–{r['threshold_max']:.2f}; held-out {name} {r['pooled_held_out']:.{d}f} vs "
+                         f"{r['in_sample']:.{d}f} tuned in-sample; LOCO gap (tuned minus held-out, mean over folds) "
+                         f"{r['mean_gap']:+.{d}f} (folds {r['gap_min']:+.{d}f} to {r['gap_max']:+.{d}f}); tuning each held-out conversation "
+                         f"on itself would gain {r['mean_regret']:.{d}f} on average.")
         s = sig[sig["dataset"] == ds] if len(sig) else sig
         r = runner_up(split_ties(pts, s, b.to_dict())[2]) if len(s) else None  # the one the verdict names (a tie is not one)
         if r is not None:
