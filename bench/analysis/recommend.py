@@ -65,8 +65,9 @@ def _shipped() -> tuple[tuple[str, object], ...]:
 
 
 # Keys of older runs' recommend: blocks, still accepted (config_resolved.yaml of old runs must load) and ignored.
-RETIRED = dict.fromkeys(("test_unit", "test_resamples"), "the paired test is a t test over conversations (bench.analysis.stats."
-                        "paired_t_test): it flips nothing and draws no resamples")
+RETIRED = {**dict.fromkeys(("test_unit", "test_resamples"), "the paired test is a t test over conversations (bench.analysis.stats."
+                           "paired_t_test): it flips nothing and draws no resamples"),
+           "usable_recall": "the one recall target is recommend.min_recall"}
 
 
 def _closest(word, choices) -> str:
@@ -82,9 +83,9 @@ class RecommendConfig:
     """The ``recommend:`` config block. Its defaults live in configs/recommend/default.yaml only:
     ``RecommendConfig.defaults(**changes)`` / ``from_mapping(block)`` start from there."""
 
-    objective: str  # max_f1 | max_f1_abstain | max_recall | min_tokens
+    objective: str  # min_tokens (default) | max_f1 | max_f1_abstain | max_recall
     token_budget: float | None  # mean injected tokens per question must be <= this
-    min_recall: float | None  # macro recall must be >= this
+    min_recall: float | None  # the recall target: macro recall must be >= this (None: no target)
     max_p99_ms: float | None  # store p99 latency must be <= this
     per_category: bool  # also choose a threshold for each category
     confidence: float
@@ -99,7 +100,6 @@ class RecommendConfig:
     attribution_top_n: int  # a gold memory outside the exact top-N is an embedding miss
     min_stable_share: float  # the verdict says "use" only when resamples choose the threshold at least this often
     min_n: int  # groups with fewer scored questions show "n too small", never an interval
-    usable_recall: float  # "what would help most" calls a setting usable at this recall (while saving tokens)
 
     def __post_init__(self) -> None:
         where = "recommend config"
@@ -121,8 +121,6 @@ class RecommendConfig:
             raise ValueError(f"{where}: alpha must be in (0, 1) (got {self.alpha!r})")
         if self.ci_method not in CI_METHODS:
             raise ValueError(f"{where}: ci_method must be one of {CI_METHODS} (got {self.ci_method!r}){_closest(self.ci_method, CI_METHODS)}")
-        if not 0 <= self.usable_recall <= 1:
-            raise ValueError(f"{where}: usable_recall must be in [0, 1] (got {self.usable_recall!r})")
         if not 0 <= self.min_stable_share <= 1:
             raise ValueError(f"{where}: min_stable_share must be in [0, 1] (got {self.min_stable_share!r})")
         for name in ("n_resamples", "attribution_top_n", "min_n"):
@@ -169,6 +167,17 @@ class RecommendConfig:
         return cls.from_mapping(block, source=source)
 
     @property
+    def recall_floor(self) -> float | None:
+        """The recall every chosen point must reach: ``min_recall``, except under max_recall (its own metric: the target
+        then only marks which settings reach it)."""
+        return None if self.objective == "max_recall" else self.min_recall
+
+    @property
+    def usable_recall(self) -> float:
+        """The recall "What would help most" calls usable: the recall target ``min_recall``; without one, the shipped one."""
+        return float(self.min_recall if self.min_recall is not None else dict(_shipped())["min_recall"])
+
+    @property
     def primary(self) -> str:
         return OBJECTIVES[self.objective][0]
 
@@ -176,12 +185,23 @@ class RecommendConfig:
     def sign(self) -> int:
         return OBJECTIVES[self.objective][1]
 
+    def short(self) -> str:
+        """The objective in a few words (the first screen's "recommended: ..." row)."""
+        r = f" with recall ≥ {self.recall_floor:.2f}" if self.recall_floor is not None else ""
+        text = {"min_tokens": f"fewest tokens{r}", "max_f1": f"best F1{r}", "max_f1_abstain": f"best F1, abstention credited{r}",
+                "max_recall": f"most recall within {self.token_budget:g} tokens" if self.token_budget is not None else "most recall"}[self.objective]
+        if self.objective != "max_recall" and self.token_budget is not None:
+            text += f", ≤ {self.token_budget:g} tokens"
+        if self.max_p99_ms is not None:
+            text += f", p99 ≤ {self.max_p99_ms:g} ms"
+        return text
+
     def describe(self) -> str:
         metric = {"f1": "F1", "f1_abstain": "F1 with abstention credit", "recall": "recall", "tokens": "injected tokens"}[self.primary]
         parts = [("maximise " if self.sign > 0 else "minimise ") + metric]
         if self.token_budget is not None:
             parts.append(f"mean injected tokens <= {self.token_budget:g}")
-        if self.min_recall is not None:
+        if self.recall_floor is not None:
             parts.append(f"recall >= {self.min_recall:g}")
         if self.max_p99_ms is not None:
             parts.append(f"store p99 latency <= {self.max_p99_ms:g} ms")
@@ -204,8 +224,8 @@ def choose(means: np.ndarray, cfg: RecommendConfig) -> np.ndarray:
     with np.errstate(invalid="ignore"):
         if cfg.token_budget is not None:
             feasible &= tokens <= cfg.token_budget
-        if cfg.min_recall is not None:
-            feasible &= recall >= cfg.min_recall
+        if cfg.recall_floor is not None:
+            feasible &= recall >= cfg.recall_floor
     key = np.where(feasible, cfg.sign * primary, -np.inf)
     best = key.max(axis=-1, keepdims=True)
     cand = feasible & (key >= best - TIE)
@@ -249,6 +269,7 @@ class Grid:
     values: np.ndarray
     latency_p99_ms: float  # over every query of the trace, excluded questions included (a property of the store)
     n_excluded: int = 0  # non-adversarial questions without gold, left out of the grid (``metrics.excluded``)
+    latency_p50_ms: float = NAN  # as latency_p99_ms
 
     @property
     def thresholded(self) -> bool:
@@ -298,6 +319,7 @@ def build_grids(rows: pd.DataFrame, *, source: str = QUESTIONS) -> list[Grid]:
             raise ValueError(f"{source}: config {key} does not have the same questions at every threshold "
                              f"({len(qids)} at {ts[0]}, {dict(bad)} elsewhere) (field threshold)")
         latency_p99 = metrics.percentile_ms(first["latency_ns"].to_numpy(np.float64), 99)  # every query of the trace
+        latency_p50 = metrics.percentile_ms(first["latency_ns"].to_numpy(np.float64), 50)
         # questions without gold (not adversarial) are not scored: left out of the grid, counted in n_excluded
         left_out = metrics.excluded(first).to_numpy()
         first, qids = first[~left_out], qids[~left_out]
@@ -322,7 +344,7 @@ def build_grids(rows: pd.DataFrame, *, source: str = QUESTIONS) -> list[Grid]:
             key=tuple(str(k) for k in key), thresholds=np.where(ts < 0, NAN, ts), question_ids=qids,
             conversations=first["conversation_id"].astype(str).to_numpy(),
             groups=np.array([category_label(str(c), a) for c, a in zip(first["category"].fillna(""), adv)], dtype=object),
-            adversarial=adv, values=vals, latency_p99_ms=latency_p99, n_excluded=int(left_out.sum()),
+            adversarial=adv, values=vals, latency_p99_ms=latency_p99, n_excluded=int(left_out.sum()), latency_p50_ms=latency_p50,
         ))
     return grids
 
@@ -343,10 +365,17 @@ def intervals(sums: np.ndarray, counts: np.ndarray, cfg: RecommendConfig, *, met
                           bounds=(0.0, UPPER.reshape(shape)), n_resamples=cfg.n_resamples, seed=cfg.seed)
 
 
-def analyse(grid: Grid, cfg: RecommendConfig, mask: np.ndarray | None = None) -> tuple[dict, pd.DataFrame]:
+# The values a threshold can take, by what it is compared with (strategies.json ``threshold_on``): a chosen threshold
+# at the edge of the swept grid is worth widening only when the grid's edge is not already the end of this range
+# (relative_delta 0.00 is top-1: no delta is lower).
+THRESHOLD_RANGE = {"similarity": (-1.0, 1.0), "delta": (0.0, math.inf), "ratio": (-math.inf, 1.0), "probability": (0.0, 1.0)}
+
+
+def analyse(grid: Grid, cfg: RecommendConfig, mask: np.ndarray | None = None, *, on: str = "similarity") -> tuple[dict, pd.DataFrame]:
     """The chosen point of one configuration (dict) and its curve with CIs (one row per threshold).
 
-    ``mask`` restricts to a subset of questions (a category).
+    ``mask`` restricts to a subset of questions (a category); ``on``: what the threshold is compared with
+    (``THRESHOLD_RANGE``).
     """
     vals, conv = (grid.values, grid.conversations) if mask is None else (grid.values[mask], grid.conversations[mask])
     _, sums, counts = cluster_sums(vals, conv)
@@ -368,7 +397,7 @@ def analyse(grid: Grid, cfg: RecommendConfig, mask: np.ndarray | None = None) ->
              "n_questions": int(curve["n_questions"].iloc[0]) if len(curve) else 0,
              "n_adversarial": int((grid.adversarial[mask] if mask is not None else grid.adversarial).sum()),
              "n_excluded": grid.n_excluded if mask is None else NAN,  # not tracked per category
-             "n_conversations": int(len(sums)), "latency_p99_ms": grid.latency_p99_ms,
+             "n_conversations": int(len(sums)), "latency_p50_ms": grid.latency_p50_ms, "latency_p99_ms": grid.latency_p99_ms,
              "threshold_share": NAN, "threshold_lo": NAN, "threshold_hi": NAN, "note": ""}
     if idx < 0:
         point["note"] = ("store p99 latency %.1f ms > %g ms" % (grid.latency_p99_ms, cfg.max_p99_ms)) if not _latency_ok(grid, cfg) \
@@ -382,7 +411,9 @@ def analyse(grid: Grid, cfg: RecommendConfig, mask: np.ndarray | None = None) ->
     if grid.thresholded and len(sums) >= 2:
         stab = threshold_stability(sums, counts, grid.thresholds, cfg)
         point.update(stab)
-    if grid.thresholded and len(grid.thresholds) > 1 and idx in (0, len(grid.thresholds) - 1):
+    lo_end, hi_end = THRESHOLD_RANGE.get(on, THRESHOLD_RANGE["similarity"])
+    if grid.thresholded and len(grid.thresholds) > 1 and idx in (0, len(grid.thresholds) - 1) \
+            and not math.isclose(grid.thresholds[idx], lo_end if idx == 0 else hi_end, abs_tol=1e-9):  # advice that can be followed
         point["note"] = (f"{grid.thresholds[idx]:.2f} is the {'lowest' if idx == 0 else 'highest'} threshold swept: "
                          "the optimum may lie beyond it (widen `thresholds`)")
     return point, curve
@@ -441,8 +472,8 @@ def loco(grid: Grid, cfg: RecommendConfig) -> tuple[dict, pd.DataFrame]:
     with np.errstate(invalid="ignore"):
         if cfg.token_budget is not None:
             violated |= held[f, M["tokens"], np.maximum(idx, 0)] > cfg.token_budget
-        if cfg.min_recall is not None:
-            violated |= held[f, M["recall"], np.maximum(idx, 0)] < cfg.min_recall
+        if cfg.recall_floor is not None:
+            violated |= held[f, M["recall"], np.maximum(idx, 0)] < cfg.recall_floor
     folds = pd.DataFrame({
         "conversation_id": labels, "n_questions": counts[:, p, 0].astype(int),
         "threshold": thr, "train": tr, "held_out": ho, "gap": s * (tr - ho),
@@ -471,7 +502,7 @@ def loco(grid: Grid, cfg: RecommendConfig) -> tuple[dict, pd.DataFrame]:
         "threshold_std": float(t_ok.std()) if t_ok.size else NAN,
         "n_distinct_thresholds": int(len(np.unique(t_ok))),
         "share_same_as_full": float(np.mean(idx == full)) if full >= 0 else NAN,
-        "violated_share": float(folds["violated"].mean()) if (cfg.token_budget or cfg.min_recall is not None) else NAN,
+        "violated_share": float(folds["violated"].mean()) if (cfg.token_budget or cfg.recall_floor is not None) else NAN,
     }
     return summary, folds
 
@@ -559,6 +590,7 @@ class Recommendation:
     loco_folds: pd.DataFrame
     categories: pd.DataFrame
     transfer: pd.DataFrame
+    shortlist: pd.DataFrame = None  # the first screen's "what to ship" rows (``shortlist``); None: not computed
 
     def best(self) -> pd.DataFrame:
         return self.points[self.points["best"]]
@@ -583,16 +615,23 @@ def best_flags(points: pd.DataFrame, cfg: RecommendConfig, never_best: frozenset
 
 
 def recommend(rows: pd.DataFrame, cfg: RecommendConfig | None = None, *, source: str = QUESTIONS,
-              never_best: frozenset = frozenset()) -> Recommendation:
+              never_best: frozenset = frozenset(), strategies: list[Mapping] = ()) -> Recommendation:
     """Choose an operating point for every configuration in ``rows`` and the best one per dataset.
 
     Configurations of the embedders in ``never_best`` (plumbing embedders beside real ones) get their
-    operating points like every other but are never the dataset's best."""
+    operating points like every other but are never the dataset's best. ``strategies`` (the run's strategies.json
+    records) name each setting for what it does (``setting``) and say which threshold edges can be widened."""
+    from bench.analysis.verdict import setting_name
+
     cfg = cfg or RecommendConfig.defaults()
+    records = {r.get("name"): r for r in strategies}
     grids = build_grids(one_format(rows), source=source)
     points, curves, locos, folds, cats = [], [], [], [], []
     for g in grids:
-        point, curve = analyse(g, cfg)
+        record = records.get(g.key[3])
+        point, curve = analyse(g, cfg, on=(record or {}).get("threshold_on") or "similarity")
+        point["setting"] = setting_name(record, point["threshold"]) if point["feasible"] else setting_name(record)
+        curve["setting"] = [setting_name(record, t) for t in curve["threshold"]]
         points.append(point)
         for k, v in reversed(list(g.where().items())):
             curve.insert(0, k, v)
@@ -605,12 +644,101 @@ def recommend(rows: pd.DataFrame, cfg: RecommendConfig | None = None, *, source:
     pts = pd.DataFrame(points)
     pts["best"] = best_flags(pts, cfg, never_best)
     nonempty = [f for f in folds if len(f)]
+    all_curves = pd.concat(curves, ignore_index=True)
     return Recommendation(
-        cfg=cfg, points=pts, curves=pd.concat(curves, ignore_index=True),
+        cfg=cfg, points=pts, curves=all_curves,
         loco=pd.DataFrame(locos), loco_folds=pd.concat(nonempty, ignore_index=True) if nonempty else pd.DataFrame(),
         categories=pd.concat(cats, ignore_index=True) if cats else pd.DataFrame(),
-        transfer=transfer(grids, pts, cfg),
+        transfer=transfer(grids, pts, cfg), shortlist=shortlist(pts, all_curves, cfg, never_best),
     )
+
+
+# --------------------------------------------------------------------------- the first screen
+
+SHORTLIST_ROLES = {  # role -> what the row is, in words (``shortlist``; the recommended row: ``RecommendConfig.short``)
+    "cheapest_at_target": "fewest tokens with recall ≥ {r}",
+    "best_f1": "best F1",
+    "closest": "highest recall (none reaches {r})",
+}
+SHORTLIST_COLUMNS = [
+    "dataset", "role", "what", *CONFIG_KEYS[1:], "setting", "threshold", "recall", "recall_lo", "recall_hi", "recall_pred_lo",
+    "recall_pred_hi", "tokens", "tokens_lo", "tokens_hi", "tokens_pred_lo", "tokens_pred_hi", "f1", "f1_pred_lo", "f1_pred_hi",
+    "latency_p50_ms", "latency_p99_ms", "n_questions", "n_conversations", "target_recall", "reaches_target"]
+
+
+def _pick(c: pd.DataFrame, by: list[str], ascending: list[bool]) -> pd.Series | None:
+    c = c.dropna(subset=[by[0]])
+    return None if c.empty else c.sort_values(by, ascending=ascending, kind="stable").iloc[0]
+
+
+def shortlist(points: pd.DataFrame, curves: pd.DataFrame, cfg: RecommendConfig, never_best: frozenset = frozenset()) -> pd.DataFrame:
+    """The first screen's "what to ship" rows, per dataset, among every configuration x threshold (``curves``) of the
+    embedders not in ``never_best`` (unless every embedder is):
+
+    - ``recommended``: the dataset's best point under the objective (``points``' ``best`` row), when there is one;
+    - ``cheapest_at_target``: the fewest mean injected tokens with recall >= ``cfg.min_recall`` (ties: more recall),
+      left out when it is the recommended point;
+    - ``best_f1``: the highest F1 with no constraint (ties: fewer tokens), left out when it is a row above;
+    - ``closest``: when no setting reaches ``cfg.min_recall``, the highest recall (ties: fewer tokens).
+
+    Each row has its metrics with the CI (``_lo``/``_hi``, the mean of conversations like these) and the prediction
+    interval (``_pred_lo``/``_pred_hi``, a new corpus of as many conversations), its configuration's store latency
+    (p50, p99 of every query) and ``reaches_target`` (recall >= the target; NaN without a target)."""
+    if curves is None or curves.empty or points is None or points.empty:
+        return pd.DataFrame(columns=SHORTLIST_COLUMNS)
+    target = cfg.min_recall
+    lat = points.set_index(CONFIG_KEYS)
+    out = []
+    for ds, c in curves.groupby("dataset", sort=False):
+        pts = points[points["dataset"] == ds]
+        if pts["embedder"].isin(list(never_best)).all():
+            keep = c
+        else:
+            keep = c[~c["embedder"].isin(list(never_best))]
+        rows: list[tuple[str, pd.Series]] = []
+        best = pts[pts["best"]]
+        if len(best):
+            b = best.iloc[0]
+            hit = keep[(keep[CONFIG_KEYS] == b[CONFIG_KEYS]).all(axis=1) & keep["chosen"]]
+            if len(hit):
+                rows.append(("recommended", hit.iloc[0]))
+        if target is not None:
+            with np.errstate(invalid="ignore"):
+                reach = keep[keep["recall"] >= target - TIE]
+            cheap = _pick(reach, ["tokens", "recall"], [True, False])
+            if cheap is not None:
+                rows.append(("cheapest_at_target", cheap))
+            else:
+                close = _pick(keep, ["recall", "tokens"], [False, True])
+                if close is not None:
+                    rows.append(("closest", close))
+        f1 = _pick(keep, ["f1", "tokens"], [False, True])
+        if f1 is not None:
+            rows.append(("best_f1", f1))
+        seen: dict = {}
+        for role, r in rows:
+            what = ("recommended: " + cfg.short()) if role == "recommended" else \
+                SHORTLIST_ROLES[role].format(r=f"{target:.2f}" if target is not None else "")
+            ident = (*(r[k] for k in CONFIG_KEYS), -1.0 if pd.isna(r["threshold"]) else round(float(r["threshold"]), 9))
+            if ident in seen:  # one row, every role it plays
+                if what not in out[seen[ident]]["what"]:
+                    out[seen[ident]]["what"] += f"; also {what}"
+                continue
+            seen[ident] = len(out)
+            key = tuple(r[k] for k in CONFIG_KEYS)
+            p = lat.loc[key] if key in lat.index else None
+            row = {"dataset": ds, "role": role, "what": what,
+                   **{k: r[k] for k in CONFIG_KEYS}, "setting": r.get("setting", ""), "threshold": r["threshold"]}
+            for col in SHORTLIST_COLUMNS:
+                if col not in row and col in r.index:
+                    row[col] = r[col]
+            row["latency_p50_ms"] = p["latency_p50_ms"] if p is not None and "latency_p50_ms" in p.index else NAN
+            row["latency_p99_ms"] = p["latency_p99_ms"] if p is not None else NAN
+            row["n_conversations"] = p["n_conversations"] if p is not None else NAN
+            row["target_recall"] = NAN if target is None else float(target)
+            row["reaches_target"] = NAN if target is None else bool(r["recall"] >= target - TIE)
+            out.append(row)
+    return pd.DataFrame(out, columns=SHORTLIST_COLUMNS)
 
 
 def neighbours(rec: Recommendation, key: Mapping[str, str]) -> pd.DataFrame:

@@ -160,7 +160,9 @@ def analyse(run: RunDir, settings: RecommendConfig | None = None) -> Analysis | 
         if "for_results" in summary else {}
     plumbing = frozenset(e for e, ok in flags.items() if not ok)
     # beside a real embedder, a plumbing one (hashing, synthetic) is compared but never recommended
-    rec = recommend(rows, cfg, source=str(run.file(QUESTIONS)), never_best=plumbing if len(plumbing) < len(flags) else frozenset())
+    records = run.strategies()  # strategies.json: each setting named for what it does
+    rec = recommend(rows, cfg, source=str(run.file(QUESTIONS)), never_best=plumbing if len(plumbing) < len(flags) else frozenset(),
+                    strategies=records)
     best = rec.best()
     inputs_note, attr_note, misses, by_strategy, by_category = "", "", None, None, None
     try:
@@ -179,12 +181,11 @@ def analyse(run: RunDir, settings: RecommendConfig | None = None) -> Analysis | 
         except Exception as e:  # noqa: BLE001
             log.warning("attribution skipped: %s: %s", type(e).__name__, e)
             misses, attr_note = None, f"Not available: {type(e).__name__}: {e}"
-    records = run.strategies()
     not_similarity = frozenset(r["name"] for r in records if r.get("threshold_on", "similarity") != "similarity")
     cals = tuple(calibrations(jobs, best, not_similarity))
     moved, folds = transfer_.transfer(rows, transfer_.families(records), confidence=cfg.confidence)
     sig = significance(rows, rec)
-    verdicts = verdict_table(rec.points, sig, cfg, metric=ROW_METRIC[cfg.primary])
+    verdicts = verdict_table(rec.points, sig, cfg, metric=ROW_METRIC[cfg.primary], shortlist=rec.shortlist)
     return Analysis(cfg=cfg, rows=rows, summary=summary, rec=rec, significance=sig, pareto=pareto(summary),
                     calibrations=cals, misses=misses, misses_by_strategy=by_strategy,
                     misses_by_category=by_category, verdicts=verdicts, inputs_note=inputs_note, attribution_note=attr_note,
@@ -195,7 +196,8 @@ def save(run: RunDir, a: Analysis) -> None:
     """The analysis tables into the run's ``analysis/`` folder (CSV; the misses as parquet)."""
     rec = a.rec
     for name, df in (("recommendation", rec.points), ("curves", rec.curves), ("loco", rec.loco), ("loco_folds", rec.loco_folds),
-                     ("categories", rec.categories), ("transfer_datasets", rec.transfer), ("verdict", a.verdicts)):
+                     ("categories", rec.categories), ("transfer_datasets", rec.transfer), ("verdict", a.verdicts),
+                     ("shortlist", rec.shortlist)):
         run.write_table(name, df)
     for name, df in (("embedders", a.embedders), ("transfer", a.transfer), ("transfer_folds", a.transfer_folds)):
         if df is not None:

@@ -24,6 +24,7 @@ that score differently (at the observed rate of such questions): the estimate is
 
 from __future__ import annotations
 
+import json
 import math
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass
@@ -54,13 +55,76 @@ def _plural(n: int, word: str) -> str:
     return f"{n:,} {word}" + ("" if n == 1 else "s")
 
 
-def point_label(p: Mapping, like: Mapping | None = None) -> str:
-    """`strategy` at t on `store` / `embedder`; the store and embedder only where they differ from ``like``'s."""
-    at = "" if _nan(p.get("threshold")) else f" at {p['threshold']:.2f}"
-    from bench.report.escape import md_code  # names come from data: a code span they cannot leave
+def _num(t: float) -> str:
+    return f"{t:.2f}" if math.isclose(t, round(t, 2), abs_tol=1e-9) else f"{t:.3g}"
 
+
+def setting_name(record: Mapping | None, threshold: float | None = None) -> str:
+    """What a strategy at a threshold does, in words (``record``: its strategies.json entry, with ``kind`` and
+    ``params``): ``top-5``, ``similarity ≥ 0.20, at most 5``, ``top-1`` for a relative cut at
+    delta 0.00 or ratio 1.00. "" for a strategy it does not know (the report then shows its configured name only)."""
+    if not record:
+        return ""
+    kind, params = record.get("kind"), dict(record.get("params") or {})
+    k, t = params.get("k"), None if _nan(threshold) else float(threshold)
+    roles = record.get("roles") or []
+    only = f" ({'/'.join(roles)} turns only)" if roles else ""
+    top1 = "top-1"
+    if kind == "limit":
+        text = f"top-{k}" if k is not None else "top-k"
+    elif kind == "threshold":
+        text = f"similarity ≥ {_num(t)}" if t is not None else "similarity threshold"
+    elif kind == "hybrid":
+        text = f"top-{k} with similarity ≥ {_num(t)}" if t is not None else f"top-{k} above a threshold"
+    elif kind == "relative_delta":
+        text = "within a delta of the best match" if t is None else (top1 if t <= 0 else f"similarity ≥ best − {_num(t)}")
+    elif kind == "relative_ratio":
+        text = "a share of the best similarity" if t is None else (top1 if t >= 1 else f"similarity ≥ {_num(t)} × best")
+    elif kind == "calibrated_threshold":
+        text = f"calibrated P(relevant) ≥ {_num(t)}" if t is not None else "calibrated P(relevant) threshold"
+    elif kind == "largest_gap":
+        text = f"cut at the largest similarity drop in the top {k}"
+    elif kind == "full_context":
+        text = "full context (every earlier turn)"
+    elif kind == "recency":
+        text = f"last {k} turns"
+    elif kind == "keyword":
+        text = f"keyword match, newest {k}"
+    elif kind == "bm25":
+        text = f"BM25 top-{k}"
+    elif kind == "rrf":
+        text = f"vector + BM25 fusion, top-{k}"
+    elif kind == "token_budget":
+        text = f"best first within {params.get('budget')} tokens"
+    elif kind == "dual_tier":
+        text = f"last {params.get('l1_turns')} turns + similarity ≥ {_num(t)}" if t is not None else "dual tier"
+    elif kind == "route_by_query":
+        text = "routed by question type"
+    else:
+        return ""
+    return text + only
+
+
+def configured(p: Mapping) -> str:
+    """The configured name of ``p``'s strategy, with its threshold unless its ``setting`` already says it."""
+    from bench.report.escape import md_code
+
+    t = p.get("threshold")
+    said = _nan(t) or _num(float(t)) in str(p.get("setting") or "").replace("top-1", "")
+    return md_code(p["strategy"]) + ("" if said else f" at {_num(float(t))}")
+
+
+def point_label(p: Mapping, like: Mapping | None = None) -> str:
+    """What it does (`strategy` at t) on `store` / `embedder`; the store and embedder only where they differ from ``like``'s."""
+    from bench.report.escape import md_code, md_text  # names come from data: a code span they cannot leave
+
+    setting = p.get("setting")
+    if isinstance(setting, str) and setting:  # what it does, then its configured name
+        what = f"{md_text(setting)} ({configured(p)})"
+    else:
+        what = md_code(p["strategy"]) + ("" if _nan(p.get("threshold")) else f" at {p['threshold']:.2f}")
     where = [md_code(p[k]) for k in ("backend", "embedder") if like is None or p.get(k) != like.get(k)]
-    return f"{md_code(p['strategy'])}{at}" + (f" on {' / '.join(where)}" if where else "")
+    return what + (f" on {' / '.join(where)}" if where else "")
 
 
 def conversations_for_significance(*, diff: float, se: float, n_conversations: int, level: float) -> float:
@@ -150,11 +214,42 @@ def versus(r: Mapping, best: Mapping, *, metric: str, alpha: float) -> str:
             f"Holm p {r['p_holm']:.2g} {'<' if sig else '≥'} {alpha:g})")
 
 
+def _ms(x) -> str:
+    return "n/a" if _nan(x) else (f"{x:.2f}" if x < 10 else f"{x:,.0f}" if x >= 100 else f"{x:.1f}")
+
+
+def tie_sentence(best: Mapping, ties: list[Mapping], n: int) -> str:
+    """``best`` and the configurations ``ties`` that score the same on all ``n`` questions, in words, with the store
+    latency (p50 / p99 of every query) that then decides."""
+    names = ", ".join(point_label(t, best) for t in ties)
+    stores = list(dict.fromkeys([best.get("backend"), *(t.get("backend") for t in ties)]))
+    if len(stores) < 2:
+        return f"it ties with {names} on every one of the {_plural(n, 'question')} (same store: either)"
+    from bench.report.escape import md_code
+
+    lat = {}
+    for p in (best, *ties):
+        lat.setdefault(p.get("backend"), (p.get("latency_p50_ms"), p.get("latency_p99_ms")))
+    known = {k: v for k, v in lat.items() if not _nan(v[1])}
+    fastest = min(known, key=lambda k: known[k][1]) if len(known) == len(lat) else None
+    which = f"; fastest at p99: {md_code(fastest)}" if fastest is not None else ""
+    return (f"it ties with {names} on every one of the {_plural(n, 'question')}, so the store's latency decides "
+            f"(p50 / p99 per query: {', '.join(f'{md_code(k)} {_ms(v[0])} / {_ms(v[1])} ms' for k, v in lat.items())}{which})")
+
+
 def verdict(best: Mapping | None, runner_up: Mapping | None, *, min_stable_share: float, alpha: float, metric: str,
-            min_conversations: int, min_untied: int) -> Verdict:
+            min_conversations: int, min_untied: int, ties: list[Mapping] = (), n_tied: int = 0, goal: str = "",
+            closest: Mapping | None = None) -> Verdict:
     """``best``: the recommended point (recommendation.csv row); ``runner_up``: its ``stats.compare_pairs`` row against
-    the closest configuration (``a`` = best, ``b`` = runner-up), or None. The rule is the module docstring's."""
+    the closest configuration that does not tie with it (``a`` = best, ``b`` = runner-up), or None; ``ties``: the points
+    of the configurations that score the same as ``best`` on all ``n_tied`` questions (said as a tie, with the latency
+    that decides); ``goal``: the objective in words; ``closest``: the highest-recall setting when none reaches the recall
+    target (a ``shortlist`` row). The rule is the module docstring's."""
     if best is None:
+        if closest is not None and not _nan(closest.get("target_recall")):
+            return Verdict("none", f"no tried setting reaches recall {closest['target_recall']:.2f}; the closest is "
+                                   f"{point_label(closest)}: recall {closest['recall']:.3f} at {closest['tokens']:,.0f} tokens "
+                                   "(lower `recommend.min_recall`, or try other settings)")
         return Verdict("none", "no configuration meets the constraints: relax them")
     g = _n(best.get("n_conversations"))
     few = g < min_conversations
@@ -172,14 +267,16 @@ def verdict(best: Mapping | None, runner_up: Mapping | None, *, min_stable_share
             reasons.append(f"only {untied} of {_plural(_n(runner_up.get('n')), 'question')} score differently between them "
                            f"(a choice needs at least {min_untied}: `recommend.min_untied`)")
             close = True
+    tie = f"; {tie_sentence(best, list(ties), n_tied)}" if ties else ""
     if not reasons:
-        return Verdict("use", f"use {point_label(best)}")
+        return Verdict("use", f"use {point_label(best)}" + (f" ({goal})" if goal else "") + tie)
     if few:
         head = f"{_plural(g, 'conversation')}: too few to choose; best so far {point_label(best)}"
     elif close:
         head = f"too little data to choose between {point_label(best)} and {point_label(runner_up['b'], best)}"
     else:
         head = f"too little data to be sure of the threshold of {point_label(best)}"
+    head += tie
     more_c, more_q, text = more_data(runner_up, n_conversations=g, n_questions=_n(best.get("n_questions")),
                                      min_conversations=min_conversations, min_untied=min_untied, alpha=alpha)
     if text:
@@ -197,22 +294,122 @@ def test_description(cfg, metric: str, n_pairs: str) -> str:
             f"significance at {cfg.alpha:g}. W/T/L = questions where A wins/ties/loses.")
 
 
+SAME = ("f1", "recall", "tokens")  # a tie on the test's metric is a tie only when these means agree too
+
+
+def split_ties(points: pd.DataFrame, sig: pd.DataFrame, best: Mapping | None) -> tuple[list[dict], int, pd.DataFrame]:
+    """(the points of the configurations that tie with ``best``, the number of questions they tie on, the rows of ``sig``
+    without them). A tie: the paired test's metric is the same on every common question (W/T/L 0/n/0) and the mean F1,
+    recall and tokens agree; it is said as a tie, not as "too little data". ``points``, ``sig``: one dataset's."""
+    if best is None or sig is None or not len(sig):
+        return [], 0, sig
+    ties, n, drop = [], 0, []
+    for i, r in sig.iterrows():
+        if not (_n(r.get("n")) > 0 and _n(r.get("wins")) + _n(r.get("losses")) == 0):
+            continue
+        other = points[(points[["embedder", "backend", "strategy"]] == pd.Series({k: r["b"][k] for k in ("embedder", "backend", "strategy")})).all(axis=1)]
+        if len(other) and all((_nan(best.get(m)) and _nan(other.iloc[0][m])) or
+                              math.isclose(float(other.iloc[0][m]), float(best[m]), rel_tol=1e-9, abs_tol=1e-12) for m in SAME):
+            ties.append(other.iloc[0].to_dict())
+            n = max(n, _n(r["n"]))
+            drop.append(i)
+    return ties, n, sig.drop(index=drop)
+
+
 def runner_up(sig: pd.DataFrame) -> Mapping | None:
-    """The significance row of the configuration closest to the recommendation in the primary metric."""
+    """The significance row of the configuration closest to the recommendation in the primary metric (pass the rows
+    without the ties, ``split_ties``: a tie is said as a tie); None when there is none."""
     if sig is None or not len(sig):
         return None
     return sig.loc[sig["mean_b"].sub(sig["mean_a"]).abs().sort_values(kind="stable").index[0]].to_dict()
 
 
-def verdict_table(points: pd.DataFrame, sig: pd.DataFrame, cfg, *, metric: str) -> pd.DataFrame:
+def verdict_table(points: pd.DataFrame, sig: pd.DataFrame, cfg, *, metric: str, shortlist: pd.DataFrame | None = None) -> pd.DataFrame:
     """One verdict per dataset of ``points`` (recommendation rows with ``best``) and ``sig`` (significance rows
-    with ``dataset``) under ``cfg`` (a ``RecommendConfig``): columns dataset, kind, headline, reasons (joined
-    with "; "), more_conversations, more_questions."""
+    with ``dataset``) under ``cfg`` (a ``RecommendConfig``; ``shortlist``: ``recommend.shortlist``'s rows, for the
+    setting closest to the recall target when none reaches it): columns dataset, kind, headline, reasons (joined
+    with "; "), more_conversations, more_questions, tied_with (the tied configurations' stores, "; "-joined)."""
     out = []
     for ds, pts in points.groupby("dataset", sort=False):
         best = pts[pts["best"]]
         s = sig[sig["dataset"] == ds] if len(sig) else sig
-        v = verdict(best.iloc[0].to_dict() if len(best) else None, runner_up(s), min_stable_share=cfg.min_stable_share,
-                    alpha=cfg.alpha, metric=metric, min_conversations=cfg.min_conversations, min_untied=cfg.min_untied)
-        out.append({"dataset": ds, **asdict(v), "reasons": "; ".join(v.reasons)})
-    return pd.DataFrame(out, columns=["dataset", "kind", "headline", "reasons", "more_conversations", "more_questions"])
+        b = best.iloc[0].to_dict() if len(best) else None
+        ties, n_tied, rest = split_ties(pts, s, b)
+        if rest is not None and len(rest):  # each compared configuration named for what it does, as the recommendation
+            setting = {tuple(r[k] for k in ("embedder", "backend", "strategy")): r.get("setting") for _, r in pts.iterrows()}
+            rest = rest.assign(b=[{**d, "setting": setting.get(tuple(d[k] for k in ("embedder", "backend", "strategy")))}
+                                  if isinstance(d, Mapping) else d for d in rest["b"]])
+        sl = shortlist[(shortlist["dataset"] == ds) & (shortlist["role"] == "closest")] if shortlist is not None and len(shortlist) else None
+        v = verdict(b, runner_up(rest),
+                    min_stable_share=cfg.min_stable_share, alpha=cfg.alpha, metric=metric, min_conversations=cfg.min_conversations,
+                    min_untied=cfg.min_untied, ties=ties, n_tied=n_tied, goal=cfg.short(),
+                    closest=sl.iloc[0].to_dict() if sl is not None and len(sl) else None)
+        out.append({"dataset": ds, **asdict(v), "reasons": "; ".join(v.reasons),
+                    "tied_with": json.dumps([[str(t[k]) for k in ("embedder", "backend", "strategy")] for t in ties]) if ties else ""})
+    return pd.DataFrame(out, columns=["dataset", "kind", "headline", "reasons", "more_conversations", "more_questions", "tied_with"])
+
+
+# --------------------------------------------------------------------------- the first screen
+
+def _iv(v, lo, hi, fmt: str) -> str:
+    if _nan(v):
+        return "n/a"
+    return format(v, fmt) + ("" if _nan(lo) else f" [{format(lo, fmt)}, {format(hi, fmt)}]")
+
+
+@dataclass(frozen=True)
+class FirstScreen:
+    """What a sweep shows first for one dataset: the verdict, the "what to ship" table and one line on what its
+    intervals are about (``first_screen``). Text in Markdown (backticks); the console drops the backticks."""
+
+    dataset: str
+    headline: str
+    header: tuple[str, ...]
+    rows: tuple[tuple[str, ...], ...]
+    about: str  # what the intervals are about, and the size of the data
+    kind: str
+    reasons: str
+
+
+def first_screen(v: Mapping, shortlist: pd.DataFrame, points: pd.DataFrame, cfg) -> FirstScreen:
+    """The first screen of dataset ``v["dataset"]`` (``v``: a ``verdict_table`` row; ``shortlist``: ``recommend.shortlist``'s
+    rows; ``points``: recommendation.csv; ``cfg``: the ``RecommendConfig``): the shortlist's rows (recommended, fewest tokens
+    at the recall target, best F1, or the highest recall when nothing reaches the target) and the configurations that
+    tie with the recommendation, each with recall and tokens with their prediction interval, F1 and the store latency."""
+    from bench.report.escape import md_code, md_text
+
+    ds = v["dataset"]
+    sl = shortlist[shortlist["dataset"] == ds] if shortlist is not None and len(shortlist) else pd.DataFrame()
+    pts = points[points["dataset"] == ds]
+    rows = [r for _, r in sl.iterrows()]
+    tied = json.loads(v["tied_with"]) if isinstance(v.get("tied_with"), str) and v.get("tied_with") else []
+    for emb, be, strat in tied:
+        hit = pts[(pts["embedder"] == emb) & (pts["backend"] == be) & (pts["strategy"] == strat)]
+        if len(hit):
+            rows.insert(1, hit.iloc[0].copy())
+            rows[1]["what"] = "ties with the recommended on every question"
+    multi = pts["embedder"].nunique() > 1
+    conf = f"{cfg.confidence:.0%}".replace("%", " %")
+    header = ("what", "setting", "store", *(("embedder",) if multi else ()), f"recall [{conf}]", f"tokens [{conf}]", "F1",
+              "p50 / p99 ms")
+    out = []
+    for r in rows:
+        name = configured(r)
+        setting = f"{md_text(r['setting'])} ({name})" if isinstance(r.get("setting"), str) and r.get("setting") else name
+        out.append((md_text(r["what"]), setting, md_code(r["backend"]), *((md_code(r["embedder"]),) if multi else ()),
+                    _iv(r["recall"], r.get("recall_pred_lo"), r.get("recall_pred_hi"), ".3f"),
+                    _iv(r["tokens"], r.get("tokens_pred_lo"), r.get("tokens_pred_hi"), ",.0f"),
+                    "n/a" if _nan(r.get("f1")) else f"{r['f1']:.3f}", f"{_ms(r.get('latency_p50_ms'))} / {_ms(r.get('latency_p99_ms'))}"))
+    g = _n(rows[0]["n_conversations"]) if rows else 0
+    nq = _n(rows[0]["n_questions"]) if rows else 0
+    k = int(cfg.new_conversations or g)
+    if g >= 2:
+        about = (f"[ ] = {conf} prediction interval: where the mean over a new corpus of {_plural(k, 'conversation')} like these "
+                 f"should land (measured on {_plural(nq, 'question')} in {_plural(g, 'conversation')})")
+    else:
+        about = f"no interval: {_plural(g, 'conversation')} says nothing about how another one would score ({_plural(nq, 'question')})"
+    if cfg.min_recall is not None:
+        about += f"; recall target {cfg.min_recall:.2f} (`recommend.min_recall`)"
+    about += "; p50 / p99 = store search time per query"
+    return FirstScreen(ds, str(v["headline"]), header, tuple(out), about, str(v["kind"]),
+                       "" if _nan(v.get("reasons")) else str(v.get("reasons") or ""))

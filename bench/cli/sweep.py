@@ -13,6 +13,7 @@ and what finished, and a non-zero exit, never a traceback.
 from __future__ import annotations
 
 import logging
+import re
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -420,31 +421,39 @@ def finish_run(run_dir: Path, latest: Path | None, *, defer: bool = False) -> No
     log.info("report: %s%s", report, f" (latest -> {run_dir})" if latest else "")
 
 
+def plain(text) -> str:
+    """Markdown of the first screen as console text: no code-span backticks, no escaping backslashes."""
+    return re.sub(r"\\(.)", r"\1", str(text).replace("`", ""))
+
+
+def plain_table(header, rows) -> list[str]:
+    """Rows of cells as aligned plain text (two spaces between columns)."""
+    cells = [list(header), *(list(r) for r in rows)]
+    width = [max(len(r[i]) for r in cells) for i in range(len(header))]
+    return ["  ".join(c.ljust(w) for c, w in zip(r, width)).rstrip() for r in cells]
+
+
 def verdict_lines(run: RunDir) -> list[str]:
-    """Three console lines per dataset: the verdict, what the chosen point measured, and why (or how sure)."""
+    """The first screen per dataset (``bench.analysis.verdict.first_screen``): the verdict, the "what to ship" table,
+    what its intervals are about, and why (or how sure)."""
     if not (run.path / ANALYSIS / "verdict.csv").is_file():
         return []
     from bench.analysis.tables import load_settings
+    from bench.analysis.verdict import first_screen
 
     verdicts, points, cfg = run.table("verdict"), run.table("recommendation"), load_settings(run)
-    plain = lambda text: str(text).replace("`", "")  # noqa: E731
-    # the prediction interval: what a new corpus of as many conversations like these should measure (docs/interpreting.md)
-    ci = lambda b, m, d=3: (f"{b[m]:.{d}f} [{b[m + '_pred_lo']:.{d}f}, {b[m + '_pred_hi']:.{d}f}]"  # noqa: E731
-                            if pd.notna(b.get(m + "_pred_lo")) else f"{b[m]:.{d}f}")
+    shortlist = run.table("shortlist") if (run.path / ANALYSIS / "shortlist.csv").is_file() else None
     out = []
     for _, v in verdicts.iterrows():
+        screen = first_screen(v.to_dict(), shortlist, points, cfg)
+        out.append(f"{v['dataset']}: {plain(screen.headline)}")
+        if screen.rows:
+            out += ["  " + line for line in plain_table(screen.header, [[plain(c) for c in r] for r in screen.rows])]
+            out.append(f"  {plain(screen.about)}")
         best = points[(points["dataset"] == v["dataset"]) & points["best"]]
-        out.append(f"{v['dataset']}: {plain(v['headline'])}")
-        if len(best):
-            b = best.iloc[0]
-            k = int(cfg.new_conversations or b["n_conversations"])
-            scope = (f"{cfg.confidence:.0%} for a new corpus of {k} conversations like these; " if pd.notna(b.get("f1_pred_lo"))
-                     else "no interval: ")
-            out.append(f"  measured: F1 {ci(b, 'f1')}, recall {ci(b, 'recall')}, {ci(b, 'tokens', 0)} tokens per question "
-                       f"({scope}{b['n_questions']} questions, {b['n_conversations']} conversations)")
         if v["kind"] == "too_little_data":
             out.append(f"  why: {plain(v['reasons'])}")
-        elif len(best):
+        elif v["kind"] == "use" and len(best):
             b = best.iloc[0]
             stable = (f"the threshold is chosen in {b['threshold_share']:.0%} of bootstrap resamples; "
                       if pd.notna(b["threshold_share"]) else "")

@@ -20,7 +20,7 @@ import pandas as pd
 
 from bench.analysis.recommend import CONFIG_KEYS, Recommendation, neighbours
 from bench.analysis.tables import Analysis, analyse, save
-from bench.analysis.verdict import runner_up, test_description
+from bench.analysis.verdict import runner_up, split_ties, test_description
 from bench.report import plots
 from bench.report.escape import md_code as C
 from bench.report.escape import md_text as E
@@ -193,19 +193,33 @@ def counts_note(r) -> str:
             f"({w} won, {lo} lost), but {how[1]}, so its mean is {how[2]}.")
 
 
+def first_screen_lines(a: Analysis, ds: str) -> list[str]:
+    """The first screen of dataset ``ds`` (``bench.analysis.verdict.first_screen``, as the console prints it): the verdict,
+    the "what to ship" table, what its intervals are about."""
+    from bench.analysis.verdict import first_screen
+
+    v = a.verdicts[a.verdicts["dataset"] == ds]
+    if v.empty:
+        return []
+    screen = first_screen(v.iloc[0].to_dict(), a.rec.shortlist, a.rec.points, a.cfg)
+    lines = [f"**{E(ds)}**: {screen.headline}.", ""]
+    if screen.rows:
+        lines += ["| " + " | ".join(screen.header) + " |", "|" + "---|" * len(screen.header),
+                  *("| " + " | ".join(r) + " |" for r in screen.rows), "", screen.about + ".", ""]
+    return lines
+
+
 def recommendation_section(a: Analysis, strategies: list[dict]) -> list[str]:
     rec, sig, summary = a.rec, a.significance, a.summary
     full_context = strategy_names(strategies, "full_context")
     cfg = rec.cfg
     p = cfg.primary
     name = METRIC_NAMES[p]
-    lines = ["## Recommendation", "",
-             f"Objective: **{cfg.describe()}** (set in `recommend:`). {intervals_sentence(cfg)} "
-             "How to read this report: `docs/interpreting.md` in the recallbench repository.", ""]
+    lines = ["## Recommendation", ""]
     for ds, pts in rec.points.groupby("dataset", sort=False):
         best = pts[pts["best"]]
+        lines += first_screen_lines(a, ds)  # the decision first: verdict and "what to ship" table, before any prose
         if best.empty:
-            lines += [f"**{E(ds)}**: no configuration meets the constraints ({cfg.describe()}). Relax them.", ""]
             continue
         b = best.iloc[0]
         setting = threshold_phrase(strategies, b["strategy"], b["threshold"])
@@ -218,13 +232,9 @@ def recommendation_section(a: Analysis, strategies: list[dict]) -> list[str]:
                     + full_txt)
         v = a.verdicts[a.verdicts["dataset"] == ds]
         if len(v) and v.iloc[0]["kind"] == "too_little_data":
-            lines.append(f"**{E(ds)}**: {v.iloc[0]['headline']}. The best measured: {C(b['strategy'])}{setting} on store "
-                         f"{C(b['backend'])} with embedder {C(b['embedder'])}: {measured}.")
-            lines += ["", f"- **Why no firm choice**: {v.iloc[0]['reasons']}."]
-        else:
-            lines.append(f"**{E(ds)}**: use **{C(b['strategy'])}{setting}** on store {C(b['backend'])} with embedder "
-                         f"{C(b['embedder'])}: {measured}.")
-        lines.append("")
+            lines.append(f"- **Why no firm choice**: {v.iloc[0]['reasons']}.")
+        lines.append(f"- **Measured** at the recommended point, {C(b['strategy'])}{setting} on store {C(b['backend'])} with "
+                     f"embedder {C(b['embedder'])}: {measured}.")
         if pd.notna(b["f1_lo"]):
             lines.append(f"- **Intervals**: the ranges above predict the mean over a new corpus of {k} conversations like these; "
                          f"the mean of conversations like these ({cfg.confidence:.0%} CI): F1 [{b['f1_lo']:.3f}, {b['f1_hi']:.3f}], "
@@ -244,15 +254,16 @@ def recommendation_section(a: Analysis, strategies: list[dict]) -> list[str]:
         lo = lo[(lo[CONFIG_KEYS] == b[CONFIG_KEYS]).all(axis=1)] if len(lo) else lo
         if len(lo) and lo.iloc[0]["n_folds"] >= 2 and not math.isnan(lo.iloc[0]["mean_gap"]):
             r = lo.iloc[0]
+            d = 0 if p == "tokens" else 3  # tokens are whole numbers
             lines.append(f"- **Stable across conversations of this corpus** (leave one conversation out, {r['n_folds']} folds; "
                          "not transfer to another corpus, see Thresholds that transfer): thresholds chosen "
-                         f"{r['threshold_min']:.2f}–{r['threshold_max']:.2f}; held-out {name} {r['pooled_held_out']:.3f} vs "
-                         f"{r['in_sample']:.3f} tuned in-sample; LOCO gap (tuned minus held-out, mean over folds) "
-                         f"{r['mean_gap']:+.3f} (folds {r['gap_min']:+.3f} to {r['gap_max']:+.3f}); tuning each held-out conversation "
-                         f"on itself would gain {r['mean_regret']:.3f} on average.")
+                         f"{r['threshold_min']:.2f}–{r['threshold_max']:.2f}; held-out {name} {r['pooled_held_out']:.{d}f} vs "
+                         f"{r['in_sample']:.{d}f} tuned in-sample; LOCO gap (tuned minus held-out, mean over folds) "
+                         f"{r['mean_gap']:+.{d}f} (folds {r['gap_min']:+.{d}f} to {r['gap_max']:+.{d}f}); tuning each held-out conversation "
+                         f"on itself would gain {r['mean_regret']:.{d}f} on average.")
         s = sig[sig["dataset"] == ds] if len(sig) else sig
-        if len(s):
-            r = runner_up(s)  # the one the verdict names
+        r = runner_up(split_ties(pts, s, b.to_dict())[2]) if len(s) else None  # the one the verdict names (a tie is not one)
+        if r is not None:
             at = "" if math.isnan(r["b"]["threshold"]) else f" at {r['b']['threshold']:.2f}"
             lines.append(f"- **Runner-up**: {C(r['b']['strategy'])} on {C(r['b']['backend'])}{at} ({name} {r['mean_b']:.3f}); "
                          f"{test_phrase(r, cfg.alpha)} (wins/ties/losses {r['wins']}/{r['ties']}/{r['losses']}).")
@@ -263,6 +274,9 @@ def recommendation_section(a: Analysis, strategies: list[dict]) -> list[str]:
         if text:
             lines.append(f"- **Scores**: {text}")
         lines.append("")
+    lines += [f"Objective: **{cfg.describe()}** (set in `recommend:`; `recommend.min_recall` is the recall target, "
+              "`recommend.objective=max_f1 recommend.min_recall=null` is plain max F1). "
+              f"{intervals_sentence(cfg)} How to read this report: `docs/interpreting.md` in the recallbench repository.", ""]
     return lines
 
 
@@ -273,8 +287,8 @@ def points_section(rec: Recommendation, sig: pd.DataFrame, multi_embedder: bool)
              "`chosen in` = share of bootstrap resamples that choose the same threshold.", "",
              "[CI] = about the mean of conversations like these (see the Recommendation for what it is and for the range "
              "to expect on a new corpus).", "",
-             "| dataset | configuration | threshold | F1 [95 % CI] | recall [CI] | precision [CI] | tokens [CI] | p99 ms | chosen in | threshold range | note |",
-             "|---|---|---|---|---|---|---|---|---|---|---|"]
+             "| dataset | configuration | setting | threshold | F1 [95 % CI] | recall [CI] | precision [CI] | tokens [CI] | p99 ms | chosen in | threshold range | note |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for _, r in rec.points.iterrows():
         mark = " ★" if r["best"] else ""
         if len(sig):
@@ -283,7 +297,9 @@ def points_section(rec: Recommendation, sig: pd.DataFrame, multi_embedder: bool)
             if len(hit) and hit.iloc[0]["significant"]:
                 mark += " †"
         rng = f"{r['threshold_lo']:.2f}–{r['threshold_hi']:.2f}" if not math.isnan(r["threshold_lo"]) else "—"
-        lines.append(f"| {E(r['dataset'])} | {E(_label(r, multi_embedder))}{mark} | {_thr(r['threshold'])} | {_ci(r['f1'], r['f1_lo'], r['f1_hi'])} | "
+        does = r.get("setting")
+        does = E(does) if isinstance(does, str) and does else "—"  # what it does (top-1, top-5, similarity ≥ t)
+        lines.append(f"| {E(r['dataset'])} | {E(_label(r, multi_embedder))}{mark} | {does} | {_thr(r['threshold'])} | {_ci(r['f1'], r['f1_lo'], r['f1_hi'])} | "
                      f"{_ci(r['recall'], r['recall_lo'], r['recall_hi'])} | {_ci(r['precision'], r['precision_lo'], r['precision_hi'])} | "
                      f"{_ci(r['tokens'], r['tokens_lo'], r['tokens_hi'], 0)} | {_fmt(r['latency_p99_ms'], 1)} | "
                      f"{_fmt(r['threshold_share'], 2)} | {rng} | {E(r['note'])} |")
