@@ -438,7 +438,9 @@ def attribution_section(a: Analysis, run_dir: Path) -> tuple[list[str], list[str
     for _, r in by_cat.iterrows():
         cat_table.append("| " + " | ".join(_thr(r[c]) if c == "threshold" else E(r[c]) for c in cols) + " |")
     figs = []
-    for i, (ds, g) in enumerate(by_strategy.groupby("dataset", sort=False)):
+    twins = names.identical_stores(a.summary)
+    drawn = by_strategy[[(d, m, b) not in twins for d, m, b in zip(by_strategy["dataset"], by_strategy["embedder"], by_strategy["backend"])]]
+    for i, (ds, g) in enumerate(drawn.groupby("dataset", sort=False)):
         g = g.assign(label=[f"{r['configuration']} @ {_thr(r['threshold'])}" for _, r in g.iterrows()])
         figs.append(plots.attribution(g, used, f"{ds}: missed gold memories by cause", run_dir / ANALYSIS / f"attribution_{i}.png"))
     lines += [f"![{p.stem}]({p.relative_to(run_dir).as_posix()})" for p in figs] + [""]
@@ -453,7 +455,10 @@ def attribution_section(a: Analysis, run_dir: Path) -> tuple[list[str], list[str
 
 def calibration_section(a: Analysis, out: Path) -> list[str]:
     lines = ["## Calibration: where relevant and irrelevant memories score", ""]
+    twins = names.identical_stores(a.summary)
     for c in a.calibrations:
+        if (c.dataset, c.embedder, c.backend) in twins:  # the same scores as its twin's: said once, in the legend
+            continue
         title = f"{c.dataset} / {names.config(c.embedder, c.backend, multi_embedder=a.multi_embedder)} / roles {c.roles}"
         fig = plots.calibration(c.split.gold, c.split.nongold, c.cal.overlap, c.marks, title,
                                 confined(out, f"calibration_{slug(c.job)}_{slug(c.trace)}_{slug(c.backend)}.png"))
@@ -854,7 +859,7 @@ def write_report(run_dir: Path, settings=None) -> Path:
     fixed = summary[summary["threshold"].isna()]
     if len(fixed):
         app += ["## Strategies without a threshold", "", _table(named(fixed), main_cols), ""]
-    app += answer_coverage.section(run, summary, best)
+    app += answer_coverage.section(run, summary, best, styles_=plots.styles([*(s["name"] for s in strategies), *summary["strategy"]]))
     app += [f"## {CLAIMS_TITLE}", "",
             "Settings that agent-memory articles recommend (top-5 retrieval; similarity thresholds 0.75, 0.65 and 0.30), "
             "measured on this run's data.", "", seed_claims(summary, strategies), ""]

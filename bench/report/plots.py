@@ -388,7 +388,7 @@ def attribution(counts: pd.DataFrame, causes: list[str], title: str, path: Path)
 def embedder_curves(curves: pd.DataFrame, marks: Sequence[float], title: str, path: Path, *, metric: str = "f1",
                     styles_: dict | None = None) -> Path:
     """``metric`` vs similarity threshold of every embedder, one panel per strategy (in its colour), one line style and
-    marker per embedder, each line named at its right end, with the band of its CI about the mean of conversations like
+    marker per embedder, with the band of its CI about the mean of conversations like
     these; ``marks`` (thresholds quoted in popular articles) as vertical lines.
 
     ``curves`` columns: label (the embedder's short name), strategy, threshold, metric, metric_lo, metric_hi."""
@@ -405,10 +405,6 @@ def embedder_curves(curves: pd.DataFrame, marks: Sequence[float], title: str, pa
             ls, mk = look[label]
             ax.plot(c["threshold"], c[metric], ls=ls, marker=mk, ms=3, color=color, label=label)
             ax.fill_between(c["threshold"], c[f"{metric}_lo"], c[f"{metric}_hi"], color=color, alpha=0.08, lw=0)
-            last = c.dropna(subset=[metric])
-            if len(last):
-                ax.annotate(one_line(label), (last["threshold"].iloc[-1], last[metric].iloc[-1]), xytext=(3, 0), textcoords="offset points",
-                            fontsize=7, va="center")
         for t in marks:
             ax.axvline(t, color=NEUTRAL[1], ls=":", lw=1)
             ax.annotate(f"{t:.2f}", (t, 0.02), xycoords=("data", "axes fraction"), fontsize=7, ha="left", va="bottom")
