@@ -42,7 +42,7 @@ def test_report_starts_with_an_actionable_recommendation(run):
     assert heads[1] == "What would help most"
     for name in ("Operating points (every configuration at its chosen threshold)", "Pareto frontier: recall vs injected tokens",
                  "Stability across conversations of this corpus (leave one conversation out)", "Calibration: where relevant and irrelevant memories score",
-                 "Seed claims, re-measured", "Best threshold by F1 per strategy", "Full sweep"):
+                 "Claims from popular articles, measured on your data", "Best threshold by F1 per strategy", "Full sweep"):
         assert name in heads, name
     best = pd.read_csv(run / "analysis" / "recommendation.csv").query("best").iloc[0]
     rec = text.split("## Operating points")[0]
@@ -155,9 +155,9 @@ def test_missing_corpus_snapshot_is_stated_not_fatal(copy):
 
 
 def test_seed_claims_find_the_seed_settings_of_a_default_run(run):
-    claims = (run / "report.md").read_text().split("## Seed claims, re-measured\n")[1].split("\n## ")[0]
-    assert "| limit-5 saves tokens (seekdb agent-memory article) | limit5 |" in claims
-    assert "| threshold 0.65 (seed articles) | threshold >= 0.65 |" in claims
+    claims = (run / "report.md").read_text().split("## Claims from popular articles, measured on your data\n")[1].split("\n## ")[0]
+    assert "| demo | exact | top-5 saves tokens (seekdb agent-memory article) | limit5 |" in claims
+    assert "| demo | exact | similarity threshold 0.65 (quoted in articles) | threshold >= 0.65 |" in claims
 
 
 def test_rerun_cli(run, capsys):
@@ -196,7 +196,7 @@ def test_one_colour_per_strategy_in_every_figure(run):
     assert st["threshold"] == plots.styles(["limit5", "threshold"])["threshold"]  # a prefix of the same order: same style
     assert len({v["color"] for v in st.values()}) == 4 and len({v["marker"] for v in st.values()}) == 4
     pngs = sorted(p.name for p in run.rglob("*.png"))
-    for stem in ("pareto_0", "tokens_vs_threshold_0", "recall_vs_tokens_0", "quality_vs_threshold_0", "ci_0", "calibration_0", "loco_0"):
+    for stem in ("pareto_0", "tokens_vs_threshold_0", "quality_vs_threshold_0", "ci_0", "calibration_0", "loco_0"):
         assert any(p.startswith(stem) for p in pngs), stem
 
 

@@ -818,6 +818,7 @@ def write_report(run_dir: Path, settings=None) -> Path:
     run = RunDir(run_dir)
     run_dir = run.path
     summary = run.summary()
+    names.register(summary["embedder"])  # distinct short names for this run's embedders
     jobs, card, failed, strategies = run.jobs(), run.card(), run.failed(), run.strategies()
     a = analyse(run, settings)
     if a is not None:

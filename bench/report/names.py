@@ -25,9 +25,32 @@ KNOWN = ((r"minilm", "MiniLM"), (r"multilingual-e5-small|e5[-_]small", "e5-small
 MAX_LEN = 18
 
 
+_RUN: dict[str, str] = {}  # full name -> short name for the run being reported (``register``)
+
+
+def register(embedders: Iterable) -> dict[str, str]:
+    """Short names for the run's embedders, distinct: two that shorten alike (two hashing dimensions) keep the last
+    part of the name where they differ (``hashing 128``, ``hashing 256``), else their full names. Used by
+    ``short_embedder`` until the next call."""
+    full = [str(e) for e in dict.fromkeys(embedders)]
+    base = {f: _short(f) for f in full}
+    out = {}
+    for f in full:
+        same = [g for g in full if base[g] == base[f]]
+        tails = {g.rsplit("/", 1)[-1] for g in same}
+        out[f] = base[f] if len(same) == 1 else (f"{base[f]} {f.rsplit('/', 1)[-1]}" if len(tails) == len(same) else f)
+    _RUN.clear()
+    _RUN.update(out)
+    return out
+
+
 def short_embedder(name) -> str:
     """``MiniLM`` for ``all-MiniLM-L6-v2-int8-onnx/max256-meanpool-l2``; an unknown name: its part before the
-    first ``/``, at most ``MAX_LEN`` characters (cut with ``…``)."""
+    first ``/``, at most ``MAX_LEN`` characters (cut with ``…``); distinct within a run (``register``)."""
+    return _RUN.get(str(name)) or _short(name)
+
+
+def _short(name) -> str:
     text = str(name)
     for pattern, short in KNOWN:
         if re.search(pattern, text, flags=re.I):

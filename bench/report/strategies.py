@@ -133,7 +133,7 @@ def _merge_into(merged: dict, part: list[str], tag: str | None) -> None:
     first = next((i for i, x in enumerate(body) if x.startswith("|")), len(body))
     head, table = body[:first], [x for x in body[first:] if x.startswith("|")]
     if not table:  # prose only: kept once per group
-        table = [f"{tag}: {x}" if tag and x else x for x in body if x]
+        head, table = [""], [f"{tag}: {x}" if tag and x else x for x in body if x]
     elif tag:
         table = ["| configuration " + table[0], "|---" + table[1], *[f"| {tag} " + x for x in table[2:]]]
     if title not in merged:
