@@ -316,7 +316,10 @@ def calibration(gold, nongold, overlap: tuple[float, float], marks: dict, title:
     for v, name, color, hatch, ls in ((nongold, f"non-gold (n={len(nongold)})", NEUTRAL[2], "", "--"),
                                       (gold, f"gold (n={len(gold)})", NEUTRAL[0], "//", "-")):
         if len(v):
-            ax1.hist(v, bins=bins, density=True, alpha=0.6, color=color, hatch=hatch, edgecolor="white" if not hatch else NEUTRAL[1], label=name)
+            if hatch:  # gold: a black outline over the grey non-gold bars, so both stay visible where they overlap
+                ax1.hist(v, bins=bins, density=True, histtype="step", lw=1.5, color=color, label=name)
+            else:
+                ax1.hist(v, bins=bins, density=True, alpha=0.8, color=color, label=name)
             x = np.sort(v)
             ax2.plot(x, np.arange(1, len(x) + 1) / len(x), color=color if color != NEUTRAL[2] else NEUTRAL[1], ls=ls, label=name)
     for ax in (ax1, ax2):
