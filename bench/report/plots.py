@@ -192,24 +192,6 @@ def tokens_vs_threshold(summary: pd.DataFrame, title: str, path: Path, *, full_c
         plt.close(fig)
 
 
-def recall_vs_tokens(summary: pd.DataFrame, title: str, path: Path, *, styles_: dict | None = None) -> Path:
-    plt = _figure()
-    styles_ = styles_ or styles(list(summary["strategy"]))
-    fig, ax = plt.subplots(figsize=(8, 4))
-    for name, s in summary.groupby("strategy", sort=False):
-        _curve(ax, s, _style(styles_, name), "-", name)
-    _tokens_axis(ax, "x")
-    ax.set_ylabel("recall (macro)")
-    ax.set_ylim(0, 1.02)
-    ax.grid(alpha=0.3, which="both")
-    _legend_outside(ax)
-    ax.set_title(one_line(title), fontsize=10)
-    try:
-        return _save(fig, path)
-    finally:
-        plt.close(fig)
-
-
 def _curve(ax, s: pd.DataFrame, st: dict, ls: str, label: str | None) -> None:
     """Recall vs tokens of one strategy: a line through its thresholds, or one big hollow marker (no threshold) on top,
     so a curve through the same point does not hide it."""
