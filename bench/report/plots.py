@@ -227,8 +227,13 @@ def pareto(points: pd.DataFrame, front: pd.Series, best: pd.DataFrame, title: st
         for (name, ln), s in sub.groupby(["strategy", line_col], sort=False):
             _curve(ax, s, _style(styles_, name), dash.get(ln, "-"), name)
         ax.step(f["tokens_injected_mean"], f["recall"], where="post", color="k", lw=1.3, label="Pareto frontier" + (" (all panels)" if len(pans) > 1 else ""), zorder=4)
+        last = (-9.0, -9.0)
         for _, r in (f[f[panel_col] == pan] if panel_col else f).iterrows():
+            at = (math.log10(1 + r["tokens_injected_mean"]), r["recall"])
+            if abs(at[0] - last[0]) < 0.15 and abs(at[1] - last[1]) < 0.03:  # too close to the last label: it would print over it
+                continue
             if not (isinstance(r["threshold"], float) and math.isnan(r["threshold"])):
+                last = at
                 ax.annotate(f"{r['threshold']:.2f}", (r["tokens_injected_mean"], r["recall"]), xytext=(4, -9), textcoords="offset points",
                             fontsize=7, color="k", zorder=6)
         b = best[best[panel_col] == pan] if panel_col and panel_col in best else best
