@@ -442,7 +442,9 @@ def attribution_section(a: Analysis, run_dir: Path) -> tuple[list[str], list[str
     drawn = by_strategy[[(d, m, b) not in twins for d, m, b in zip(by_strategy["dataset"], by_strategy["embedder"], by_strategy["backend"])]]
     for i, (ds, g) in enumerate(drawn.groupby("dataset", sort=False)):
         g = g.assign(label=[f"{r['configuration']} @ {_thr(r['threshold'])}" for _, r in g.iterrows()])
-        figs.append(plots.attribution(g, used, f"{ds}: missed gold memories by cause", run_dir / ANALYSIS / f"attribution_{i}.png"))
+        once = sorted({b for (d, _, b) in twins if d == ds})
+        figs.append(plots.attribution(g, used, f"{ds}: missed gold memories by cause" + (f" ({', '.join(once)}: identical, not drawn)" if once else ""),
+                                      run_dir / ANALYSIS / f"attribution_{i}.png"))
     lines += [f"![{p.stem}]({p.relative_to(run_dir).as_posix()})" for p in figs] + [""]
     appendix = ["## Why gold memories are missed: tables", ""]
     if len(by_strategy) <= MAIN_ROWS:
