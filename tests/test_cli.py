@@ -84,9 +84,9 @@ def test_report_and_plots_written(two_runs):
     tmp, _, _ = two_runs
     latest = tmp / "latest"
     report = (latest / "report.md").read_text()
-    assert "Seed claims, re-measured" in report and "limit-5 saves tokens" in report
+    assert "Claims from popular articles, measured on your data" in report and "top-5 saves tokens" in report
     pngs = list(latest.glob("*.png"))
-    assert len(pngs) == 4 and all(p.stat().st_size > 5000 for p in pngs)  # 3 sweep plots + answer coverage vs tokens
+    assert len(pngs) == 3 and all(p.stat().st_size > 5000 for p in pngs)  # 2 sweep plots (quality, tokens) + answer coverage vs tokens
     assert (latest / "questions.parquet").exists() and (latest / "config_resolved.yaml").exists()
 
 
@@ -108,7 +108,7 @@ def test_a_cached_trace_says_its_latency_is_from_the_earlier_run(two_runs):
         return (run_dir / "report.md").read_text().split("## Store latency")[1].split("\n## ")[0]
 
     second = latency(tmp / "latest")
-    assert "| dataset | backend | layout | latency_p50_ms | latency_p95_ms | latency_p99_ms | latency origin |" in second
+    assert "| dataset | configuration | layout | latency_p50_ms | latency_p95_ms | latency_p99_ms | latency origin |" in second
     assert "| per_conversation |" in second  # seekdb, the default store: a collection per conversation
     assert f"cached trace of run {meta1['run_id']} ({meta1['measured_at']}) |" in second
     first = next(d for d in (tmp / "runs").iterdir() if d.name.endswith(meta1["run_id"]))

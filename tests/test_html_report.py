@@ -42,7 +42,8 @@ def test_render_inlines_images_and_escapes_html(tmp_path):
     assert 'src="data:image/png;base64,' + base64.b64encode(PNG).decode() + '"' in page
     assert "figs/a.png" not in page.replace('alt="fig"', "")
     assert "<table>" in page and "<td>1</td>" in page
-    assert "<script>" not in page and "&lt;script&gt;" in page  # raw HTML in Markdown is shown, never run
+    # raw HTML in Markdown is shown, never run: the page's one script is its own sorter
+    assert page.count("<script>") == 1 and "<script>alert" not in page and "&lt;script&gt;alert(1)" in page
     box = page.split('<div class="recommendation">')[1].split("</div>")[0]
     assert "<h2>Recommendation</h2>" in box and "Next" not in box
     assert "http://" not in page and "https://" not in page
@@ -63,11 +64,27 @@ def test_links_to_other_sites_are_text_local_links_stay(tmp_path):
     assert "click &lt;https://evil.example/a&gt;" in page and "rel &lt;//evil.example/c&gt;" in page
 
 
-def test_page_carries_a_policy_that_fetches_and_runs_nothing(tmp_path):
+def test_page_carries_a_policy_that_fetches_nothing_and_runs_only_its_sort_script(tmp_path):
+    import hashlib
+
     page = html_report.render("# t", tmp_path)
     csp = re.search(r'<meta http-equiv="Content-Security-Policy" content="([^"]*)">', page).group(1)
-    assert csp == "default-src 'none'; img-src data:; style-src 'unsafe-inline'; base-uri 'none'; form-action 'none'"
+    scripts = re.findall(r"<script>(.*?)</script>", page, flags=re.S)
+    assert scripts == [html_report.SORT_JS]  # one script, the sorter
+    digest = base64.b64encode(hashlib.sha256(scripts[0].encode("utf-8")).digest()).decode()
+    assert csp == (f"default-src 'none'; img-src data:; style-src 'unsafe-inline'; script-src 'sha256-{digest}'; "
+                   "base-uri 'none'; form-action 'none'")
+    assert "unsafe" not in csp.split("script-src")[1].split(";")[0]
     assert page.index("Content-Security-Policy") < page.index("<body>")
+
+
+def test_appendix_sections_are_collapsed_main_sections_are_not(tmp_path):
+    md = "# r\n\n## Recommendation\n\nuse x\n\n## Pareto\n\ntext\n\n# Appendix\n\nintro\n\n## Full sweep\n\n| a |\n|---|\n| 1 |\n\n## Runs\n\n- one\n"
+    page = html_report.render(md, tmp_path)
+    assert "<h2>Pareto</h2>" in page and "<details><summary><h2>Pareto" not in page
+    assert page.count("<details>") == 2 and "<details><summary><h2>Full sweep</h2></summary>" in page
+    assert "<details><summary><h2>Runs</h2></summary>" in page and page.index("<h1>Appendix</h1>") < page.index("<details>")
+    assert page.count('<div class="recommendation">') == 1
 
 
 def test_write_html_beside_report_md(tmp_path):
@@ -86,7 +103,7 @@ def test_demo_report_html_is_self_contained(run):
     page = (run / "report.html").read_text()
     md = (run / "report.md").read_text()
     n_images = len(re.findall(r"!\[[^\]]*\]\(", md))
-    assert n_images == 9  # 3 sweep plots + answer coverage vs tokens + Pareto, CI bands, LOCO, calibration, attribution
+    assert n_images == 8  # 2 sweep plots (quality, tokens) + answer coverage vs tokens + Pareto, CI bands, LOCO, calibration, attribution
     assert page.count('src="data:image/png;base64,') == n_images
     assert not re.search(r'(src|href)="(?!data:|#)', page)  # nothing to fetch
 
@@ -103,7 +120,7 @@ def test_chromium_renders_every_image(run, tmp_path):
     assert m, f"no probe output from Chromium (rc {proc.returncode}): {proc.stderr[-2000:]}"
     got = json.loads(m.group(1).replace("&quot;", '"').replace("&amp;", "&").replace("&lt;", "<").replace("&gt;", ">"))
     n_images = len(re.findall(r"!\[[^\]]*\]\(", (run / "report.md").read_text()))
-    assert got["total"] == n_images == 9 and got["loaded"] == got["total"]
+    assert got["total"] == n_images == 8 and got["loaded"] == got["total"]
     assert got["external"] == []
     assert got["h2"][0] == "Recommendation" and "Stability across conversations of this corpus (leave one conversation out)" in got["h2"]
     best = pd.read_csv(run / "analysis" / "recommendation.csv").query("best").iloc[0]
@@ -112,7 +129,7 @@ def test_chromium_renders_every_image(run, tmp_path):
 
 
 @pytest.mark.skipif(CHROMIUM is None, reason="headless Chromium not installed (Debian: apt-get install -y chromium)")
-def test_chromium_runs_no_script_the_page_carries(tmp_path):
+def test_chromium_runs_no_script_but_the_pages_own_sorter(tmp_path):
     page = html_report.render("# t\n\nbody", tmp_path).replace("</body>", CHECK + "</body>")  # CSP kept: the probe must not run
     probe = tmp_path / "probe.html"
     probe.write_text(page)
@@ -120,3 +137,31 @@ def test_chromium_runs_no_script_the_page_carries(tmp_path):
                           capture_output=True, text=True, timeout=180)
     assert "<h1>t</h1>" in proc.stdout, proc.stderr[-2000:]
     assert 'id="imgcheck"' not in proc.stdout  # the inline script was blocked
+
+
+SORT_PROBE = """<script>
+window.addEventListener('load', () => {
+  const t = document.querySelector('table'), th = t.querySelectorAll('th')[1];
+  const col = () => [...t.tBodies[0].rows].map(r => r.cells[1].textContent.trim());
+  th.click(); const up = col(); th.click(); const down = col();
+  const out = document.createElement('pre'); out.id = 'sortcheck'; out.textContent = JSON.stringify({up, down});
+  document.body.appendChild(out);
+});
+</script>"""
+
+
+@pytest.mark.skipif(CHROMIUM is None, reason="headless Chromium not installed (Debian: apt-get install -y chromium)")
+def test_chromium_sorts_a_table_by_the_clicked_column(tmp_path):
+    # numbers by their first number (a CI after it ignored), n/a last; a second click reverses
+    md = "| name | F1 [CI] |\n|---|---|\n| a | 0.5 [0.4, 0.6] |\n| b | n/a |\n| c | 10 |\n| d | 0.05 |\n| e | −1 |\n"
+    page = html_report.render(md, tmp_path)
+    page = re.sub(r'<meta http-equiv="Content-Security-Policy"[^>]*>', "", page).replace("</body>", SORT_PROBE + "</body>")
+    probe = tmp_path / "probe.html"
+    probe.write_text(page)
+    proc = subprocess.run([CHROMIUM, *FLAGS, f"--user-data-dir={tmp_path / 'profile'}", "--dump-dom", probe.as_uri()],
+                          capture_output=True, text=True, timeout=180)
+    m = re.search(r'<pre id="sortcheck">(.*?)</pre>', proc.stdout, flags=re.S)
+    assert m, f"no probe output from Chromium (rc {proc.returncode}): {proc.stderr[-2000:]}"
+    got = json.loads(m.group(1).replace("&quot;", '"').replace("&amp;", "&"))
+    assert got["up"] == ["−1", "0.05", "0.5 [0.4, 0.6]", "10", "n/a"]
+    assert got["down"] == ["10", "0.5 [0.4, 0.6]", "0.05", "−1", "n/a"]

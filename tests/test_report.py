@@ -42,7 +42,7 @@ def test_report_starts_with_an_actionable_recommendation(run):
     assert heads[1] == "What would help most"
     for name in ("Operating points (every configuration at its chosen threshold)", "Pareto frontier: recall vs injected tokens",
                  "Stability across conversations of this corpus (leave one conversation out)", "Calibration: where relevant and irrelevant memories score",
-                 "Seed claims, re-measured", "Best threshold by F1 per strategy", "Full sweep"):
+                 "Claims from popular articles, measured on your data", "Best threshold by F1 per strategy", "Full sweep"):
         assert name in heads, name
     best = pd.read_csv(run / "analysis" / "recommendation.csv").query("best").iloc[0]
     rec = text.split("## Operating points")[0]
@@ -163,9 +163,9 @@ def test_missing_corpus_snapshot_is_stated_not_fatal(copy):
 
 
 def test_seed_claims_find_the_seed_settings_of_a_default_run(run):
-    claims = (run / "report.md").read_text().split("## Seed claims, re-measured\n")[1].split("\n## ")[0]
-    assert "| limit-5 saves tokens (seekdb agent-memory article) | limit5 |" in claims
-    assert "| threshold 0.65 (seed articles) | threshold >= 0.65 |" in claims
+    claims = (run / "report.md").read_text().split("## Claims from popular articles, measured on your data\n")[1].split("\n## ")[0]
+    assert "| demo | exact | top-5 saves tokens (seekdb agent-memory article) | limit5 |" in claims
+    assert "| demo | exact | similarity threshold 0.65 (quoted in articles) | threshold >= 0.65 |" in claims
 
 
 def test_rerun_cli(run, capsys):
@@ -204,7 +204,7 @@ def test_one_colour_per_strategy_in_every_figure(run):
     assert st["threshold"] == plots.styles(["limit5", "threshold"])["threshold"]  # a prefix of the same order: same style
     assert len({v["color"] for v in st.values()}) == 4 and len({v["marker"] for v in st.values()}) == 4
     pngs = sorted(p.name for p in run.rglob("*.png"))
-    for stem in ("pareto_0", "tokens_vs_threshold_0", "recall_vs_tokens_0", "quality_vs_threshold_0", "ci_0", "calibration_0", "loco_0"):
+    for stem in ("pareto_0", "tokens_vs_threshold_0", "quality_vs_threshold_0", "ci_0", "calibration_0", "loco_0"):
         assert any(p.startswith(stem) for p in pngs), stem
 
 
@@ -276,3 +276,42 @@ def test_a_hostile_category_is_shown_as_text_in_report_md_and_html(copy):
     assert not re.search(r'(href|src)="https?:', page) and "<b>" not in page
     cats = RunDir(copy).table("categories")
     assert HOSTILE in set(cats["category"])  # the analysis table keeps the value as it is
+
+
+def test_main_body_is_short_and_long_tables_are_in_the_appendix(run):
+    text = (run / "report.md").read_text()
+    main, appendix = text.split("\n# Appendix\n")
+    heads_main = sections(main)
+    assert heads_main.index("Names used in this report") < heads_main.index("Pareto frontier: recall vs injected tokens")
+    for name in ("Full sweep", "Best threshold by F1 per strategy", "Significance: recommendation vs every other configuration",
+                 "Claims from popular articles, measured on your data", "Runs", "Dataset"):
+        assert name in sections(appendix) and name not in heads_main, name
+    assert "Seed" not in text and "seed articles" not in text
+    legend = main.split("## Names used in this report")[1].split("\n## ")[0]
+    assert "| exact | hashing-v1/" in legend  # one embedder: the short name is the store; its full identity in the legend
+
+
+def test_colour_means_strategy_only(run):
+    """No figure picks a colour from matplotlib's cycle ("C0".."C9"): colour comes from plots.styles (strategies) or
+    the neutral palette (metrics, causes, gold vs non-gold), so it never means two things."""
+    from pathlib import Path
+
+    import bench.report.answers
+    import bench.report.plots
+
+    for mod in (bench.report.plots, bench.report.answers):
+        src = Path(mod.__file__).read_text()
+        assert not re.search(r"""color=f?["']C\d|color=f["']C\{""", src), mod.__name__
+
+
+def test_identical_stores_are_drawn_once_and_said_so(tmp_path):
+    from bench.report.markdown import config_figures
+
+    rows = []
+    for be in ("exact", "sqlite_vec", "seekdb"):
+        for t, rec in ((0.3, 0.9), (0.6, 0.5)):
+            rows.append({"dataset": "d", "embedder": "m", "backend": be, "strategy": "threshold", "threshold": t, "precision": 0.4,
+                         "recall": rec - (0.1 if be == "seekdb" else 0), "f1": 0.3, "tokens_injected_mean": 100 * rec, "tokens_full_mean": 500.0})
+    lines = config_figures(tmp_path, pd.DataFrame(rows), [{"name": "threshold", "kind": "threshold"}], False)
+    assert "Drawn once (identical results on every setting): sqlite_vec (= exact)." in lines  # seekdb differs: drawn
+    assert (tmp_path / "quality_vs_threshold_0.png").is_file() and (tmp_path / "tokens_vs_threshold_0.png").is_file()

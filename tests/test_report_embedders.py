@@ -35,7 +35,9 @@ def test_embedders_compared_section_and_table(run):
     heads = re.findall(r"^## (.+)$", text, flags=re.MULTILINE)
     assert "Embedders compared" in heads and "Thresholds that transfer" in heads
     section = text.split("## Embedders compared")[1].split("\n## ")[0]
-    assert "hashing-v1/word12-char3/crc32/128 (plumbing)" in section and "never quote their numbers" in section
+    assert "| hashing 128 (plumbing) |" in section and "never quote their numbers" in section  # short names (legend: full)
+    legend = text.split("## Names used in this report")[1].split("\n## ")[0]
+    assert "| hashing 128 · exact | hashing-v1/word12-char3/crc32/128 | exact |" in legend
     assert "![embedders_0_exact](analysis/embedders_0_exact.png)" in section and (run / "analysis" / "embedders_0_exact.png").is_file()
     emb = pd.read_csv(run / "analysis" / "embedders.csv")
     pts = pd.read_csv(run / "analysis" / "recommendation.csv")
@@ -48,12 +50,12 @@ def test_embedders_compared_section_and_table(run):
 
 
 def test_store_tables_name_the_embedder_when_there_are_several(run):
-    """Two embedders on one store: each store table has an embedder column, so its two rows can be told apart."""
+    """Two embedders on one store: each store table names the configuration (embedder · store), so its two rows can be told apart."""
     text = (run / "report.md").read_text()
     latency = text.split("## Store latency")[1].split("\n## ")[0]
     metrics = text.split("## Store metrics")[1].split("\n## ")[0]
-    assert "| dataset | embedder | backend |" in latency.replace("`", "")
-    assert metrics.count("| exact | hashing-v1/") == 2 and "| store | embedder | roles |" in metrics
+    assert "| dataset | configuration | layout |" in latency and "| demo | hashing 128 · exact |" in latency and "| demo | hashing 256 · exact |" in latency
+    assert "| hashing 128 · exact | all |" in metrics and "| hashing 256 · exact | all |" in metrics and "| configuration | roles |" in metrics
 
 
 def test_transfer_table_agrees_with_the_summary(run):

@@ -49,7 +49,7 @@ JOBS = [{"format_tokens": [
 
 def test_seed_table_hand_worked():
     text = "\n".join(strategy_sections(SUMMARY, JOBS, STRATEGIES))
-    assert "## Seed claims, re-measured: strategy articles (d / e / exact)" in text
+    assert "## Claims from strategy articles, measured on your data" in text and "Seed" not in text
     # limit5 row: recall 0.610, savings 0.950
     assert "| seekdb agent-memory | limit-5 recall saves tokens | limit5 | 0.610 |" in text
     assert "0.950" in text
@@ -64,11 +64,20 @@ def test_seed_table_hand_worked():
     assert "## Query routing" in text and "## Dual-tier memory" in text and "## Injection formats" in text
 
 
+def test_each_section_once_with_a_row_per_configuration():
+    two = pd.concat([SUMMARY, SUMMARY.assign(backend="sqlite_vec")], ignore_index=True)
+    text = "\n".join(strategy_sections(two, JOBS, STRATEGIES))
+    assert text.count("## Strategies side by side") == 1 and text.count("## Claims from strategy articles") == 1
+    side = text.split("## Strategies side by side")[1].split("\n## ")[0]
+    assert "| configuration | strategy | threshold |" in side
+    assert side.count("| exact | limit5 |") == 1 and side.count("| sqlite_vec | limit5 |") == 1
+
+
 def test_sections_skip_strategies_that_were_not_run():
     only = SUMMARY[SUMMARY.strategy == "limit5"]
     text = "\n".join(strategy_sections(only, [], STRATEGIES))
     assert "limit5" in text and "Dual-tier" not in text and "Query routing" not in text and "Injection formats" not in text
-    assert "(none of the seed strategies were run)" in "\n".join(strategy_sections(SUMMARY[SUMMARY.strategy == "routing/other"], [], STRATEGIES))
+    assert "(none of the articles' settings were run)" in "\n".join(strategy_sections(SUMMARY[SUMMARY.strategy == "routing/other"], [], STRATEGIES))
 
 
 def test_units_section_compares_with_the_raw_turn_full_context():

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import numpy as np
+import pandas as pd
 import pytest
 
 from bench.tools import stores as S
@@ -86,3 +87,16 @@ def test_locomo_part_measures_latency_fresh_by_default_and_says_where_it_was_mea
                            extra=(*extra, "trace_cache=true", "resume=true"))
     assert cached["latency_origin"].iloc[0].startswith("cached trace of run ")
     assert cached["best_f1"].iloc[0] == first["best_f1"].iloc[0]
+
+
+def test_scale_figure_plots_the_latency_each_layout_deploys_not_the_per_conversation_fan_out(tmp_path):
+    # per_conversation: the unfiltered search fans out over every collection (30 ms); the deployed query reads one (1 ms)
+    scale = pd.DataFrame([
+        {"store": "exact", "layout": "shared", "n": 100, "dim": 8, "p50_ms": 2.0, "p99_ms": 3.0, "filtered_p50_ms": 2.5, "filtered_p99_ms": 3.5,
+         "ingest_s": 0.1, "read_after_write_lag_s": 0.0, "recall_at_k_vs_exact": 1.0, "filtered_recall_at_k_vs_exact": 1.0},
+        {"store": "seekdb", "layout": "per_conversation", "n": 100, "dim": 8, "p50_ms": 30.0, "p99_ms": 45.0, "filtered_p50_ms": 1.0,
+         "filtered_p99_ms": 1.5, "ingest_s": 0.2, "read_after_write_lag_s": 0.1, "recall_at_k_vs_exact": 1.0, "filtered_recall_at_k_vs_exact": 1.0},
+    ])
+    d = S.deployed_latency(scale)
+    assert d["deployed_p50_ms"].tolist() == [2.5, 1.0] and d["deployed_p99_ms"].tolist() == [3.5, 1.5]
+    assert [p.name for p in S.plot(scale, tmp_path)] == ["scale_100_8.png"] and (tmp_path / "scale_100_8.png").stat().st_size > 0

@@ -9,8 +9,9 @@ from pathlib import Path
 import pandas as pd
 
 from bench.metrics import scored
-from bench.report.escape import confined, md_text, one_line, slug
-from bench.report.plots import _figure, _save
+from bench.report.escape import confined, md_text, one_line
+from bench.report import names
+from bench.report.plots import NEUTRAL, _figure, _figure_legend, _grid, _save, _side_legend, _style, _tokens_axis, styles
 from bench.rundir import RunDir
 
 CONFIG = ["dataset", "embedder", "backend", "strategy", "threshold", "format"]
@@ -20,24 +21,34 @@ def has_answers(summary: pd.DataFrame) -> bool:
     return "answer_contained" in summary and (summary.get("n_answer", pd.Series([0])).fillna(0) > 0).any()
 
 
-def coverage_vs_tokens(summary: pd.DataFrame, title: str, path: Path) -> Path:
-    """Answer contained (solid) and evidence recall (dotted, same colour) vs mean injected tokens, per strategy."""
+def coverage_vs_tokens(summary: pd.DataFrame, title: str, path: Path, *, panels: list[tuple[str, pd.DataFrame]] | None = None,
+                       styles_: dict | None = None) -> Path:
+    """Answer contained (solid) and evidence recall (dotted) vs mean injected tokens, in each strategy's colour
+    (``bench.report.plots.styles``); ``panels`` (short name, rows): one panel per configuration."""
+    from matplotlib.lines import Line2D
+
     plt = _figure()
-    fig, ax = plt.subplots(figsize=(6.5, 4))
-    for name, s in summary.groupby("strategy", sort=False):
-        s = s.sort_values("tokens_injected_mean")
-        style = "-o" if len(s) > 1 else "D"
-        (line,) = ax.plot(s["tokens_injected_mean"], s["answer_contained"], style, ms=4, label=f"{name}: answer contained")
-        ax.plot(s["tokens_injected_mean"], s["recall"], ":" if len(s) > 1 else "x", color=line.get_color(), ms=5, lw=1,
-                label=f"{name}: evidence recall")
-    if (summary["tokens_injected_mean"] > 0).any():
-        ax.set_xscale("log")
-    ax.set_xlabel("injected tokens per question (mean, log)")
-    ax.set_ylabel("share of questions")
-    ax.set_ylim(0, 1.02)
-    ax.grid(alpha=0.3, which="both")
-    ax.legend(fontsize=6, ncol=2)
-    ax.set_title(one_line(title), fontsize=10)
+    panels = panels or [("", summary)]
+    styles_ = styles_ or styles([n for _, g in panels for n in g["strategy"]])
+    fig, axes = _grid(plt, len(panels), ncols=3, w=4.2 if len(panels) > 1 else 6.5, h=3.2 if len(panels) > 1 else 4.0)
+    for ax, (lab, g) in zip(axes, panels):
+        for name, s in g.groupby("strategy", sort=False):
+            s = s.sort_values("tokens_injected_mean")
+            st = _style(styles_, name)
+            many = len(s) > 1
+            ax.plot(s["tokens_injected_mean"], s["answer_contained"], "-" if many else "", marker=st["marker"], ms=4 if many else 7,
+                    color=st["color"], label=name)
+            ax.plot(s["tokens_injected_mean"], s["recall"], ":" if many else "", marker="" if many else "x", color=st["color"], ms=6, lw=1)
+        _tokens_axis(ax, "x")
+        ax.set_ylim(0, 1.02)
+        ax.grid(alpha=0.3, which="both")
+        if lab:
+            ax.set_title(one_line(lab), fontsize=9)
+    axes[0].set_ylabel("share of questions", fontsize=8)
+    _figure_legend(fig, axes)
+    _side_legend(fig, [Line2D([], [], ls="-", color=NEUTRAL[0]), Line2D([], [], ls=":", color=NEUTRAL[0])],
+                 ["answer contained", "evidence recall"], 8)
+    fig.suptitle(one_line(title), fontsize=10)
     try:
         return _save(fig, path)
     finally:
@@ -55,7 +66,7 @@ def disagreements(rows: pd.DataFrame) -> pd.DataFrame:
     return out.groupby(keys, dropna=False, sort=False)[["evidence_missed_answer_in", "evidence_all_answer_out"]].sum().reset_index()
 
 
-def section(run: RunDir, summary: pd.DataFrame, best: pd.DataFrame) -> list[str]:
+def section(run: RunDir, summary: pd.DataFrame, best: pd.DataFrame, *, styles_: dict | None = None) -> list[str]:
     """Markdown lines (and the plots, written into the run directory); [] when no question has an answer."""
     if not has_answers(summary):
         return []
@@ -65,7 +76,9 @@ def section(run: RunDir, summary: pd.DataFrame, best: pd.DataFrame) -> list[str]
     if "answer_contained" in rows:
         d = disagreements(rows)
         chosen = chosen.merge(d, on=[k for k in CONFIG if k in d and k in chosen], how="left")
-    cols = ["dataset", "backend", "strategy", "threshold", "n_answer", "recall", "answer_recall", "answer_contained",
+    multi = summary["embedder"].nunique() > 1
+    chosen["configuration"] = [names.config(e, b, multi_embedder=multi) for e, b in zip(chosen["embedder"], chosen["backend"])]
+    cols = ["dataset", "configuration", "strategy", "threshold", "n_answer", "recall", "answer_recall", "answer_contained",
             "evidence_missed_answer_in", "evidence_all_answer_out", "tokens_injected_mean"]
     note = ("Over the scored questions with a gold answer (`n_answer`), at each strategy's best threshold by F1. "
              "answer_recall: token recall of the answer's content words in the injected memories (function words such as "
@@ -80,10 +93,16 @@ def section(run: RunDir, summary: pd.DataFrame, best: pd.DataFrame) -> list[str]
     for r in chosen.to_dict("records"):
         lines.append("| " + " | ".join(_cell(r.get(c)) for c in cols) + " |")
     lines.append("")
-    for i, ((ds, emb, be), g) in enumerate(summary.groupby(["dataset", "embedder", "backend"], sort=False)):
-        if not has_answers(g):
+    twins = names.identical_stores(summary)
+    for i, (ds, d) in enumerate(summary.groupby("dataset", sort=False)):
+        panels = [(names.config(emb, be, multi_embedder=multi), g) for (emb, be), g in d.groupby(["embedder", "backend"], sort=False)
+                  if has_answers(g) and (ds, emb, be) not in twins]
+        if not panels:
             continue
-        p = coverage_vs_tokens(g, f"{ds} / {emb} / {be}", confined(run.path, f"answer_coverage_vs_tokens_{i}_{slug(be)}.png"))
+        if len(panels) == 1:
+            panels = [("", panels[0][1])]
+        p = coverage_vs_tokens(d, f"{ds}: answer coverage vs injected tokens", confined(run.path, f"answer_coverage_vs_tokens_{i}.png"),
+                               panels=panels, styles_=styles_)
         lines += [f"![{p.stem}]({p.name})", ""]
     return lines
 

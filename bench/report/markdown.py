@@ -16,12 +16,13 @@ import logging
 import math
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 
 from bench.analysis.recommend import CONFIG_KEYS, Recommendation, neighbours
 from bench.analysis.tables import Analysis, analyse, save
 from bench.analysis.verdict import runner_up, split_ties, test_description
-from bench.report import plots
+from bench.report import names, plots
 from bench.report.escape import md_code as C
 from bench.report.escape import md_text as E
 from bench.report.escape import confined, slug
@@ -55,27 +56,32 @@ def best_by_f1(summary: pd.DataFrame) -> pd.DataFrame:
     return s.loc[s.groupby(keys, sort=False)["f1"].idxmax()]
 
 
+CLAIMS_TITLE = "Claims from popular articles, measured on your data"
+
+
 def seed_claims(summary: pd.DataFrame, strategies: list[dict]) -> str:
-    """The seed articles' claims re-measured on this run's data: the limit strategy with k=5 and the
-    plain threshold strategy at the quoted thresholds (``strategies``: the run's strategies.json records)."""
+    """Settings quoted by popular agent-memory articles, measured on this run's data: the limit strategy with k=5 and
+    the plain threshold strategy at the quoted thresholds (``strategies``: the run's strategies.json records); one table,
+    one row per configuration and claim."""
     limits = strategy_names(strategies, "limit", k=SEED_LIMIT_K)
     thresholds = strategy_names(strategies, "threshold")
-    out = []
+    multi = summary["embedder"].nunique() > 1
+    rows = ["| dataset | configuration | claim | setting | token savings vs full context | recall | precision | F1 | empty rate |",
+            "|---|---|---|---|---|---|---|---|---|"]
     for (ds, emb, be), g in summary.groupby(["dataset", "embedder", "backend"], sort=False):
+        where = f"| {E(ds)} | {E(names.config(emb, be, multi_embedder=multi))} "
         lim = g[g["strategy"].isin(limits)]
         thr = g[g["strategy"].isin(thresholds) & g["threshold"].round(2).isin(SEED_THRESHOLDS)]
-        rows = [f"**{E(ds)} / {E(emb)} / {E(be)}**", "", "| claim | setting | token savings vs full context | recall | precision | F1 | empty rate |", "|---|---|---|---|---|---|---|"]
         for _, r in lim.iterrows():
-            rows.append(f"| limit-5 saves tokens (seekdb agent-memory article) | {E(r['strategy'])} | {_fmt(r['token_savings'])} | {_fmt(r['recall'])} | {_fmt(r['precision'])} | {_fmt(r['f1'])} | {_fmt(r['empty_rate'])} |")
+            rows.append(f"{where}| top-5 saves tokens (seekdb agent-memory article) | {E(r['strategy'])} | {_fmt(r['token_savings'])} | {_fmt(r['recall'])} | {_fmt(r['precision'])} | {_fmt(r['f1'])} | {_fmt(r['empty_rate'])} |")
         for _, r in thr.sort_values("threshold", ascending=False).iterrows():
-            rows.append(f"| threshold {r['threshold']:.2f} (seed articles) | {E(r['strategy'])} >= {r['threshold']:.2f} | {_fmt(r['token_savings'])} | {_fmt(r['recall'])} | {_fmt(r['precision'])} | {_fmt(r['f1'])} | {_fmt(r['empty_rate'])} |")
-        out.append("\n".join(rows))
-    return "\n\n".join(out)
+            rows.append(f"{where}| similarity threshold {r['threshold']:.2f} (quoted in articles) | {E(r['strategy'])} >= {r['threshold']:.2f} | {_fmt(r['token_savings'])} | {_fmt(r['recall'])} | {_fmt(r['precision'])} | {_fmt(r['f1'])} | {_fmt(r['empty_rate'])} |")
+    return "\n".join(rows)
 
 
 def _label(r, multi_embedder: bool) -> str:
-    base = f"{r['backend']}/{r['strategy']}"
-    return f"{r['embedder']}/{base}" if multi_embedder else base
+    """A row's short name (``bench.report.names``): ``MiniLM · seekdb · threshold``; the legend has the full identities."""
+    return names.label(r, multi_embedder)
 
 
 def _ci(v, lo, hi, digits: int = 3) -> str:
@@ -417,42 +423,61 @@ def category_section(rec: Recommendation, multi_embedder: bool) -> list[str]:
     return lines + [""]
 
 
-def attribution_section(a: Analysis, run_dir: Path) -> list[str]:
+MAIN_ROWS = 12  # a table longer than this goes to the appendix
+
+
+def attribution_section(a: Analysis, run_dir: Path) -> tuple[list[str], list[str]]:
+    """(main, appendix): the figure of miss causes per setting up front (with its table when short); the tables in the appendix."""
     from bench.analysis import attribution
 
     top_n, misses = a.cfg.attribution_top_n, a.misses
-    lines = ["## Why gold memories are missed (at each strategy's chosen threshold)", "",
+    title = "## Why gold memories are missed (at each strategy's chosen threshold)"
+    lines = [title, "",
              f"Each missed gold memory gets one cause, in this order: filter (hidden by the strategy's filter), embedding "
              f"(not in the exact top-{top_n} by cosine), store (in the exact top-{top_n} but not returned by the store), "
              "threshold (returned, below the threshold), cap (above the threshold, below the top-k cut), decay/tier (dropped by the "
              "strategy's own policy: decay floor, tiers, routing, budget caps or the adaptive largest-gap cut). `unreturned` = not returned and no exact rank available. Strategies that ignore the store are not listed.", ""]
     if misses.empty:
-        return lines + ["No misses to attribute.", ""]
+        return lines + ["No misses to attribute.", ""], []
     causes = [f"{c} miss" for c in attribution.CAUSES]
     by_strategy = a.misses_by_strategy.copy()
     used = [c for c in causes if by_strategy[c].sum() > 0]
     cols = ["dataset", "configuration", "threshold", "missed", *used]
     by_strategy["configuration"] = [_label(r, a.multi_embedder) for _, r in by_strategy.iterrows()]
-    lines += ["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
+    table = ["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
     for _, r in by_strategy.iterrows():
-        lines.append("| " + " | ".join(_thr(r[c]) if c == "threshold" else E(r[c]) for c in cols) + " |")
+        table.append("| " + " | ".join(_thr(r[c]) if c == "threshold" else E(r[c]) for c in cols) + " |")
     by_cat = a.misses_by_category.copy()
     by_cat["configuration"] = [_label(r, a.multi_embedder) for _, r in by_cat.iterrows()]
     cols = ["dataset", "configuration", "threshold", "category", "missed", *used]
-    lines += ["", "Per category:", "", "| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
+    cat_table = ["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
     for _, r in by_cat.iterrows():
-        lines.append("| " + " | ".join(_thr(r[c]) if c == "threshold" else E(r[c]) for c in cols) + " |")
+        cat_table.append("| " + " | ".join(_thr(r[c]) if c == "threshold" else E(r[c]) for c in cols) + " |")
     figs = []
-    for i, (ds, g) in enumerate(by_strategy.groupby("dataset", sort=False)):
+    twins = names.identical_stores(a.summary)
+    drawn = by_strategy[[(d, m, b) not in twins for d, m, b in zip(by_strategy["dataset"], by_strategy["embedder"], by_strategy["backend"])]]
+    for i, (ds, g) in enumerate(drawn.groupby("dataset", sort=False)):
         g = g.assign(label=[f"{r['configuration']} @ {_thr(r['threshold'])}" for _, r in g.iterrows()])
-        figs.append(plots.attribution(g, used, f"{ds}: missed gold memories by cause", run_dir / ANALYSIS / f"attribution_{i}.png"))
-    return lines + [""] + [f"![{p.stem}]({p.relative_to(run_dir).as_posix()})" for p in figs] + [""]
+        once = sorted({b for (d, _, b) in twins if d == ds})
+        figs.append(plots.attribution(g, used, f"{ds}: missed gold memories by cause" + (f" ({', '.join(once)}: identical, not drawn)" if once else ""),
+                                      run_dir / ANALYSIS / f"attribution_{i}.png"))
+    lines += [f"![{p.stem}]({p.relative_to(run_dir).as_posix()})" for p in figs] + [""]
+    appendix = ["## Why gold memories are missed: tables", ""]
+    if len(by_strategy) <= MAIN_ROWS:
+        lines += [*table, ""]
+    else:
+        appendix += ["Per setting:", "", *table, ""]
+        lines += ["Per setting and per category: tables in the appendix.", ""]
+    return lines, appendix + ["Per category:", "", *cat_table, ""]
 
 
 def calibration_section(a: Analysis, out: Path) -> list[str]:
     lines = ["## Calibration: where relevant and irrelevant memories score", ""]
+    twins = names.identical_stores(a.summary)
     for c in a.calibrations:
-        title = f"{c.dataset} / {c.embedder} / {c.backend} / roles {c.roles}"
+        if (c.dataset, c.embedder, c.backend) in twins:  # the same scores as its twin's: said once, in the legend
+            continue
+        title = f"{c.dataset} / {names.config(c.embedder, c.backend, multi_embedder=a.multi_embedder)} / roles {c.roles}"
         fig = plots.calibration(c.split.gold, c.split.nongold, c.cal.overlap, c.marks, title,
                                 confined(out, f"calibration_{slug(c.job)}_{slug(c.trace)}_{slug(c.backend)}.png"))
         lines += [f"### {E(title)}", "", c.text, "",
@@ -465,47 +490,56 @@ def _emb(embedder: str, plumbing: bool) -> str:
     return f"{embedder} (plumbing)" if plumbing else embedder
 
 
-def embedders_section(a: Analysis, strategies: list[dict], out: Path) -> list[str]:
-    """Embedders compared (a run with more than one embedder): score bands, each strategy's operating point
-    per embedder, and the F1-vs-threshold curves of every embedder on one chart with the seed thresholds."""
+def embedders_section(a: Analysis, strategies: list[dict], out: Path) -> tuple[list[str], list[str]]:
+    """(main, appendix). Embedders compared (a run with more than one embedder): score bands and the F1-vs-threshold
+    curves of every embedder on one chart with the thresholds quoted in articles; each strategy's operating point per
+    embedder in the appendix."""
     e = a.embedders
     if e is None or e.empty or not a.multi_embedder:
-        return []
+        return [], []
     ref = "0.70"
     lines = ["## Embedders compared", "",
              "A similarity threshold belongs to an embedder: the same number keeps different memories under different models. "
              "Per embedder (same corpus, same store): where its gold and non-gold candidates score (the unfiltered trace), AUC, "
              f"and what the often-quoted {ref} keeps (“> 0.7 usually indicates high relevance”: the last column is the share "
-             f"of candidates scoring ≥ {ref} that are gold); then each strategy's operating point "
-             f"({a.cfg.describe()}; [CI] = {a.cfg.confidence:.0%} interval about the mean of conversations like these, as in the "
-             "Recommendation). Table: `analysis/embedders.csv`."
+             f"of candidates scoring ≥ {ref} that are gold). Each strategy's operating point per embedder: appendix. "
+             "Table: `analysis/embedders.csv`."
              + (" Embedders marked *plumbing* are test-only (hashing, synthetic): never quote their numbers." if not e["for_results"].all() else ""),
              "", "| dataset | store | embedder | gold p10 / p50 / p90 | non-gold p10 / p50 / p90 | AUC | gold ≥ 0.70 | non-gold ≥ 0.70 | gold share of ≥ 0.70 |",
              "|---|---|---|---|---|---|---|---|---|"]
+    twins = names.identical_stores(a.summary)
+    e = e[[(d, m, b) not in twins for d, m, b in zip(e["dataset"], e["embedder"], e["backend"])]]
     for _, r in e.drop_duplicates(["dataset", "backend", "embedder"]).iterrows():
-        lines.append(f"| {E(r['dataset'])} | {E(r['backend'])} | {E(_emb(r['embedder'], not r['for_results']))} | "
+        lines.append(f"| {E(r['dataset'])} | {E(r['backend'])} | {E(_emb(names.short_embedder(r['embedder']), not r['for_results']))} | "
                      f"{_fmt(r['gold_p10'], 2)} / {_fmt(r['gold_p50'], 2)} / {_fmt(r['gold_p90'], 2)} | "
                      f"{_fmt(r['nongold_p10'], 2)} / {_fmt(r['nongold_p50'], 2)} / {_fmt(r['nongold_p90'], 2)} | {_fmt(r['auc'])} | "
                      f"{_fmt(r[f'gold_pass_{ref}'])} | {_fmt(r[f'nongold_pass_{ref}'])} | {_fmt(r[f'gold_share_above_{ref}'])} |")
-    lines += ["", "| dataset | store | strategy | embedder | threshold | F1 [CI] | recall [CI] | tokens [CI] |", "|---|---|---|---|---|---|---|---|"]
+    appendix = ["## Embedders compared: each strategy's operating point", "",
+                f"{a.cfg.describe()}; [CI] = {a.cfg.confidence:.0%} interval about the mean of conversations like these, as in the "
+                "Recommendation.", "",
+                "| dataset | store | strategy | embedder | threshold | F1 [CI] | recall [CI] | tokens [CI] |", "|---|---|---|---|---|---|---|---|"]
     store_free = {r["name"] for r in strategies if r.get("uses_store") is False}  # the same for every embedder: left out
     for _, r in e[~e["strategy"].isin(store_free)].sort_values(["dataset", "backend", "strategy"], kind="stable").iterrows():
-        lines.append(f"| {E(r['dataset'])} | {E(r['backend'])} | {E(r['strategy'])} | {E(_emb(r['embedder'], not r['for_results']))} | {_thr(r['threshold'])} | "
-                     f"{_ci(r['f1'], r['f1_lo'], r['f1_hi'])} | {_ci(r['recall'], r['recall_lo'], r['recall_hi'])} | "
-                     f"{_ci(r['tokens'], r['tokens_lo'], r['tokens_hi'], 0)} |")
+        appendix.append(f"| {E(r['dataset'])} | {E(r['backend'])} | {E(r['strategy'])} | {E(_emb(names.short_embedder(r['embedder']), not r['for_results']))} | {_thr(r['threshold'])} | "
+                        f"{_ci(r['f1'], r['f1_lo'], r['f1_hi'])} | {_ci(r['recall'], r['recall_lo'], r['recall_hi'])} | "
+                        f"{_ci(r['tokens'], r['tokens_lo'], r['tokens_hi'], 0)} |")
+    appendix.append("")
     lines.append("")
-    names = strategy_names(strategies, "threshold") + strategy_names(strategies, "hybrid")
-    curves = a.rec.curves[a.rec.curves["strategy"].isin(names) & a.rec.curves["threshold"].notna()]
+    swept = strategy_names(strategies, "threshold") + strategy_names(strategies, "hybrid")
+    curves = a.rec.curves[a.rec.curves["strategy"].isin(swept) & a.rec.curves["threshold"].notna()]
     plumbing = set(e.loc[~e["for_results"], "embedder"])
     thr = strategy_names(strategies, "threshold")
+    curves = curves[[(d, m, b) not in twins for d, m, b in zip(curves["dataset"], curves["embedder"], curves["backend"])]]
+    st = plots.styles([*(x["name"] for x in strategies), *a.summary["strategy"]])
     for i, ((ds, be), c) in enumerate(curves.groupby(["dataset", "backend"], sort=False)):
-        c = c.assign(label=[_emb(x, x in plumbing) for x in c["embedder"]])
-        fig = plots.embedder_curves(c, SEED_THRESHOLDS, f"{ds} / {be}: F1 vs threshold per embedder", confined(out, f"embedders_{i}_{slug(be)}.png"))
+        c = c.assign(label=[_emb(names.short_embedder(x), x in plumbing) for x in c["embedder"]])
+        fig = plots.embedder_curves(c, SEED_THRESHOLDS, f"{ds} / {be}: F1 vs threshold per embedder", confined(out, f"embedders_{i}_{slug(be)}.png"),
+                                    styles_=st)
         lines += [f"![{fig.stem}]({ANALYSIS}/{fig.name})", ""]
         at = c[c["strategy"].isin(thr) & c["threshold"].round(2).isin(SEED_THRESHOLDS)]
         if len(at):
             seeds = sorted(SEED_THRESHOLDS, reverse=True)
-            lines += [f"At the seed articles' thresholds ({E(ds)} / {E(be)}, strategy {C(at['strategy'].iloc[0])}): F1 / recall.", "",
+            lines += [f"At the thresholds quoted in popular articles ({E(ds)} / {E(be)}, strategy {C(at['strategy'].iloc[0])}): F1 / recall.", "",
                       "| embedder | " + " | ".join(f"≥ {t:.2f}" for t in seeds) + " |", "|---|" + "---|" * len(seeds)]
             at = at[at["strategy"] == at["strategy"].iloc[0]]
             for label, g in at.groupby("label", sort=False):
@@ -515,7 +549,7 @@ def embedders_section(a: Analysis, strategies: list[dict], out: Path) -> list[st
                     cells.append(f"{_fmt(h['f1'].iloc[0])} / {_fmt(h['recall'].iloc[0])}" if len(h) else "n/a")
                 lines.append(f"| {E(label)} | " + " | ".join(cells) + " |")
             lines.append("")
-    return lines
+    return lines, appendix
 
 
 SETTING = {"cosine": "cos ≥ ", "calibrated": "P ≥ ", "relative δ": "δ = ", "relative α": "α = "}
@@ -608,11 +642,55 @@ def thresholds_transfer_section(a: Analysis) -> list[str]:
     return lines
 
 
-def analysis_sections(run: RunDir, a: Analysis | None, strategies: list[dict]) -> list[str]:
-    """Recommendation, operating points, Pareto frontier, significance, transfer, per category,
-    calibration and miss attribution, rendered from ``a`` (figures written into the run's analysis/ folder)."""
+def pareto_section(a: Analysis, strategies: list[dict], out: Path) -> list[str]:
+    """One figure per dataset: small multiples (a panel per embedder when the run has several), one line style per store,
+    a store whose results repeat another's drawn once (``names.identical_stores``)."""
+    multi, best = a.multi_embedder, a.rec.best()
+    twins = names.identical_stores(a.summary)
+    lines = ["## Pareto frontier: recall vs injected tokens", "",
+             "Every configuration and threshold of the run; colour and marker = strategy (the same in every figure), "
+             + ("one panel per embedder, " if multi else "") + "line style = store; the black step line is the frontier across all of "
+             "them (nothing else has more recall for as few tokens); the star is the recommendation.", ""]
+    st = plots.styles([*(x["name"] for x in strategies), *a.summary["strategy"]])
+    for i, (ds, s) in enumerate(a.pareto.groupby("dataset", sort=False)):
+        keep = [(ds, e, b) not in twins for e, b in zip(s["embedder"], s["backend"])]
+        dropped = sorted({f"{b} (= {twins[(ds, e, b)]})" for e, b in zip(s["embedder"], s["backend"]) if (ds, e, b) in twins})
+        note = f"drawn once: {', '.join(dropped)}, identical results on every setting" if dropped else ""
+        s = s[keep].assign(_emb=[names.short_embedder(e) for e in s.loc[keep, "embedder"]])
+        b = best[best["dataset"] == ds]
+        b = b.assign(_emb=[names.short_embedder(e) for e in b["embedder"]])
+        fig = plots.pareto(s, s["frontier"], b, f"{ds}: recall vs injected tokens", out / f"pareto_{i}.png", styles_=st,
+                           panel_col="_emb" if multi else None, line_col="backend" if s["backend"].nunique() > 1 else None, note=note)
+        lines += [f"![{fig.stem}]({ANALYSIS}/{fig.name})", ""]
+        if note:
+            lines += [f"Stores {E(', '.join(dropped))} returned exactly the same results as the store named in brackets on every "
+                      "setting: each is drawn once.", ""]
+    return lines
+
+
+def ci_section(a: Analysis, strategies: list[dict], out: Path) -> list[str]:
+    """The chosen threshold's neighbourhood with its 95 % bands: one figure per dataset, a row of panels per configuration."""
+    rec, cfg, multi = a.rec, a.cfg, a.multi_embedder
+    twins = names.identical_stores(a.summary)
+    st = plots.styles([*(x["name"] for x in strategies), *a.summary["strategy"]])
+    lines = ["## F1 and recall vs threshold with 95 % bands (per configuration)", ""]
+    for i, (ds, c) in enumerate(rec.curves.groupby("dataset", sort=False)):
+        c = c[c["threshold"].notna().to_numpy() & np.array([(ds, e, b) not in twins for e, b in zip(c["embedder"], c["backend"])], dtype=bool)]
+        if len(c):
+            c = c.assign(_cfg=[names.config(e, b, multi_embedder=multi) for e, b in zip(c["embedder"], c["backend"])])
+            fig = plots.ci_curves(c, cfg.primary if cfg.primary in ("f1", "f1_abstain") else "f1", f"{ds}: {METRIC_NAMES[cfg.primary]} and recall vs threshold",
+                                  confined(out, f"ci_{i}.png"), xlabels=axis_labels(strategies), styles_=st,
+                                  panel_col="_cfg" if c["_cfg"].nunique() > 1 else None)
+            lines += [f"![{fig.stem}]({ANALYSIS}/{fig.name})", ""]
+    return lines if len(lines) > 2 else []
+
+
+def analysis_sections(run: RunDir, a: Analysis | None, strategies: list[dict]) -> tuple[list[str], list[str]]:
+    """(main sections, appendix sections): recommendation, operating points, names, Pareto frontier and miss causes up
+    front; significance, transfer, calibration, per-configuration figures and long tables in the appendix. Rendered
+    from ``a`` (figures written into the run's analysis/ folder)."""
     if a is None:
-        return ["## Recommendation", "", f"Not available: {run.file(QUESTIONS)} is missing.", ""]
+        return ["## Recommendation", "", f"Not available: {run.file(QUESTIONS)} is missing.", ""], []
     run_dir, rec, cfg, multi = run.path, a.rec, a.cfg, a.multi_embedder
     out = run_dir / ANALYSIS
     best = rec.best()
@@ -620,38 +698,39 @@ def analysis_sections(run: RunDir, a: Analysis | None, strategies: list[dict]) -
     lines += next_knob_section(run, a, strategies)
     lines += releases_section(run, a)
     lines += points_section(rec, a.significance, multi)
-    lines += embedders_section(a, strategies, out)
-    lines += ["## Pareto frontier: recall vs injected tokens", "",
-              "Every configuration and threshold of the run; the black step line is the frontier (nothing else has more recall for "
-              "as few tokens); the star is the recommendation.", ""]
-    for i, (ds, s) in enumerate(a.pareto.groupby("dataset", sort=False)):
-        s = s.assign(label=[_label(r, multi) for _, r in s.iterrows()])
-        fig = plots.pareto(s, s["frontier"], best[best["dataset"] == ds], f"{ds}: recall vs injected tokens", out / f"pareto_{i}.png",
-                           styles_=plots.styles([*(x["name"] for x in strategies), *s["strategy"]]))
-        lines += [f"![{fig.stem}]({ANALYSIS}/{fig.name})", ""]
-    for i, ((ds, emb, be), c) in enumerate(rec.curves.groupby(["dataset", "embedder", "backend"], sort=False)):
-        c = c[c["threshold"].notna()]
-        if len(c):
-            fig = plots.ci_curves(c, cfg.primary if cfg.primary in ("f1", "f1_abstain") else "f1", f"{ds} / {emb} / {be}", confined(out, f"ci_{i}_{slug(be)}.png"),
-                                  xlabels=axis_labels(strategies))
-            lines += [f"![{fig.stem}]({ANALYSIS}/{fig.name})", ""]
-    lines += significance_section(a.significance, rec, multi)
-    lines += transfer_section(rec, multi)
+    lines += names.legend_section(a.summary, run.jobs(), multi)
+    lines += pareto_section(a, strategies, out)
+    emb_main, emb_appendix = embedders_section(a, strategies, out)
+    lines += emb_main
+    lines += category_section(rec, multi)
+    appendix = significance_section(a.significance, rec, multi)
+    appendix += transfer_section(rec, multi)
+    loco_figs = []
     for i, (_, b) in enumerate(best.iterrows()):
         f = rec.loco_folds
         f = f[(f[CONFIG_KEYS] == b[CONFIG_KEYS]).all(axis=1)] if len(f) else f
         if len(f):
             fig = plots.loco(f.reset_index(drop=True), METRIC_NAMES[cfg.primary], f"Stability across conversations (LOCO): {b['dataset']} / {_label(b, multi)}",
                              out / f"loco_{i}.png")
-            lines += [f"![{fig.stem}]({ANALYSIS}/{fig.name})", ""]
-    lines += thresholds_transfer_section(a)
-    lines += category_section(rec, multi)
-    lines += calibration_section(a, out)
+            loco_figs += [f"![{fig.stem}]({ANALYSIS}/{fig.name})", ""]
+    if loco_figs:
+        at = next((j for j, x in enumerate(appendix) if x.startswith("## Stability across conversations")), None)
+        if at is None:
+            appendix += ["## Stability across conversations of this corpus (leave one conversation out)", "", *loco_figs]
+        else:
+            end = next((j for j in range(at + 1, len(appendix)) if appendix[j].startswith("## ")), len(appendix))
+            appendix[end:end] = loco_figs
+    appendix += thresholds_transfer_section(a)
+    appendix += ci_section(a, strategies, out)
+    appendix += emb_appendix
+    appendix += calibration_section(a, out)
     if a.misses is not None:
-        lines += attribution_section(a, run_dir)
+        miss_main, miss_appendix = attribution_section(a, run_dir)
+        lines += miss_main
+        appendix += miss_appendix
     else:
         lines += ["## Why gold memories are missed", "", E(a.attribution_note or a.inputs_note) or "Not available.", ""]
-    return lines
+    return lines, appendix
 
 
 def coverage_section(jobs: list[dict]) -> list[str]:
@@ -696,6 +775,32 @@ def ranked_section(run: RunDir) -> list[str]:
             "value. Definitions: bench/ranked.py.", "", *report_table(table), ""]
 
 
+APPENDIX = "# Appendix"
+
+
+def config_figures(run_dir: Path, summary: pd.DataFrame, strategies: list[dict], multi_embedder: bool) -> list[str]:
+    """Per dataset: precision / recall / F1 vs threshold (a row of panels per configuration) and injected tokens vs
+    threshold (a panel per configuration); a store whose results repeat another's is drawn once."""
+    st = plots.styles([*(s["name"] for s in strategies), *summary["strategy"]])  # one colour per strategy, every figure
+    twins = names.identical_stores(summary)
+    xl = axis_labels(strategies)
+    lines = []
+    for i, (ds, d) in enumerate(summary.groupby("dataset", sort=False)):
+        panels = [(names.config(emb, be, multi_embedder=multi_embedder) if d[["embedder", "backend"]].drop_duplicates().shape[0] > 1 else "", g)
+                  for (emb, be), g in d.groupby(["embedder", "backend"], sort=False) if (ds, emb, be) not in twins]
+        dropped = [f"{names.config(e, b, multi_embedder=multi_embedder)} (= {twins[(ds, e, b)]})" for (dd, e, b) in twins if dd == ds]
+        q = plots.quality_grid(panels, f"{ds}: precision, recall and F1 vs threshold", confined(run_dir, f"quality_vs_threshold_{i}.png"),
+                               xlabels=xl, styles_=st)
+        t = plots.tokens_vs_threshold(d, f"{ds}: injected tokens vs threshold", confined(run_dir, f"tokens_vs_threshold_{i}.png"),
+                                      full_context=strategy_names(strategies, "full_context"), styles_=st,
+                                      panels=[(lab, g[~g["strategy"].isin(xl)]) for lab, g in panels])
+        lines += [f"## Figures per configuration: {E(ds)}", ""]
+        if dropped:
+            lines += [f"Drawn once (identical results on every setting): {E(', '.join(dropped))}.", ""]
+        lines += [f"![{q.stem}]({q.name})", "", f"![{t.stem}]({t.name})", ""]
+    return lines
+
+
 DEFERRED_TITLE = "# recallbench report (short: defer_report=true)"
 
 
@@ -731,95 +836,93 @@ def write_report(run_dir: Path, settings=None) -> Path:
     run = RunDir(run_dir)
     run_dir = run.path
     summary = run.summary()
+    names.register(summary["embedder"])  # distinct short names for this run's embedders
     jobs, card, failed, strategies = run.jobs(), run.card(), run.failed(), run.strategies()
     a = analyse(run, settings)
     if a is not None:
         save(run, a)
 
-    figures = []
-    styles = plots.styles([*(s["name"] for s in strategies), *summary["strategy"]])  # one colour per strategy, every figure
-    for i, ((ds, emb, be), g) in enumerate(summary.groupby(["dataset", "embedder", "backend"], sort=False)):
-        title = f"{ds} / {emb} / {be}"
-        tag = f"{i}_{slug(be)}"
-        figures.append((title, [
-            plots.quality_vs_threshold(g, title, confined(run_dir, f"quality_vs_threshold_{tag}.png"), xlabels=axis_labels(strategies)),
-            plots.tokens_vs_threshold(g[~g["strategy"].isin(axis_labels(strategies))], title, confined(run_dir, f"tokens_vs_threshold_{tag}.png"),
-                                      full_context=strategy_names(strategies, "full_context"), styles_=styles),
-            plots.recall_vs_tokens(g, title, confined(run_dir, f"recall_vs_tokens_{tag}.png"), styles_=styles),
-        ]))
-
     best = best_by_f1(summary[summary["threshold"].notna()])
-    main_cols = ["backend", "strategy", "threshold", "n_questions", "precision", "recall", "f1", "micro_f1", "hit_rate", "empty_rate", "tokens_injected_mean", "token_savings"]
+    multi_emb = summary["embedder"].nunique() > 1  # one row per (store, embedder): name the embedder, else two rows look alike
+    main_cols = ["configuration", "strategy", "threshold", "n_questions", "precision", "recall", "f1", "micro_f1", "hit_rate", "empty_rate", "tokens_injected_mean", "token_savings"]
+
+    def named(df: pd.DataFrame) -> pd.DataFrame:
+        return df.assign(configuration=[names.config(e, b, multi_embedder=multi_emb) for e, b in zip(df["embedder"], df["backend"])])
+
     lines = ["# recallbench report", ""]
     flags = summary.get("for_results", pd.Series([True] * len(summary), dtype=bool)).astype(bool)
     if not flags.any():
         lines += ["> **Plumbing run**: this used a test-only embedder (hashing). Do not quote these numbers.", ""]
     elif not flags.all():
-        names = ", ".join(C(e) for e in dict.fromkeys(summary.loc[~flags, "embedder"]))
-        lines += [f"> **Plumbing embedder**: {names} is test-only: shown beside the others for comparison, never recommended; "
+        plumbing = ", ".join(C(e) for e in dict.fromkeys(summary.loc[~flags, "embedder"]))
+        lines += [f"> **Plumbing embedder**: {plumbing} is test-only: shown beside the others for comparison, never recommended; "
                   "do not quote its numbers.", ""]
     cover = coverage_section(jobs)
     for w in (w for w in cover if w.startswith("**Warning:**")):  # also on top: nothing below means much for that language
         lines += [f"> {w}", ""]
-    lines += analysis_sections(run, a, strategies)
-    if run.has("answers.md"):  # written by `recallbench answer` (bench.qa)
-        lines += ["## Answer-level metrics (LLM reader and judge)", "",
-                  "Answer accuracy vs injected tokens vs dollars per 1,000 questions: [answers.md](answers.md).", ""]
-    lines += ["## Runs", ""]
-    for j in jobs:
-        reuse = f"; trace reused from {E(j['reused_from'])}" if j.get("reused_from") else ""
-        cut = sum(int(t.get("n_truncated") or 0) for t in j.get("traces", [j]))
-        depth = f"depth {j['depth']}" + (f" (**{cut} questions had more eligible memories than the depth**: their candidates were truncated)" if cut else "")
-        lines.append(f"- dataset {C(j['dataset'])}, embedder {C(j['embedder'])}, store {C(j['backend'])}, {depth}, "
-                     f"{j['n_memories']} memories, ingest {j['ingest_seconds']:.1f} s, ready after {j['ready_seconds']:.2f} s, "
-                     f"measured {E(j['measured_at'])}{reuse}; tokens {C(j.get('tokens_encoding'))}")
-    if failed:
-        lines += ["", f"**{len(failed)} job(s) failed** (their results are absent from every table):", ""]
-        lines += [f"- {C(f.get('job', run_dir.name))} ({E(' '.join(f.get('overrides', [])))}): {E(f['reason'])}" for f in failed]
-    lines += ["", "Metrics are over the scored questions (`n_questions`: non-adversarial with gold; non-adversarial questions "
-              "without gold are left out of every quality column and counted in `n_excluded` in summary.csv). Precision is undefined (NaN) when nothing is recalled; "
-              "`precision_n` in summary.csv says how many questions it covers. F1 = 0 when a question has gold and nothing is recalled. "
-              "Macro = mean over questions; micro = pooled counts.", ""]
-    lines += cover
-    lines += ["## Best threshold by F1 per strategy", "", _table(best, main_cols), ""]
-    fixed = summary[summary["threshold"].isna()]
-    if len(fixed):
-        lines += ["## Strategies without a threshold", "", _table(fixed, main_cols), ""]
-    lines += answer_coverage.section(run, summary, best)
-    lines += ["## Seed claims, re-measured", "", seed_claims(summary, strategies), ""]
-    lines += strategy_sections(summary, jobs, strategies)
-    multi_emb = summary["embedder"].nunique() > 1  # one row per (store, embedder): name the embedder, else two rows look alike
+    main, appendix = analysis_sections(run, a, strategies)
+    lines += main
     from bench.report.latency import latency_rows
 
     lat, like = latency_rows(summary, jobs)  # with the layout and where each latency was measured (bench.report.latency)
     if len(lat):
         lines += ["## Store latency (per query, store call only, warm-up discarded)", "", *like,
-                  _table(lat, ["dataset", *(["embedder"] if multi_emb else []), "backend", "layout", "latency_p50_ms", "latency_p95_ms",
-                               "latency_p99_ms", "latency origin"]), ""]
+                  _table(named(lat), ["dataset", "configuration", "layout", "latency_p50_ms", "latency_p95_ms", "latency_p99_ms", "latency origin"]), ""]
+    lines += cover
+    if run.has("answers.md"):  # written by `recallbench answer` (bench.qa)
+        lines += ["## Answer-level metrics (LLM reader and judge)", "",
+                  "Answer accuracy vs injected tokens vs dollars per 1,000 questions: [answers.md](answers.md).", ""]
+
+    # Appendix: every long table and per-configuration figure, one section each (collapsed in report.html)
+    app = ["## Best threshold by F1 per strategy", "", _table(named(best), main_cols), ""]
+    fixed = summary[summary["threshold"].isna()]
+    if len(fixed):
+        app += ["## Strategies without a threshold", "", _table(named(fixed), main_cols), ""]
+    app += answer_coverage.section(run, summary, best, styles_=plots.styles([*(s["name"] for s in strategies), *summary["strategy"]]))
+    app += [f"## {CLAIMS_TITLE}", "",
+            "Settings that agent-memory articles recommend (top-5 retrieval; similarity thresholds 0.75, 0.65 and 0.30), "
+            "measured on this run's data.", "", seed_claims(summary, strategies), ""]
+    app += strategy_sections(summary, jobs, strategies)
+    app += appendix
     traces = [(j, t) for j in jobs for t in j.get("traces", [j])]
     if traces:
-        lines += ["## Store metrics (same vectors, same filters; exact = numpy cosine scan of the cached vectors)", "",
-                  "| store | " + ("embedder | " if multi_emb else "") + "roles | memories | ingest rows/s | read-after-write lag s | fidelity@10 vs exact | short-result rate | max abs score diff vs exact cosine | scores off by > 1e-4 | store dir MB |",
-                  "|---|" + ("---|" if multi_emb else "") + "---|---|---|---|---|---|---|---|---|"]
+        app += ["## Store metrics (same vectors, same filters; exact = numpy cosine scan of the cached vectors)", "",
+                "| configuration | roles | memories | ingest rows/s | read-after-write lag s | fidelity@10 vs exact | short-result rate | max abs score diff vs exact cosine | scores off by > 1e-4 | store dir MB |",
+                "|---|---|---|---|---|---|---|---|---|---|"]
         for j, t in traces:
             mb = t.get("index_bytes")
-            emb = f"{E(j.get('embedder'))} | " if multi_emb else ""
-            lines.append(f"| {E(t['backend'])} | {emb}{','.join(t['roles']) if t.get('roles') else 'all'} | {t['n_memories']} | "
-                         f"{_fmt(t.get('ingest_per_second'), 0)} | {_fmt(t.get('ready_seconds'), 2)} | {_fmt(t.get('fidelity_at_10'))} | "
-                         f"{_fmt(t.get('short_result_rate'))} | {_fmt(t.get('score_max_abs_diff'), 6)} | "
-                         f"{t.get('score_mismatches_1e4', 'n/a')} of {t.get('score_pairs', 'n/a')} | {_fmt(mb / 1e6, 1) if mb else 'n/a'} |")
-        lines.append("")
-    lines += ranked_section(run)
+            app.append(f"| {E(names.config(j.get('embedder'), t['backend'], multi_embedder=multi_emb))} | {','.join(t['roles']) if t.get('roles') else 'all'} | {t['n_memories']} | "
+                       f"{_fmt(t.get('ingest_per_second'), 0)} | {_fmt(t.get('ready_seconds'), 2)} | {_fmt(t.get('fidelity_at_10'))} | "
+                       f"{_fmt(t.get('short_result_rate'))} | {_fmt(t.get('score_max_abs_diff'), 6)} | "
+                       f"{t.get('score_mismatches_1e4', 'n/a')} of {t.get('score_pairs', 'n/a')} | {_fmt(mb / 1e6, 1) if mb else 'n/a'} |")
+        app.append("")
+    app += ranked_section(run)
     if "adversarial_abstain_rate" in summary and summary["n_adversarial"].max() > 0:
-        adv = summary[summary["n_adversarial"] > 0]
-        lines += ["## Adversarial questions (correct recall = nothing)", "",
-                  _table(best_by_f1(adv[adv["threshold"].notna()]) if adv["threshold"].notna().any() else adv,
-                         ["backend", "strategy", "threshold", "n_adversarial", "adversarial_abstain_rate"]), ""]
-    for title, paths in figures:
-        lines += [f"## Plots: {E(title)}", ""] + [f"![{p.stem}]({p.name})" for p in paths] + [""]
-    lines += ["## Full sweep", "", _table(summary[summary["threshold"].notna()], main_cols), ""]
+        adv = named(summary[summary["n_adversarial"] > 0])
+        app += ["## Adversarial questions (correct recall = nothing)", "",
+                _table(best_by_f1(adv[adv["threshold"].notna()]) if adv["threshold"].notna().any() else adv,
+                       ["configuration", "strategy", "threshold", "n_adversarial", "adversarial_abstain_rate"]), ""]
+    app += config_figures(run_dir, summary, strategies, multi_emb)
+    app += ["## Runs", ""]
+    for j in jobs:
+        reuse = f"; trace reused from {E(j['reused_from'])}" if j.get("reused_from") else ""
+        cut = sum(int(t.get("n_truncated") or 0) for t in j.get("traces", [j]))
+        depth = f"depth {j['depth']}" + (f" (**{cut} questions had more eligible memories than the depth**: their candidates were truncated)" if cut else "")
+        app.append(f"- dataset {C(j['dataset'])}, embedder {C(j['embedder'])}, store {C(j['backend'])}, {depth}, "
+                   f"{j['n_memories']} memories, ingest {j['ingest_seconds']:.1f} s, ready after {j['ready_seconds']:.2f} s, "
+                   f"measured {E(j['measured_at'])}{reuse}; tokens {C(j.get('tokens_encoding'))}")
+    if failed:
+        app += ["", f"**{len(failed)} job(s) failed** (their results are absent from every table):", ""]
+        app += [f"- {C(f.get('job', run_dir.name))} ({E(' '.join(f.get('overrides', [])))}): {E(f['reason'])}" for f in failed]
+        lines += [f"> **{len(failed)} job(s) failed**: their results are absent from every table (Appendix, Runs).", ""]
+    app += ["", "Metrics are over the scored questions (`n_questions`: non-adversarial with gold; non-adversarial questions "
+            "without gold are left out of every quality column and counted in `n_excluded` in summary.csv). Precision is undefined (NaN) when nothing is recalled; "
+            "`precision_n` in summary.csv says how many questions it covers. F1 = 0 when a question has gold and nothing is recalled. "
+            "Macro = mean over questions; micro = pooled counts.", ""]
+    app += ["## Full sweep", "", _table(named(summary[summary["threshold"].notna()]), main_cols), ""]
     if card:
-        lines += ["## Dataset", "", card, ""]
+        app += ["## Dataset", "", card, ""]
+    lines += [APPENDIX, "", "Long tables and per-configuration figures (collapsed in report.html: click a title to open it).", "", *app]
     text = "\n".join(lines)
     path = run.write_text(REPORT_MD, text)
     html_report.write_html(run_dir, text)

@@ -1,5 +1,5 @@
 """Report sections for the recall strategies: side-by-side table, routing, dual tier, formats, units,
-and the "seed claims, re-measured" table for the strategy articles.
+and the claims of the strategy articles measured on the run's data (one section each, every configuration in one table).
 
 Owns ``strategy_sections(summary, jobs, strategies) -> list[str]`` (markdown lines, called by
 ``bench.report.write_report``). Reads tables only: ``summary`` is summary.csv, ``jobs`` the job
@@ -90,18 +90,55 @@ def _best(g: pd.DataFrame, strategy: str):
     return s.loc[s["f1"].idxmax()] if len(s) else None
 
 
+ARTICLES_TITLE = "Claims from strategy articles, measured on your data"
+
+
 def strategy_sections(summary: pd.DataFrame, jobs: Sequence[dict], strategies: Sequence[dict]) -> list[str]:
-    """Markdown lines: seed claims for the strategy articles, then the per-strategy sections."""
+    """Markdown lines: the strategy articles' claims measured on this run, then the per-strategy sections; each section
+    once, its rows for every dataset / embedder / store in one table (a leading ``configuration`` column when the run
+    has more than one)."""
+    from bench.report.names import config
+
     s = _fmt_a(summary)
-    lines: list[str] = []
-    for key, g in s.groupby(GROUP, sort=False):
-        title = E(" / ".join(map(str, key)))
+    multi_emb = s["embedder"].nunique() > 1
+    groups = list(s.groupby(GROUP, sort=False))
+    merged: dict[str, tuple[list[str], list[list[str]]]] = {}  # section title -> (lines before its table, tagged tables)
+    for key, g in groups:
+        ds, emb, be = key
+        tag = E(" / ".join([*([str(ds)] if s["dataset"].nunique() > 1 else []), config(emb, be, multi_embedder=multi_emb)]))
         fmt_records = [r for j in jobs for r in (j.get("format_tokens") or []) if all(r.get(k) == v for k, v in zip(GROUP, key))]
-        lines += [f"## Seed claims, re-measured: strategy articles ({title})", ""] + seed_table(g, fmt_records, strategies) + [""]
-        lines += side_by_side(g) + routing_section(g, strategies) + dual_tier_section(g, strategies)
-        lines += format_section(summary, fmt_records, key, strategies)
+        parts = [[f"## {ARTICLES_TITLE}", ""] + seed_table(g, fmt_records, strategies) + [""]]
+        parts += [side_by_side(g), routing_section(g, strategies), dual_tier_section(g, strategies),
+                  format_section(summary, fmt_records, key, strategies)]
+        for part in parts:
+            if part:
+                _merge_into(merged, part, tag if len(groups) > 1 else None)
+    lines: list[str] = []
+    for head, tables in merged.values():
+        lines += head
+        header = next((t[:2] for t in tables if len(t) >= 2), [])
+        if header:
+            lines += header + [row for t in tables for row in t[2:]]
+        else:
+            lines += [row for t in tables for row in t]
+        lines.append("")
     lines += units_section(s, strategies)
     return lines
+
+
+def _merge_into(merged: dict, part: list[str], tag: str | None) -> None:
+    """Add one group's section (``## title``, prose, one table) to ``merged``: its table rows get a first cell ``tag``."""
+    title = part[0]
+    body = part[1:]
+    first = next((i for i, x in enumerate(body) if x.startswith("|")), len(body))
+    head, table = body[:first], [x for x in body[first:] if x.startswith("|")]
+    if not table:  # prose only: kept once per group
+        head, table = [""], [f"{tag}: {x}" if tag and x else x for x in body if x]
+    elif tag:
+        table = ["| configuration " + table[0], "|---" + table[1], *[f"| {tag} " + x for x in table[2:]]]
+    if title not in merged:
+        merged[title] = ([title, *[x for x in head]], [])
+    merged[title][1].append(table)
 
 
 METRIC_HEADER = ["recall", "precision", "F1", "tokens/question", "token savings", "noise/question"]
@@ -158,8 +195,8 @@ def seed_table(g: pd.DataFrame, fmt_records: Sequence[dict], strategies: Sequenc
                      _f(cells[0]["recall"]), "", "", " / ".join(_f(c["tokens_injected_mean"], 1) for c in cells), "", "",
                      f"B {_pct(cells[1]['tokens_injected_mean'] / a - 1 if a else float('nan'))}, C {_pct(cells[2]['tokens_injected_mean'] / a - 1 if a else float('nan'))} vs A"])
     if not rows:
-        return ["(none of the seed strategies were run)"]
-    return _table(["seed", "claim", "setting", *METRIC_HEADER, "measured"], rows)
+        return ["(none of the articles' settings were run)"]
+    return _table(["article", "claim", "setting", *METRIC_HEADER, "measured"], rows)
 
 
 def side_by_side(g: pd.DataFrame) -> list[str]:

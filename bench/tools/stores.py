@@ -223,34 +223,47 @@ def locomo_part(stores, *, out: Path, overrides: dict, data_dir: str | None, lay
     return pd.DataFrame(rows)
 
 
+DEPLOYED = ("filtered_p50_ms", "filtered_p99_ms")  # what a memory store serves: one conversation's (user's) memories
+
+
+def deployed_latency(scale: pd.DataFrame) -> pd.DataFrame:
+    """Per store and layout, the latency of the query it deploys (``DEPLOYED``): scoped to one conversation, a
+    filter on the shared layout, one small collection on the per-conversation layout. The unfiltered search of a
+    per-conversation layout fans out over every collection: no memory query does that, so it is not plotted."""
+    ok = scale[scale["filtered_p50_ms"].notna()] if "filtered_p50_ms" in scale else scale.iloc[0:0]
+    return ok.assign(deployed_p50_ms=ok.get("filtered_p50_ms"), deployed_p99_ms=ok.get("filtered_p99_ms"))
+
+
 def plot(scale: pd.DataFrame, out: Path) -> list[Path]:
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    from bench.report.plots import HATCHES, NEUTRAL
+
     paths = []
-    ok = scale[scale.get("p50_ms", pd.Series(dtype=float)).notna()] if "p50_ms" in scale else scale.iloc[0:0]
+    ok = deployed_latency(scale)
     for (n, dim), g in ok.groupby(["n", "dim"]):
         fig, axes = plt.subplots(1, 3, figsize=(15, 4))
         x = np.arange(len(g))
-        axes[0].bar(x - 0.2, g["p50_ms"], 0.4, label="p50")
-        axes[0].bar(x + 0.2, g["p99_ms"], 0.4, label="p99")
+        axes[0].bar(x - 0.2, g["deployed_p50_ms"], 0.4, color=NEUTRAL[0], label="p50")
+        axes[0].bar(x + 0.2, g["deployed_p99_ms"], 0.4, color=NEUTRAL[2], hatch=HATCHES[1], edgecolor=NEUTRAL[1], label="p99")
         ex = g[(g["store"] == "exact") & (g["layout"] == SHARED)]
         if len(ex):
-            axes[0].axhline(float(ex["p50_ms"].iloc[0]), color="k", ls="--", lw=1, label="exact numpy scan p50")
+            axes[0].axhline(float(ex["deployed_p50_ms"].iloc[0]), color="k", ls="--", lw=1, label="exact numpy scan p50 (shared)")
         for q in QUOTED:
             if q["n"] == n and q["dim"] == dim:
                 axes[0].axhline(q["p50_ms"], ls=":", lw=1, color="gray")
-                axes[0].annotate(f"{q['store']} p50 {q['p50_ms']:.0f} ms", (0, q["p50_ms"]), fontsize=7, color="gray")
+                axes[0].annotate(f"{q['store']} p50 {q['p50_ms']:.0f} ms (unfiltered, quoted)", (0, q["p50_ms"]), fontsize=7, color="gray")
         axes[0].set_yscale("log")
         axes[0].set_ylabel("ms per query (top-10, log)")
-        axes[0].set_title("latency")
-        axes[1].bar(x - 0.2, g["ingest_s"], 0.4, label="ingest s")
-        axes[1].bar(x + 0.2, g["read_after_write_lag_s"], 0.4, label="read-after-write lag s")
+        axes[0].set_title("latency as deployed: one conversation's memories", fontsize=10)
+        axes[1].bar(x - 0.2, g["ingest_s"], 0.4, color=NEUTRAL[0], label="ingest s")
+        axes[1].bar(x + 0.2, g["read_after_write_lag_s"], 0.4, color=NEUTRAL[2], hatch=HATCHES[1], edgecolor=NEUTRAL[1], label="read-after-write lag s")
         axes[1].set_title("ingest and lag (s)")
-        axes[2].bar(x - 0.2, g["recall_at_k_vs_exact"], 0.4, label="unfiltered")
-        axes[2].bar(x + 0.2, g["filtered_recall_at_k_vs_exact"], 0.4, label="conversation filter")
+        axes[2].bar(x - 0.2, g["recall_at_k_vs_exact"], 0.4, color=NEUTRAL[2], hatch=HATCHES[1], edgecolor=NEUTRAL[1], label="unfiltered")
+        axes[2].bar(x + 0.2, g["filtered_recall_at_k_vs_exact"], 0.4, color=NEUTRAL[0], label="conversation filter (deployed)")
         axes[2].set_ylim(0, 1.05)
         axes[2].set_title("recall@10 vs exact")
         for ax in axes:
@@ -339,6 +352,10 @@ def main(argv: list[str] | None = None) -> int:
                     "recall_at_k_vs_exact", "filtered_recall_at_k_vs_exact", "index_mb", "error"]
             lines += ["## Scale (clustered synthetic vectors)", "", _md(scale, cols), "",
                       "Quoted from the seed article, not measured here:", "", _md(pd.DataFrame(QUOTED), ["store", "n", "dim", "p50_ms", "p99_ms"]), ""]
+            lines += ["Figures: latency of the query each layout deploys, scoped to one conversation (`filtered_p50_ms`, "
+                      "`filtered_p99_ms`): a filter on the shared layout, one small collection on the per-conversation layout. "
+                      "`p50_ms` / `p99_ms` in the table are the unfiltered search, which on the per-conversation layout fans "
+                      "out over every collection (no memory query does that).", ""]
             lines += [f"![{p.stem}]({p.name})" for p in plot(scale, out)]
     write_atomic(out / "README.md", lambda p: p.write_text("\n".join(lines) + "\n"))
     print(out / "README.md")
