@@ -21,6 +21,7 @@ from __future__ import annotations
 import importlib.util
 import logging
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -283,7 +284,9 @@ def run_postgres_server(data_dir: str | os.PathLike, port: int | None = None, *,
 
     Its cluster lives in ``data_dir/pgdata`` (``initdb`` on first use, ~2 s; kept for a later start), its log in
     ``data_dir/postgres.log``. Listens on 127.0.0.1 only, no unix socket, trust authentication as ``postgres``.
-    Under root it runs as an unprivileged account (``_pg_os_user``) that owns ``data_dir``. Yields once a client
+    Under root it runs as an unprivileged account (``_pg_os_user``) that owns ``data_dir``; when that account cannot
+    enter ``data_dir`` (a 0700 directory of root, as pytest's and ``tempfile``'s are), the cluster lives in a directory
+    of its own under the system temp dir for this run and is deleted at exit. Yields once a client
     connects and runs ``SELECT 1``. Stops the process group at exit. A server that cannot start raises
     ServerStartError with ONE line: the reason from PostgreSQL's own log and where that log is.
     """
@@ -292,20 +295,41 @@ def run_postgres_server(data_dir: str | os.PathLike, port: int | None = None, *,
     base.mkdir(parents=True, exist_ok=True)
     pgdata, log_path = base / "pgdata", base / "postgres.log"
     os_user = _pg_os_user()
+    scratch = None  # a cluster outside data_dir, deleted at exit (root, and data_dir unreachable for the server's account)
     if os_user is not None:
         import pwd
 
         pw = pwd.getpwnam(os_user)
-        for parent in base.parents:  # the account must be able to reach its own directory
-            if not os.stat(parent).st_mode & 0o001:
-                raise ServerStartError(f"postgres cannot start: it runs as {os_user!r} (we are root), who cannot enter "
-                                       f"{parent}; put the data directory elsewhere (e.g. under /tmp)")
-        os.chown(base, pw.pw_uid, pw.pw_gid)  # initdb creates pgdata inside it as that account
+        if any(not os.stat(parent).st_mode & 0o001 for parent in base.parents):
+            # e.g. a 0700 temporary directory of root: the account cannot reach it. The cluster goes to a directory of
+            # its own under the system temp dir for this run only (no persistence across runs in this case).
+            import tempfile
+
+            scratch = Path(tempfile.mkdtemp(prefix="recallbench-pg-"))
+            if any(not os.stat(parent).st_mode & 0o001 for parent in scratch.parents):
+                shutil.rmtree(scratch, ignore_errors=True)
+                raise ServerStartError(f"postgres cannot start: it runs as {os_user!r} (we are root), who can reach neither "
+                                       f"{base} nor {scratch.parent}; give a data directory {os_user!r} can enter")
+            os.chown(scratch, pw.pw_uid, pw.pw_gid)
+            pgdata = scratch / "pgdata"
+            log.info("postgres: %s is not reachable for %r: its cluster lives in %s for this run (deleted at exit)",
+                     base, os_user, scratch)
+        else:
+            os.chown(base, pw.pw_uid, pw.pw_gid)  # initdb creates pgdata inside it as that account
     env = {k: v for k, v in os.environ.items() if k in ("PATH", "LANG", "LC_ALL", "TZ", "TMPDIR")}
     env.update(LC_ALL="C", LANG="C")
+    try:
+        yield from _postgres(binary, base, pgdata, log_path, env, os_user, port, timeout_s, grace_s, max_connections)
+    finally:
+        if scratch is not None:
+            shutil.rmtree(scratch, ignore_errors=True)
+
+
+def _postgres(binary: Path, base: Path, pgdata: Path, log_path: Path, env: dict, os_user: str | None, port: int | None,
+              timeout_s: float, grace_s: float, max_connections: int) -> Iterator[ServerInfo]:
     if not (pgdata / "PG_VERSION").exists():
         init = subprocess.run([str(binary / "initdb"), "-D", str(pgdata), "-U", PG_USER, "--auth=trust", "--encoding=UTF8",
-                               "--no-sync", "--no-instructions"], cwd=str(base), env=env, user=os_user,
+                               "--no-sync", "--no-instructions"], cwd=str(pgdata.parent), env=env, user=os_user,
                               stdin=subprocess.DEVNULL, capture_output=True, text=True)
         if init.returncode != 0:
             why = next((ln for ln in (init.stderr + init.stdout).splitlines() if ln.strip()), f"exit code {init.returncode}")
@@ -323,8 +347,9 @@ def run_postgres_server(data_dir: str | os.PathLike, port: int | None = None, *,
     def failure(why: str, logs: list[Path]) -> str:
         return f"postgres server {why}: {_pg_fatal(logs)} (log: {log_path})"
 
-    with _run("postgres", cmd, cwd=base, log_path=log_path, extra_logs=[], env=env, ready=ready, timeout_s=timeout_s,
-              grace_s=grace_s, host=LOOPBACK, port=port, data_dir=base, user=os_user, failure=failure) as info:
+    with _run("postgres", cmd, cwd=pgdata.parent, log_path=log_path, extra_logs=[], env=env, ready=ready,
+              timeout_s=timeout_s, grace_s=grace_s, host=LOOPBACK, port=port, data_dir=base, user=os_user,
+              failure=failure) as info:
         yield info
 
 
