@@ -8,7 +8,8 @@ Owns the pgvector adapter. Two ways to reach a server:
   ``recallbench sweep backend=pgvector`` runs with nothing else installed.
 
 Table: ``id text primary key, embedding vector(dim), conversation_id text, role text, ts double precision``
-with a btree index on ``conversation_id`` (the shared layout's filter path). ``<=>`` is pgvector's cosine
+with a btree index on ``conversation_id`` (the shared layout's filter path; ``user_index: false`` leaves it out,
+as a table without one is deployed). ``<=>`` is pgvector's cosine
 distance (1 - cos); ``_similarity`` turns it into the similarity. Filters are SQL ``WHERE`` clauses.
 
 Index modes (``index``):
@@ -23,7 +24,8 @@ Index modes (``index``):
   (``bench.trace``: ``short_results``); ``iterative_scan`` makes the scan continue until the LIMIT is met
   or ``max_scan_tuples`` is reached.
 Which plan runs is PostgreSQL's choice (``ANALYZE`` runs in ``wait_ready``): on small tables or with a
-selective btree path it may scan exactly even when an ANN index exists.
+selective btree path it may scan exactly even when an ANN index exists (measured on LoCoMo shared, depth 689:
+the btree plan, exact); without the btree it takes the HNSW index and filters after it.
 
 Search-time settings are session settings (``SET``) applied once per connection; one connection per
 server and settings is shared by every table of this process (a per-conversation layout of 500 users is
@@ -126,7 +128,7 @@ class PgvectorBackend:
                  port: int = 5432, user: str = "postgres", database: str = "postgres", password_env: str | None = None,
                  index: str = "hnsw", m: int = 16, ef_construction: int = 64, ef_search: int = 40,
                  iterative_scan: str = "off", max_scan_tuples: int = 20_000, lists: int = 100, probes: int = 1,
-                 connect_timeout_s: float = 10.0) -> None:
+                 user_index: bool = True, connect_timeout_s: float = 10.0) -> None:
         if host is None and not path:
             raise ValueError("pgvector: give `path` (the adapter runs its own PostgreSQL there) or `host` (a running server)")
         if index not in INDEX_MODES:
@@ -147,7 +149,7 @@ class PgvectorBackend:
         self.path = os.path.abspath(path) if (path and host is None) else None
         self.index, self.m, self.ef_construction, self.lists = index, m, ef_construction, lists
         self.ef_search, self.iterative_scan, self.max_scan_tuples, self.probes = ef_search, iterative_scan, max_scan_tuples, probes
-        self.connect_timeout_s = connect_timeout_s
+        self.user_index, self.connect_timeout_s = bool(user_index), connect_timeout_s
         # a server store the tools start on loopback (bench.backends.servers, program "postgres") and pass host/port;
         # without a host the adapter starts the same server itself
         self.capabilities = Capabilities(exact=index == "exact", filters=FILTER_KINDS, persistent=True, server=True,
@@ -229,7 +231,8 @@ class PgvectorBackend:
         if stored is None:
             conn.execute(f"CREATE TABLE IF NOT EXISTS {self._q()} (id text PRIMARY KEY, embedding vector({dim}) NOT NULL, "
                          "conversation_id text NOT NULL, role text NOT NULL, ts double precision NOT NULL)")
-            conn.execute(f"CREATE INDEX IF NOT EXISTS {self._q('_conv')} ON {self._q()} (conversation_id)")
+            if self.user_index:
+                conn.execute(f"CREATE INDEX IF NOT EXISTS {self._q('_conv')} ON {self._q()} (conversation_id)")
             log.info("pgvector: created table %s (dim %d, index %s)", self._table, dim, self.index)
         self._dim, self._written = dim, set()
         self._indexed = self.index == "exact" or self._has_ann_index()

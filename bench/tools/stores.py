@@ -218,6 +218,7 @@ def locomo_part(stores, *, out: Path, overrides: dict, data_dir: str | None, lay
                      "limit5_recall": lim["recall"], "limit5_token_savings": lim["token_savings"],
                      "p50_ms": lim["latency_p50_ms"], "p99_ms": lim["latency_p99_ms"],
                      "fidelity_at_10": meta.get("fidelity_at_10"), "short_result_rate": meta.get("short_result_rate"),
+                     "short_results": meta.get("short_results"), "eligible_median": meta.get("eligible_median"),
                      "score_max_abs_diff": meta.get("score_max_abs_diff"), "ingest_rows_per_s": meta.get("ingest_per_second"),
                      "read_after_write_lag_s": meta.get("ready_seconds"), "latency_origin": latency_origin(meta)})
     return pd.DataFrame(rows)
