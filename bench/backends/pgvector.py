@@ -25,7 +25,9 @@ Index modes (``index``):
   or ``max_scan_tuples`` is reached.
 Which plan runs is PostgreSQL's choice (``ANALYZE`` runs in ``wait_ready``): on small tables or with a
 selective btree path it may scan exactly even when an ANN index exists (measured on LoCoMo shared, depth 689:
-the btree plan, exact); without the btree it takes the HNSW index and filters after it.
+the btree plan, exact); without the btree it takes the HNSW index and filters after it. ``force_index: true``
+(``enable_seqscan = off``, as pgvector's docs suggest for checking index use) makes it take the index where
+it would have scanned: the setting to measure the index itself on small data.
 
 Search-time settings are session settings (``SET``) applied once per connection; one connection per
 server and settings is shared by every table of this process (a per-conversation layout of 500 users is
@@ -128,7 +130,7 @@ class PgvectorBackend:
                  port: int = 5432, user: str = "postgres", database: str = "postgres", password_env: str | None = None,
                  index: str = "hnsw", m: int = 16, ef_construction: int = 64, ef_search: int = 40,
                  iterative_scan: str = "off", max_scan_tuples: int = 20_000, lists: int = 100, probes: int = 1,
-                 user_index: bool = True, connect_timeout_s: float = 10.0) -> None:
+                 user_index: bool = True, force_index: bool = False, connect_timeout_s: float = 10.0) -> None:
         if host is None and not path:
             raise ValueError("pgvector: give `path` (the adapter runs its own PostgreSQL there) or `host` (a running server)")
         if index not in INDEX_MODES:
@@ -149,7 +151,7 @@ class PgvectorBackend:
         self.path = os.path.abspath(path) if (path and host is None) else None
         self.index, self.m, self.ef_construction, self.lists = index, m, ef_construction, lists
         self.ef_search, self.iterative_scan, self.max_scan_tuples, self.probes = ef_search, iterative_scan, max_scan_tuples, probes
-        self.user_index, self.connect_timeout_s = bool(user_index), connect_timeout_s
+        self.user_index, self.force_index, self.connect_timeout_s = bool(user_index), bool(force_index), connect_timeout_s
         # a server store the tools start on loopback (bench.backends.servers, program "postgres") and pass host/port;
         # without a host the adapter starts the same server itself
         self.capabilities = Capabilities(exact=index == "exact", filters=FILTER_KINDS, persistent=True, server=True,
@@ -167,7 +169,8 @@ class PgvectorBackend:
     # ---------------------------------------------------------------- connection
     def _settings(self) -> tuple[tuple[str, str], ...]:
         return (("hnsw.ef_search", str(self.ef_search)), ("hnsw.iterative_scan", self.iterative_scan),
-                ("hnsw.max_scan_tuples", str(self.max_scan_tuples)), ("ivfflat.probes", str(self.probes)))
+                ("hnsw.max_scan_tuples", str(self.max_scan_tuples)), ("ivfflat.probes", str(self.probes)),
+                ("enable_seqscan", "off" if self.force_index else "on"))
 
     def _connect(self):
         if self._conn is not None:
