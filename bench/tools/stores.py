@@ -150,6 +150,11 @@ def _recall(got: list[list[str]], truth: list[list[str]]) -> float:
     return float(np.mean([len(set(g) & set(t)) / len(t) for g, t in zip(got, truth) if t]))
 
 
+def _short(got: list[list[str]], truth: list[list[str]]) -> int:
+    """Queries answered with fewer hits than min(k, eligible) (the exact top-k holds that many): a short list."""
+    return sum(len(g) < len(t) for g, t in zip(got, truth))
+
+
 def scale_part(stores, sizes, dims, *, n_queries, k, warmup, workdir, overrides, progress,
                layouts=(SHARED,), loopback: tuple[str, ...] = ()) -> pd.DataFrame:
     """``loopback``: stores of ``stores`` run against their loopback double (``pinecone_loopback``), up to
@@ -171,8 +176,10 @@ def scale_part(stores, sizes, dims, *, n_queries, k, warmup, workdir, overrides,
                                         overrides={**overrides.get(name, {}), **extra}, progress=progress, layout=layout,
                                         label=label)
                     if "_ids" in r:
-                        r["recall_at_k_vs_exact"] = _recall(r.pop("_ids"), truth)
-                        r["filtered_recall_at_k_vs_exact"] = _recall(r.pop("_fids"), ftruth)
+                        ids, fids = r.pop("_ids"), r.pop("_fids")
+                        r["recall_at_k_vs_exact"] = _recall(ids, truth)
+                        r["filtered_recall_at_k_vs_exact"] = _recall(fids, ftruth)
+                        r["short_lists"], r["filtered_short_lists"] = _short(ids, truth), _short(fids, ftruth)
                     rows.append(r)
     df = pd.DataFrame(rows)
     if "p50_ms" in df:  # the exact scan of the same layout is the reference
@@ -337,7 +344,8 @@ def main(argv: list[str] | None = None) -> int:
             cols = ["store", "layout", "n", "dim", "ingest_s", "ingest_rows_per_s", "read_after_write_lag_s", "p50_ms", "p99_ms",
                     "p50_ms_ratio_to_exact", "p99_ms_ratio_to_exact", "filtered_p50_ms", "filtered_p99_ms",
                     "filtered_p50_ms_ratio_to_exact",
-                    "recall_at_k_vs_exact", "filtered_recall_at_k_vs_exact", "index_mb", "error"]
+                    "recall_at_k_vs_exact", "filtered_recall_at_k_vs_exact", "short_lists", "filtered_short_lists", "index_mb",
+                    "error"]
             lines += ["## Scale (clustered synthetic vectors)", "", _md(scale, cols), "",
                       "Quoted from the seed article, not measured here:", "", _md(pd.DataFrame(QUOTED), ["store", "n", "dim", "p50_ms", "p99_ms"]), ""]
             lines += [f"![{p.stem}]({p.name})" for p in plot(scale, out)]
