@@ -75,3 +75,20 @@ def test_hnsw_built_past_the_threshold_reopens_and_refuses_another_dimension(tmp
         other.open(dim=8)
     other.drop()
     assert not (tmp_path / "qdrant" / "q2").exists()
+
+
+def test_two_instances_on_one_collection_share_the_open_shard(tmp_path):
+    """An Edge shard locks its WAL: a second open of the same directory in one process failed ("Can't init WAL:
+    WouldBlock", seen in make load's per-thread clients). Instances now share the open shard; the last close closes it."""
+    rows = _rows(30, 8, 3)
+    first = load_backend("qdrant", stores_dir=tmp_path, collection="q3", layout="shared")
+    first.open(dim=8)
+    first.add(rows)
+    first.wait_ready()
+    second = load_backend("qdrant", stores_dir=tmp_path, collection="q3", layout="shared")
+    second.open(dim=8)
+    assert second.search(rows.vectors[2], k=1, where=Where()).ids == ("m2",)
+    second.close()
+    assert first.search(rows.vectors[2], k=1, where=Where()).ids == ("m2",)  # still open for the first
+    first.drop()
+    first.close()

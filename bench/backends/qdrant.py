@@ -2,7 +2,8 @@
 
 Owns the Qdrant adapter. Two modes, one contract:
 - ``url`` null (default): an Edge shard (the Rust engine of Qdrant, no server) per collection in
-  ``path/<collection>``. Updates are applied when ``update`` returns; ``wait_ready`` runs the shard's
+  ``path/<collection>``; a shard opens once per process (its WAL is locked), so instances on the same
+  collection share the open shard. Updates are applied when ``update`` returns; ``wait_ready`` runs the shard's
   optimizers (``optimize()``: merges segments and builds the HNSW graph once a segment exceeds
   ``indexing_threshold_kb``; below it Qdrant scans the segment: exact, as a Qdrant server would).
 - ``url`` set: a Qdrant server (``QdrantClient(url=...)``, API key read from the environment variable named
@@ -27,6 +28,7 @@ import math
 import os
 import re
 import shutil
+import threading
 import uuid
 
 import numpy as np
@@ -39,6 +41,31 @@ log = logging.getLogger(__name__)
 MAX_K = 100_000
 _SAFE = re.compile(r"[^A-Za-z0-9_.-]")
 UPSERT_BATCH = 1000
+
+
+# An Edge shard can be opened once per process (its WAL is locked): instances on the same directory share it.
+_SHARDS_LOCK = threading.Lock()
+_SHARDS: dict[str, list] = {}  # shard directory -> [EdgeShard, instances holding it]
+
+
+def _acquire_shard(folder: str, make):
+    with _SHARDS_LOCK:
+        entry = _SHARDS.get(folder)
+        if entry is None:
+            entry = _SHARDS[folder] = [make(), 0]
+        entry[1] += 1
+        return entry[0]
+
+
+def _release_shard(folder: str, *, force: bool = False) -> None:
+    with _SHARDS_LOCK:
+        entry = _SHARDS.get(folder)
+        if entry is None:
+            return
+        entry[1] -= 1
+        if entry[1] <= 0 or force:
+            del _SHARDS[folder]
+            entry[0].close()
 
 
 def point_id(memory_id: str) -> str:
@@ -153,14 +180,16 @@ class QdrantBackend:
         if self._shard is not None:
             return
         folder = self._shard_dir()
+        shard = _acquire_shard(folder, lambda: self._load_or_create(q, folder, dim))
+        size = _edge_dim(shard, q)
+        if size is not None and size != dim:
+            _release_shard(folder)
+            raise ValueError(f"qdrant: shard {folder} holds dim={size}, asked for dim={dim}; use another collection or drop it")
+        self._shard = shard
+
+    def _load_or_create(self, q, folder: str, dim: int):
         if os.path.isdir(folder) and os.listdir(folder):
-            shard = q.EdgeShard.load(folder)
-            size = _edge_dim(shard, q)
-            if size is not None and size != dim:
-                shard.close()
-                raise ValueError(f"qdrant: shard {folder} holds dim={size}, asked for dim={dim}; use another collection or drop it")
-            self._shard = shard
-            return
+            return q.EdgeShard.load(folder)
         cfg = q.EdgeConfig(vectors=q.EdgeVectorParams(size=dim, distance=q.Distance.Cosine),
                            hnsw_config=q.HnswIndexConfig(m=self.m, ef_construct=self.ef_construct,
                                                          full_scan_threshold=self.full_scan_threshold),
@@ -170,7 +199,7 @@ class QdrantBackend:
                             ("ts", q.PayloadSchemaType.Float)):
             shard.update(q.UpdateOperation.create_field_index(field, kind))
         log.info("qdrant: created Edge shard %s (dim %d)", folder, dim)
-        self._shard = shard
+        return shard
 
     def _open_client(self, dim: int) -> None:
         client, m = self._connect_client(), self._models()
@@ -278,16 +307,17 @@ class QdrantBackend:
 
     def close(self) -> None:
         if self._shard is not None:
-            try:
-                self._shard.close()
-            finally:
-                self._shard = None
+            self._shard = None
+            _release_shard(self._shard_dir())
         self._dim, self._dirty = 0, False
 
     def drop(self) -> None:
         """Delete the shard directory / the collection. Idempotent; works after close()."""
         if self.url is None:
-            self.close()
+            held = self._shard is not None
+            self._shard, self._dim, self._dirty = None, 0, False
+            if held:
+                _release_shard(self._shard_dir(), force=True)  # the data goes: no instance may keep using it
             shutil.rmtree(self._shard_dir(), ignore_errors=True)
             return
         self._dim = 0
