@@ -783,14 +783,14 @@ def write_report(run_dir: Path, settings=None) -> Path:
     traces = [(j, t) for j in jobs for t in j.get("traces", [j])]
     if traces:
         lines += ["## Store metrics (same vectors, same filters; exact = numpy cosine scan of the cached vectors)", "",
-                  "| store | " + ("embedder | " if multi_emb else "") + "roles | memories | ingest rows/s | read-after-write lag s | fidelity@10 vs exact | short-result rate | max abs score diff vs exact cosine | scores off by > 1e-4 | store dir MB |",
+                  "| store | " + ("embedder | " if multi_emb else "") + "roles | memories | ingest rows/s | read-after-write lag s | fidelity@10 vs exact | short-result rate (short lists: fewer hits than min(depth, eligible)) | max abs score diff vs exact cosine | scores off by > 1e-4 | store dir MB |",
                   "|---|" + ("---|" if multi_emb else "") + "---|---|---|---|---|---|---|---|---|"]
         for j, t in traces:
             mb = t.get("index_bytes")
             emb = f"{E(j.get('embedder'))} | " if multi_emb else ""
             lines.append(f"| {E(t['backend'])} | {emb}{','.join(t['roles']) if t.get('roles') else 'all'} | {t['n_memories']} | "
                          f"{_fmt(t.get('ingest_per_second'), 0)} | {_fmt(t.get('ready_seconds'), 2)} | {_fmt(t.get('fidelity_at_10'))} | "
-                         f"{_fmt(t.get('short_result_rate'))} | {_fmt(t.get('score_max_abs_diff'), 6)} | "
+                         f"{_fmt(t.get('short_result_rate'))} ({t.get('short_results', 'n/a')}) | {_fmt(t.get('score_max_abs_diff'), 6)} | "
                          f"{t.get('score_mismatches_1e4', 'n/a')} of {t.get('score_pairs', 'n/a')} | {_fmt(mb / 1e6, 1) if mb else 'n/a'} |")
         lines.append("")
     lines += ranked_section(run)
