@@ -297,8 +297,21 @@ class QdrantBackend:
         return [p.payload["mid"] for p in res], [p.score for p in res]
 
     def reference_query(self, vector: np.ndarray, *, k: int, where: Where) -> tuple[list[str], list[float]]:
-        """The query as a Qdrant user writes it (the same request the adapter sends), no ordering work."""
-        return self._query(np.asarray(vector, dtype=np.float32).tolist(), k, where)
+        """The query as a Qdrant Edge user writes it: one QueryRequest with a must-filter, scores as returned."""
+        if self.url is not None:
+            return self._query(np.asarray(vector, dtype=np.float32).tolist(), k, where)
+        q = self._edge()
+        must = []
+        if where.conversation_id is not None:
+            must.append(q.FieldCondition(key="conversation_id", match=q.MatchValue(where.conversation_id)))
+        if where.roles is not None:
+            must.append(q.FieldCondition(key="role", match=q.MatchAny(list(where.roles))))
+        if where.before is not None and where.before != math.inf:
+            must.append(q.FieldCondition(key="ts", range=q.RangeFloat(lte=where.before)))
+        res = self._shard.query(q.QueryRequest(limit=k, query=q.Query.Nearest(np.asarray(vector, dtype=np.float32).tolist()),
+                                               filter=q.Filter(must=must) if must else None, with_payload=["mid"],
+                                               params=q.SearchParams(hnsw_ef=self.hnsw_ef, exact=self.exact)))
+        return [p.payload["mid"] for p in res], [p.score for p in res]
 
     def list_collections(self) -> list[str]:
         if self.url is None:
