@@ -115,3 +115,13 @@ def test_the_trace_counts_the_short_lists_of_a_filtered_hnsw_scan(pg, tmp_path, 
     assert off["fidelity_at_10"] < 0.9
     assert relaxed["short_results"] == 0 and relaxed["fidelity_at_10"] > off["fidelity_at_10"]
     assert off["eligible_median"] == relaxed["eligible_median"] <= 40
+
+
+def test_the_adapter_starting_its_own_server_in_an_unusable_place_fails_with_one_line(tmp_path):
+    """host null: the adapter starts PostgreSQL itself in ``path``; a path that cannot be a directory is one line."""
+    (tmp_path / "file").write_text("not a directory")
+    b = load_backend("pgvector", stores_dir=tmp_path, path=str(tmp_path / "file" / "pg"), collection="t", layout="shared")
+    with pytest.raises(ServerStartError) as err:
+        b.open(dim=4)
+    assert str(err.value).startswith(f"store pgvector: cannot keep its PostgreSQL cluster in {tmp_path / 'file' / 'pg'}: ")
+    assert "\n" not in str(err.value)

@@ -119,6 +119,8 @@ def _own_server(path: str) -> tuple[str, int]:
                 raise BackendUnavailable(f"store pgvector: {exc}") from None
             except ServerStartError as exc:
                 raise ServerStartError(f"store pgvector: {exc}") from None
+            except OSError as exc:  # the data directory cannot be made or owned
+                raise ServerStartError(f"store pgvector: cannot keep its PostgreSQL cluster in {path}: {exc}") from None
             _OWN_SERVERS[path] = (info.host, info.port)
         return _OWN_SERVERS[path]
 
