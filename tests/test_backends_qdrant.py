@@ -92,3 +92,16 @@ def test_two_instances_on_one_collection_share_the_open_shard(tmp_path):
     assert first.search(rows.vectors[2], k=1, where=Where()).ids == ("m2",)  # still open for the first
     first.drop()
     first.close()
+
+
+def test_the_store_size_counts_allocated_bytes_not_a_sparse_files_apparent_size(tmp_path):
+    """An Edge shard preallocates sparse files (~130 MB apparent for 300 rows); make stores reported 7,820 MB for 50
+    small shards. disk_bytes counts allocated blocks."""
+    from bench.trace import disk_bytes
+
+    sparse = tmp_path / "sparse.bin"
+    with open(sparse, "wb") as f:
+        f.truncate(64 * 1024 * 1024)  # 64 MB apparent, nothing written
+    (tmp_path / "data.bin").write_bytes(b"x" * 10_000)
+    assert disk_bytes(tmp_path) < 1_000_000  # the 10,000 written bytes (in 4 KB blocks), not 64 MB
+    assert disk_bytes(tmp_path / "data.bin") == 10_000
