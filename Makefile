@@ -56,7 +56,7 @@ baseline: $(STAMP) ## Rewrite the committed regression baselines in reports/base
 harden: $(STAMP) ## Hardening suite: bad input, planted secrets, store faults, short load; prints the figures
 	$(BIN)/recallbench harden $(ARGS)
 
-load: $(STAMP) ## 8 threads x 1,000 queries on every local store and the real seekdb/chroma servers
+load: $(STAMP) ## 8 threads x 1,000 queries on every local store and the real seekdb/chroma/PostgreSQL servers
 	$(BIN)/recallbench load $(ARGS)
 
 bench: $(STAMP) ## Performance ratios P1-P7, PL (store layout), PE (embedding memory) and PC (split-half coverage of the printed intervals) with targets and PASS/FAIL, measured in one run

@@ -195,6 +195,10 @@ def build_trace(
     t_exact = time.perf_counter()
     exact, gold_ids, gold_ranks, store = _exact_pass(corpus, tv, qv, hit_ids, hit_scores, roles=roles, k=fidelity_k,
                                                      depth=depth, progress=progress)
+    if store["short_results"]:
+        log.warning("store %s returned fewer hits than asked on %d of %d questions (%s); fidelity@%d vs exact %.3f: "
+                    "its ANN index filters after its candidate list (see short_results in meta.json)", backend.name,
+                    store["short_results"], len(questions), store["short_example"], fidelity_k, store[f"fidelity_at_{fidelity_k}"])
     post_s = time.perf_counter() - t_exact
     table = pd.DataFrame({"question_id": [q.question_id for q in questions],
                           "conversation_id": [q.conversation_id for q in questions], "latency_ns": lat,
@@ -305,6 +309,7 @@ def _exact_pass(corpus: Corpus, tv: np.ndarray, qv: np.ndarray, hit_ids: Sequenc
     gold_ids: list[list[str]] = [[] for _ in hit_ids]
     gold_ranks: list[list[int]] = [[] for _ in hit_ids]
     fid, short, truncated, max_diff, mismatches, pairs = [], 0, 0, float("nan"), 0, 0
+    short_example, eligible = "", []
     questions = corpus.questions
     for qi, start, sims in _views(vis, corpus, tv, qv, progress=progress):
         q = questions[qi]
@@ -337,13 +342,21 @@ def _exact_pass(corpus: Corpus, tv: np.ndarray, qv: np.ndarray, hit_ids: Sequenc
         want = vis.top(start, local, sims, k)
         if len(want):
             fid.append(len(set(ids[:k]).intersection(want.tolist())) / len(want))
+        eligible.append(len(local))
         if len(ids) < min(depth, len(local)):
             short += 1
+            if not short_example:
+                short_example = f"question {q.question_id!r}: {len(ids)} hits of {min(depth, len(local))} asked ({len(local)} eligible)"
         truncated += len(local) > depth
     n = len(hit_ids)
     metrics = {
         f"fidelity_at_{k}": float(np.mean(fid)) if fid else float("nan"),
         "short_result_rate": short / n if n else float("nan"),
+        # short list: fewer hits than min(depth, eligible memories) -- a store that filters after its ANN candidate list
+        # (pgvector HNSW without iterative scan) returns them silently; the contract allows it, the report counts it
+        "short_results": short,
+        "short_example": short_example,
+        "eligible_median": float(np.median(eligible)) if eligible else float("nan"),
         "n_truncated": truncated,  # questions with more eligible memories than the search depth
         "score_max_abs_diff": max_diff,
         "score_mismatches_1e4": mismatches,
@@ -386,13 +399,19 @@ def store_metrics(table: pd.DataFrame, corpus: Corpus, tv: np.ndarray, qv: np.nd
 
 
 def disk_bytes(path) -> int | None:
-    """Bytes under a store's directory (None for stores without one)."""
+    """Bytes a store's directory takes on disk (None for stores without one): allocated blocks, not the apparent
+    size, so a sparse preallocated file (a Qdrant Edge shard: ~130 MB apparent, < 1 MB allocated) counts what it uses."""
     if not path:
         return None
     p = Path(path)
+
+    def used(f: Path) -> int:
+        st = f.stat()
+        return min(st.st_size, st.st_blocks * 512) if hasattr(st, "st_blocks") else st.st_size
+
     if p.is_file():
-        return p.stat().st_size
-    return sum(f.stat().st_size for f in p.rglob("*") if f.is_file()) if p.exists() else None
+        return used(p)
+    return sum(used(f) for f in p.rglob("*") if f.is_file()) if p.exists() else None
 
 
 def vars_of(obj) -> dict:

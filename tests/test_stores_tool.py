@@ -39,6 +39,14 @@ def test_scale_part_has_a_row_per_store_and_layout_and_ratios_to_exact_of_the_sa
                                                     ("sqlite_vec", "shared"), ("sqlite_vec", "per_conversation")]
     assert (df.loc[df["store"] == "exact", "p50_ms_ratio_to_exact"] == 1.0).all()
     assert (df["recall_at_k_vs_exact"] == 1.0).all() and (df["filtered_recall_at_k_vs_exact"] == 1.0).all()
+    assert (df["short_lists"] == 0).all() and (df["filtered_short_lists"] == 0).all()
+
+
+def test_a_short_list_is_fewer_hits_than_the_exact_top_k_holds():
+    """min(k, eligible) is what the exact top-k holds: 2 of 3 asked is short; 1 of 1 eligible (k=3) is not."""
+    truth = [["a", "b", "c"], ["a"], ["a", "b", "c"]]
+    assert S._short([["a", "b"], ["a"], ["c", "b", "a"]], truth) == 1
+    assert S._short([[], [], []], truth) == 3
 
 
 def test_pinecone_runs_against_its_loopback_double_labelled_quality_only(data, tmp_path):

