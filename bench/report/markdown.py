@@ -26,6 +26,7 @@ from bench.report.escape import md_code as C
 from bench.report.escape import md_text as E
 from bench.report.escape import confined, slug
 from bench.report.strategies import strategy_sections
+from bench.report.systems import section as systems_section
 from bench.rundir import ANALYSIS, META, QUESTIONS, REPORT_MD, RunDir, strategy_names
 
 log = logging.getLogger(__name__)
@@ -794,6 +795,7 @@ def write_report(run_dir: Path, settings=None) -> Path:
                          f"{t.get('score_mismatches_1e4', 'n/a')} of {t.get('score_pairs', 'n/a')} | {_fmt(mb / 1e6, 1) if mb else 'n/a'} |")
         lines.append("")
     lines += ranked_section(run)
+    lines += systems_section(run)
     if "adversarial_abstain_rate" in summary and summary["n_adversarial"].max() > 0:
         adv = summary[summary["n_adversarial"] > 0]
         lines += ["## Adversarial questions (correct recall = nothing)", "",
