@@ -16,12 +16,12 @@ or a session:
   for a LongMemEval corpus also LongMemEval's turn id ``<haystack_session_id>_<n>`` (n = 1-based position in the
   session, ``answer`` written ``noans`` for a turn without the answer, as ``run_retrieval.py`` names them);
 - a session: ``<conversation_id>|session<ordinal>`` (``bench.ranked.session_map``, what the export writes), or,
-  for a LongMemEval corpus, the source's ``haystack_session_ids`` entry (read from the corpus's source files,
+  for a LongMemEval corpus, the source's ``haystack_session_ids`` entry (also with ``answer`` written ``noans``; read from the corpus's source files,
   only when an id needs it: the corpus keeps ordinals, never source ids, because those start with ``answer_``).
 
 One file is one level: its first id decides (a turn ranking is scored at turn and session level, a session
 ranking at session level only: turn cells are NaN). A turn the question may not see (said after it, by
-``bench.visibility``) is dropped and counted, as ``run_file=`` does; a memory of another conversation is an error.
+``bench.visibility``), or a LongMemEval turn the corpus does not index (empty text), is dropped and counted, as ``run_file=`` does; a memory of another conversation is an error.
 A bad file stops with one line naming file, question and field (unknown question id, unknown doc id,
 repeated id, a list that is not a list, an id that is not a string, an empty file, invalid JSON with line and
 column); nothing is scored from it.
@@ -92,10 +92,10 @@ def read_ranking(path: Path, corpus: Corpus, *, name: str | None = None) -> Rank
                 level = lv
             elif lv != level:
                 raise ValueError(f"{path}: {field}: id {raw!r} is a {lv} id but the file's first id is a {level} id (one level per file)")
-            if key in seen:
+            if key in seen and key:
                 raise ValueError(f"{path}: {field}: id {raw!r} repeated in the list of question {qid!r}")
             seen.add(key)
-            if lv == "turn" and not resolver.visible(qid, key):
+            if lv == "turn" and (not key or not resolver.visible(qid, key)):
                 dropped += 1
                 continue
             out.append(key)
@@ -103,7 +103,7 @@ def read_ranking(path: Path, corpus: Corpus, *, name: str | None = None) -> Rank
     if not ranked:
         raise ValueError(f"{path}: the file ranks no question")
     if dropped:
-        log.warning("%s: %d hits the questions may not see (said after the question) were dropped", path, dropped)
+        log.warning("%s: %d hits dropped: said after the question, or a turn the corpus does not index (empty text)", path, dropped)
     return Ranking(name or path.stem, str(path), fmt, level or "turn", ranked, dropped)
 
 
@@ -217,8 +217,9 @@ class _Resolver:
                          f"'<conversation_id>|session<n>'{'; or LongMemEval haystack session / turn ids' if self._lme() else ''})")
 
     def visible(self, qid: str, key: str) -> bool:
-        q, t = self.questions[qid], self.turns[key]
-        return q.asked_at is None or t.timestamp is None or t.timestamp <= q.asked_at
+        from bench.visibility import question_filter, visible
+
+        return visible(self.turns[key], question_filter(self.questions[qid]))
 
     def _lme(self) -> bool:
         return self.corpus.name.startswith("longmemeval")
@@ -256,11 +257,11 @@ def _longmemeval_ids(corpus: Corpus) -> dict[str, dict[str, tuple[str, str]]]:
             for i, (sid, session) in enumerate(zip(item.get("haystack_session_ids") or [], item.get("haystack_sessions") or [])):
                 if not isinstance(sid, str):
                     continue
-                ids[sid] = ("session", f"{qid}|session{i}")
+                for form in {sid, sid.replace("answer", "noans")}:  # run_retrieval.py's name of an answer session without the answer
+                    ids[form] = ("session", f"{qid}|session{i}")
                 for j in range(len(session) if isinstance(session, list) else 0):
-                    key = f"{qid}|s{i}:t{j}"
-                    if key in keys:
-                        for form in {f"{sid}_{j + 1}", f"{sid}_{j + 1}".replace("answer", "noans")}:
-                            ids[form] = ("turn", key)
+                    key = f"{qid}|s{i}:t{j}"  # a turn the loader skipped (empty text) is known but not a memory: dropped, counted
+                    for form in {f"{sid}_{j + 1}", f"{sid}_{j + 1}".replace("answer", "noans")}:
+                        ids[form] = ("turn", key if key in keys else "")
             out[qid] = ids
     return out

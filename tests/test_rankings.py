@@ -118,6 +118,8 @@ def test_longmemeval_source_ids_map_to_sessions_and_turns(tmp_path):
     corpus = load_longmemeval(path=tmp_path / "src")
     s = read_ranking(_write(tmp_path / "s.json", {"e1": ["sharegpt_x_0", "answer_e1_1"]}), corpus)
     assert s.level == "session" and s.ranked == {"e1": ("e1|session0", "e1|session1")}
+    n = read_ranking(_write(tmp_path / "n.json", {"e1": ["noans_e1_1"]}), corpus)  # run_retrieval.py's name for it
+    assert n.ranked == {"e1": ("e1|session1",)}
     # LongMemEval's turn ids: <session id>_<1-based turn>, 'answer' written 'noans' for a turn without the answer
     t = read_ranking(_write(tmp_path / "t.json", {"e1": ["noans_e1_1_1", "answer_e1_1_2", "sharegpt_x_0_2"]}), corpus)
     assert t.level == "turn" and t.ranked == {"e1": ("e1|s1:t0", "e1|s1:t1", "e1|s0:t1")}
@@ -186,3 +188,68 @@ def test_score_cli_round_trip_on_the_demo_run(tmp_path_factory, tmp_path, capsys
             assert (our[our["level"] == lv]["diff"].fillna(0) == 0).all()
     report = (run / "report.md").read_text()
     assert "## Systems: imported rankings beside ours" in report and "import:trace_sessions" in report
+
+
+def test_a_turn_said_after_the_question_is_dropped_not_credited(tmp_path):
+    """q1 is asked at 10; a turn said at 11 is dropped from the ranking (as sweep run_file= drops it), and counted."""
+    late = Corpus(name="late", conversations=(Conversation("c1", (_t("c1", "t0", 0, 0), _t("c1", "t1", 11, 1))),),
+                  questions=(Question("q1", "c1", "?", 10.0, ("t1",)),), source="late.json")
+    r = read_ranking(_write(tmp_path / "l.json", {"q1": ["c1|t1", "c1|t0"]}), late)
+    assert r.ranked == {"q1": ("c1|t0",)} and r.dropped == 1
+    assert systems.ranking_rows(r, late, ks=(1,))["turn/recall_any@1"].tolist() == [0.0]
+
+
+def _our_rows(hits: dict) -> pd.DataFrame:
+    """Our per-question rows (bench.ranked.per_question) of a trace whose hits are ``hits``."""
+    from types import SimpleNamespace
+
+    qs = [q for q in CORPUS.questions]
+    table = pd.DataFrame({"question_id": [q.question_id for q in qs], "conversation_id": [q.conversation_id for q in qs],
+                          "hit_ids": [hits.get(q.question_id, []) for q in qs],
+                          "gold_ids": [[f"{q.conversation_id}|{e}" for e in q.evidence] for q in qs]})
+    meta = {"dataset": "tiny", "embedder": "e", "backend": "exact", "roles": None}
+    return ranked.per_question(SimpleNamespace(table=table, meta=meta), CORPUS, ks=KS)
+
+
+def test_systems_table_pairs_on_the_same_questions_hand_worked(tmp_path):
+    """Ours finds every gold turn at rank 1: recall_any@1 ours [1, 1, 1], imported [0, 1, 0]. Differences (imported - ours)
+    [-1, 0, -1]: mean -2/3, se 1/3 (three conversations, one question each), t = -2 with 2 df: p = 1 - 2/sqrt(6)."""
+    ours = _our_rows({"q1": ["c1|t2"], "q2": ["c2|u0", "c2|u2"], "q3": ["c3|v1"]})
+    r = read_ranking(_write(tmp_path / "mine.json", TURNS), CORPUS)
+    t = systems.compare(ours, [(r, systems.ranking_rows(r, CORPUS, ks=KS))], ks=KS)
+    pick = lambda kind: t[(t["kind"] == kind) & (t["level"] == "turn") & (t["metric"] == "recall_any") & (t["k"] == 1)].iloc[0]  # noqa: E731
+    imp, our = pick("imported"), pick("ours")
+    assert imp["system"] == "import:mine" and imp["mean"] == pytest.approx(1 / 3) and imp["n_questions"] == 3
+    assert our["system"] == "exact (e, roles all)" and our["mean"] == 1.0 and our["n_questions"] == 3
+    assert our["diff"] == pytest.approx(-2 / 3) and our["p_value"] == pytest.approx(1 - 2 / math.sqrt(6), abs=1e-9)
+    assert (our["wins"], our["ties"], our["losses"], our["n_conversations"]) == (0, 1, 2, 3)
+    from bench.report.systems import text_table
+
+    lines = text_table(t)
+    assert lines[:5] == ["**mine** (json, turn ids, file mine.json), turn level:", "",
+                         "| system | questions | recall_any@1 | recall_any@3 | recall_all@1 | recall_all@3 | ndcg@1 | ndcg@3 | mrr |",
+                         "|---|---|---|---|---|---|---|---|---|",
+                         f"| import:mine | 3 | 0.333 | 0.667 | 0.000 | 0.333 | 0.333 | {(L3 + 1 / (1 + L3)) / 3:.3f} | 0.500 |"]
+    assert lines[5].startswith("| exact (e, roles all) | 3 | 1.000 (Δ -0.667, p 0.184) | 1.000 (Δ -0.333, p 0.423) |")
+
+
+def test_a_subset_ranking_is_paired_on_its_questions_only(tmp_path):
+    ours = _our_rows({"q1": ["c1|t2"], "q2": ["c2|u0"], "q3": []})
+    r = read_ranking(_write(tmp_path / "sub.json", {"q1": ["c1|t2"]}), CORPUS)
+    t = systems.compare(ours, [(r, systems.ranking_rows(r, CORPUS, ks=KS))], ks=KS)
+    row = t[(t["kind"] == "ours") & (t["level"] == "turn") & (t["metric"] == "mrr")].iloc[0]
+    assert row["n_questions"] == 1 and row["mean"] == 1.0 and row["diff"] == 0.0
+
+
+def test_export_json_turn_and_session_ids_hand_worked():
+    from bench.cli.export import json_ranking
+
+    trace = SimpleTrace({"q1": ["c1|t3", "c1|t2", "c1|t0", "c1|t1"], "q2": ["c2|u2", "c2|u1", "c2|u0"], "q3": []})
+    assert json_ranking(trace, CORPUS) == {"q1": ["c1|t3", "c1|t2", "c1|t0", "c1|t1"], "q2": ["c2|u2", "c2|u1", "c2|u0"], "q3": []}
+    assert json_ranking(trace, CORPUS, sessions=True) == {"q1": ["c1|session1", "c1|session0"], "q2": ["c2|session1", "c2|session0"],
+                                                          "q3": []}
+
+
+class SimpleTrace:
+    def __init__(self, hits: dict):
+        self.table = pd.DataFrame({"question_id": list(hits), "hit_ids": list(hits.values())})

@@ -8,7 +8,8 @@ import pandas as pd
 
 from bench.report.escape import md_text
 
-SHOWN = (("recall_any", 5), ("recall_any", 10), ("recall_all", 5), ("recall_all", 10), ("ndcg", 5), ("ndcg", 10), ("mrr", None))
+METRICS = ("recall_any", "recall_all", "ndcg")
+KS = (5, 10)  # the cut-offs shown (every one in systems.csv); a table without them shows its own
 
 
 def _num(x, digits: int = 3) -> str:
@@ -28,7 +29,9 @@ def text_table(table: pd.DataFrame) -> list[str]:
         if not (g["n_questions"] > 0).any():
             continue
         first = g.iloc[0]
-        shown = [(m, k) for m, k in SHOWN if ((g["metric"] == m) & ((g["k"] == k) if k is not None else g["k"].isna())).any()]
+        present = sorted(int(k) for k in g["k"].dropna().unique())
+        ks = [k for k in KS if k in present] or present
+        shown = [(m, k) for m in METRICS for k in ks] + [("mrr", None)]
         head = ["system", "questions", *[f"{m}@{k}" if k else m for m, k in shown]]
         lines += [f"**{md_text(name)}** ({md_text(first['format'])}, {md_text(first['ranking_level'])} ids, file "
                   f"{md_text(first['file'])}), {level} level:", "",
