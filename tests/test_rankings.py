@@ -253,3 +253,11 @@ def test_export_json_turn_and_session_ids_hand_worked():
 class SimpleTrace:
     def __init__(self, hits: dict):
         self.table = pd.DataFrame({"question_id": list(hits), "hit_ids": list(hits.values())})
+
+
+def test_a_json_ranking_given_to_run_file_says_where_it_goes(tmp_path):
+    path = _write(tmp_path / "mine.json", TURNS)
+    with pytest.raises(ValueError) as e:
+        trec.read_run(path, CORPUS)
+    assert str(e.value) == (f"{path}: a JSON ranking, not a TREC run (run_file= reads 'qid Q0 docid rank score tag' lines); "
+                            f"score it beside a finished run with `recallbench score RUN {path}`")
