@@ -21,7 +21,8 @@ or a session:
 
 One file is one level: its first id decides (a turn ranking is scored at turn and session level, a session
 ranking at session level only: turn cells are NaN). A turn the question may not see (said after it, by
-``bench.visibility``), or a LongMemEval turn the corpus does not index (empty text), is dropped and counted, as ``run_file=`` does; a memory of another conversation is an error.
+``bench.visibility``), a session none of whose turns it may see, or a LongMemEval turn the corpus does not index
+(empty text), is dropped and counted (so gold said after the question is a miss for every system, as for ours), as ``run_file=`` does; a memory of another conversation is an error.
 A bad file stops with one line naming file, question and field (unknown question id, unknown doc id,
 repeated id, a list that is not a list, an id that is not a string, an empty file, invalid JSON with line and
 column); nothing is scored from it.
@@ -95,7 +96,7 @@ def read_ranking(path: Path, corpus: Corpus, *, name: str | None = None) -> Rank
             if key in seen and key:
                 raise ValueError(f"{path}: {field}: id {raw!r} repeated in the list of question {qid!r}")
             seen.add(key)
-            if lv == "turn" and (not key or not resolver.visible(qid, key)):
+            if not key or not resolver.visible(qid, key, lv):
                 dropped += 1
                 continue
             out.append(key)
@@ -103,7 +104,7 @@ def read_ranking(path: Path, corpus: Corpus, *, name: str | None = None) -> Rank
     if not ranked:
         raise ValueError(f"{path}: the file ranks no question")
     if dropped:
-        log.warning("%s: %d hits dropped: said after the question, or a turn the corpus does not index (empty text)", path, dropped)
+        log.warning("%s: %d hits dropped: said after the question (a session: all of it), or a turn the corpus does not index (empty text)", path, dropped)
     return Ranking(name or path.stem, str(path), fmt, level or "turn", ranked, dropped)
 
 
@@ -188,6 +189,9 @@ class _Resolver:
         self.questions = {q.question_id: q for q in corpus.questions}
         self.turns = {t.key: t for c in corpus.conversations for t in c.turns}
         self.sessions = {c.conversation_id: {t.session for t in c.turns} for c in corpus.conversations}
+        self.by_session: dict[str, list] = {}
+        for t in self.turns.values():
+            self.by_session.setdefault(f"{t.conversation_id}|session{t.session}", []).append(t)
         self._source: dict[str, dict[str, tuple[str, str]]] | None = None
 
     def resolve(self, qid: str, raw: str, field: str) -> tuple[str, str]:
@@ -216,10 +220,14 @@ class _Resolver:
                          f"{conv!r}) in {self.corpus.name} (turns: '<conversation_id>|<turn_id>' or the turn id; sessions: "
                          f"'<conversation_id>|session<n>'{'; or LongMemEval haystack session / turn ids' if self._lme() else ''})")
 
-    def visible(self, qid: str, key: str) -> bool:
+    def visible(self, qid: str, key: str, level: str = "turn") -> bool:
+        """A turn the question may see (``bench.visibility``); a session holding at least one such turn."""
         from bench.visibility import question_filter, visible
 
-        return visible(self.turns[key], question_filter(self.questions[qid]))
+        where = question_filter(self.questions[qid])
+        if level == "turn":
+            return visible(self.turns[key], where)
+        return any(visible(t, where) for t in self.by_session.get(key, ()))
 
     def _lme(self) -> bool:
         return self.corpus.name.startswith("longmemeval")

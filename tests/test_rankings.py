@@ -261,3 +261,16 @@ def test_a_json_ranking_given_to_run_file_says_where_it_goes(tmp_path):
         trec.read_run(path, CORPUS)
     assert str(e.value) == (f"{path}: a JSON ranking, not a TREC run (run_file= reads 'qid Q0 docid rank score tag' lines); "
                             f"score it beside a finished run with `recallbench score RUN {path}`")
+
+
+def test_a_session_said_wholly_after_the_question_is_dropped():
+    """Session 1 (t1 at 11, t2 at 12) is after q1 (asked at 10): dropped; session 0 holds t0 (at 0): kept."""
+    import tempfile
+    from pathlib import Path
+
+    late = Corpus(name="late", conversations=(Conversation("c1", (_t("c1", "t0", 0, 0), _t("c1", "t1", 11, 1), _t("c1", "t2", 12, 1))),),
+                  questions=(Question("q1", "c1", "?", 10.0, ("t1",)),), source="late.json")
+    path = _write(Path(tempfile.mkdtemp()) / "s.json", {"q1": ["c1|session1", "c1|session0"]})
+    r = read_ranking(path, late)
+    assert r.ranked == {"q1": ("c1|session0",)} and r.dropped == 1
+    assert systems.ranking_rows(r, late, ks=(1,))["session/recall_any@1"].tolist() == [0.0]
