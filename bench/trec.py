@@ -131,6 +131,9 @@ def read_run(path: Path, corpus: Corpus) -> tuple[dict[str, list[tuple[str, floa
         text = path.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as e:
         raise ValueError(f"{path}: cannot read the run file ({type(e).__name__}: {e})") from None
+    if text.lstrip()[:1] in ("{", "["):
+        raise ValueError(f"{path}: a JSON ranking, not a TREC run (run_file= reads 'qid Q0 docid rank score tag' lines); "
+                         f"score it beside a finished run with `recallbench score RUN {path}`")
     for n, line in enumerate(text.splitlines(), 1):
         if not line.strip():
             continue

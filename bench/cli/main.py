@@ -20,6 +20,7 @@ COMMANDS = {
     "report": ("bench.cli.report", "rebuild report.md, report.html and the plots of a finished run"),
     "compare": ("bench.cli.compare", "paired significance table between two finished runs"),
     "export": ("bench.cli.export", "a finished run's traces as TREC run files plus qrels (read back: sweep run_file=...)"),
+    "score": ("bench.cli.score", "other systems' rankings (LongMemEval JSON, retrieval logs, TREC runs) scored beside a finished run's, paired"),
     "answer": ("bench.cli.answer", "answer-level metrics: an LLM reader and judge on a finished run's injected context"),
     "stores": ("bench.tools.stores", "every local store, and Pinecone via its loopback double, side by side (LoCoMo and synthetic scale) -> reports/compare/"),
     "regress": ("bench.tools.regress", "CI regression gate against reports/baseline/ (--write-baseline rewrites it)"),

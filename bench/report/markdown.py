@@ -27,6 +27,7 @@ from bench.report.escape import md_code as C
 from bench.report.escape import md_text as E
 from bench.report.escape import confined, slug
 from bench.report.strategies import strategy_sections
+from bench.report.systems import section as systems_section
 from bench.rundir import ANALYSIS, META, QUESTIONS, REPORT_MD, RunDir, strategy_names
 
 log = logging.getLogger(__name__)
@@ -905,6 +906,7 @@ def write_report(run_dir: Path, settings=None) -> Path:
                       "", "Recall and fidelity of these stores are lower than the exact store's for that reason "
                       "(README, short lists); see Store metrics in the appendix.", ""]
     app += ranked_section(run)
+    lines += systems_section(run)  # imported rankings beside ours: a comparison the user asked for, main body
     if "adversarial_abstain_rate" in summary and summary["n_adversarial"].max() > 0:
         adv = named(summary[summary["n_adversarial"] > 0])
         app += ["## Adversarial questions (correct recall = nothing)", "",
