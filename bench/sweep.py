@@ -80,28 +80,45 @@ class _Prefixes:
 
     def __init__(self, ctx: list[_Ctx], cost, token_counts: Mapping[str, int], separator_tokens: int, table, exact_a: bool):
         self.ctx, self.cost, self.counts, self.sep, self.table, self.exact_a = ctx, cost, token_counts, separator_tokens, table, exact_a
-        self._answers: tuple[np.ndarray, np.ndarray] | None = None
+        self._answers: tuple | None = None  # (the AnswerIndex, its arrays)
         keys = list(table.last["A"] if table is not None and "A" in table.last else token_counts)
         self.row_of = {k: i for i, k in enumerate(keys)}
         self.keys = keys
-        nq, width = len(ctx), max([len(c.hits) for c in ctx] + [0])
-        self.n_hits = np.array([len(c.hits) for c in ctx], dtype=np.int64)
+        nq = len(ctx)
+        n_hits = np.fromiter((len(c.hits) for c in ctx), np.int64, nq)
+        width = int(n_hits.max(initial=0))
+        self.n_hits = n_hits
         self.neg = np.full((nq, width), np.inf)
         self.rows = np.zeros((nq, width), dtype=np.int64)
         gold = np.zeros((nq, width), dtype=bool)
+        # every question's hits at once (flat, question-major); a question is slow when one of its ids is not in the
+        # corpus or repeats, or its scores are not finite and non-increasing
+        total = int(n_hits.sum())
+        flat_ids = np.concatenate([np.asarray(c.hits.ids, dtype=object) for c in ctx]) if total else np.zeros(0, dtype=object)
+        s = np.concatenate([np.asarray(c.hits.scores, dtype=np.float64) for c in ctx]) if total else np.zeros(0)
+        r = pd.Index(keys).get_indexer(flat_ids) if total else np.zeros(0, np.int64)  # -1: a memory not in the corpus
+        qi = np.repeat(np.arange(nq), n_hits)
+        pos = np.arange(total) - np.repeat(np.cumsum(n_hits) - n_hits, n_hits)
+        bad = (r < 0) | ~np.isfinite(s)
+        bad[1:] |= (qi[1:] == qi[:-1]) & (s[1:] > s[:-1])  # np.diff(s) > 0 within a question
         self.slow = np.zeros(nq, dtype=bool)
-        for i, c in enumerate(ctx):
-            ids, n = c.hits.ids, len(c.hits)
-            s = np.asarray(c.hits.scores, dtype=float)
-            try:
-                r = itemgetter(*ids)(self.row_of) if n > 1 else [self.row_of[x] for x in ids]
-            except KeyError:  # a memory not in the corpus
-                r = None
-            if r is None or len(set(ids)) != n or not np.isfinite(s).all() or (np.diff(s) > 0).any():
-                self.slow[i] = True
-                continue
-            self.neg[i, :n], self.rows[i, :n] = -s, r
-            gold[i, :n] = [x in c.gold for x in ids]
+        self.slow[qi[bad]] = True
+        self.neg[qi, pos], self.rows[qi, pos] = -s, np.maximum(r, 0)
+        if total:  # an id repeated within a question: sort each row's memory rows and look at neighbours
+            srt = np.where(np.arange(width)[None, :] < n_hits[:, None], self.rows, -1)
+            srt.sort(axis=1)
+            self.slow |= ((srt[:, 1:] == srt[:, :-1]) & (srt[:, 1:] >= 0)).any(axis=1)
+        self.neg[self.slow], self.rows[self.slow] = np.inf, 0
+        g_rows = [[self.row_of[g] for g in c.gold if g in self.row_of] for c in ctx]
+        n_g = max(map(len, g_rows), default=0)
+        if n_g and width:
+            gm = np.full((nq, n_g), -1, dtype=np.int64)
+            for i, g in enumerate(g_rows):
+                gm[i, : len(g)] = g
+            valid = (np.arange(width)[None, :] < n_hits[:, None]) & ~self.slow[:, None]
+            for j in range(n_g):
+                gold |= self.rows == gm[:, j : j + 1]
+            gold &= valid
         self.correct = np.concatenate([np.zeros((nq, 1), np.int64), np.cumsum(gold, axis=1)], axis=1)
         self._tokens: dict[str, tuple[np.ndarray, np.ndarray]] = {}
 
@@ -111,15 +128,15 @@ class _Prefixes:
     def answers(self, index: AnswerIndex) -> tuple[np.ndarray, np.ndarray]:
         """(answer_recall, answer_contained) of the first n hits per question, n = 0..width (``AnswerIndex.prefixes``;
         NaN past a question's hits and for ``slow`` questions)."""
-        if self._answers is None:
+        if self._answers is None or self._answers[0] is not index:
             nq, width = self.neg.shape
             rec, cont = np.full((nq, width + 1), NAN), np.full((nq, width + 1), NAN)
             for i in np.flatnonzero(~self.slow).tolist():
                 c = self.ctx[i]
                 r, k = index.prefixes(c.question.question_id, c.hits.ids)
                 rec[i, : len(r)], cont[i, : len(k)] = r, k
-            self._answers = rec, cont
-        return self._answers
+            self._answers = index, (rec, cont)
+        return self._answers[1]
 
     def tokens(self, fmt: str) -> tuple[np.ndarray, np.ndarray]:
         """(tokens of the first n hits per question, n = 0..width; per question: must it be priced one by one)."""
@@ -149,6 +166,27 @@ class _Prefixes:
         return out, slow
 
 
+def _contexts(trace: Trace, corpus: Corpus, questions: dict, vis: Visibility, roles) -> tuple[list[_Ctx], dict]:
+    """Per trace row its ``_Ctx``, and the views: (conversation, asked_at) -> (eligible, full-context cost per format,
+    filled by the caller, keys seen)."""
+    ctx: list[_Ctx] = []
+    views: dict[tuple, tuple] = {}
+    table = trace.table
+    for qid, ids, scores, latency in zip(table["question_id"].tolist(), table["hit_ids"].tolist(), table["hit_scores"].tolist(),
+                                         table["latency_ns"].tolist()):
+        q = questions.get(qid)
+        if q is None:
+            raise ValueError(f"sweep: trace question {qid!r} is not in corpus {corpus.name!r} ({corpus.source})")
+        view = views.get((q.conversation_id, q.asked_at))
+        if view is None:
+            seen = vis.visible_turns(q)  # every role: the full-context cost
+            eligible = seen if roles is None else vis.visible_turns(q, roles)
+            view = views[(q.conversation_id, q.asked_at)] = (eligible, {}, list(seen.keys))
+        ctx.append(_Ctx(q, view[0], frozenset(memory_key(q.conversation_id, e) for e in q.scored_evidence),
+                        Hits(tuple(ids), tuple(np.asarray(scores, dtype=float).tolist())), float(latency), view[1], view[2]))
+    return ctx, views
+
+
 def replay_order(questions: Sequence) -> list[int]:
     """Indices of ``questions`` in time order: by ``asked_at`` (None = after everything), then given order."""
     return sorted(range(len(questions)), key=lambda i: (questions[i].asked_at is None, questions[i].asked_at or 0.0, i))
@@ -168,6 +206,7 @@ def sweep(
     calibrated: Mapping[str, np.ndarray] | None = None,
     record: dict | None = None,
     answer_coverage: bool = True,
+    shared: dict | None = None,
 ) -> pd.DataFrame:
     """One row per (strategy, threshold, format, question).
 
@@ -185,6 +224,8 @@ def sweep(
     ``token_counts`` is also what ``needs_tokens`` strategies get as ``tokens=``.
     ``record`` (a dict the caller passes) receives the selections behind the rows: (strategy name, threshold
     rounded to 10 places or None) -> question id -> the selected memory ids (distinct, in selection order).
+    ``shared`` (a dict the caller passes to several sweeps of the same trace, corpus and token tables, as ``run_job``
+    does for the main sweep and ``format_tokens_table``): the per-question context and prefix arrays are built once.
     ``answer_coverage=False`` leaves ``answer_recall``/``answer_contained`` NaN (for side sweeps that report tokens only).
     ``depth_saturated``: the strategy read the store, kept every candidate the store returned, and
     the store returned fewer memories than the question may see, so a deeper search could have
@@ -204,21 +245,17 @@ def sweep(
             return sum(map(token_counts.__getitem__, ids)) + separator_tokens * max(len(ids) - 1, 0)
         return format_tokens.cost(fmt, ids)
 
-    ctx: list[_Ctx] = []
-    views: dict[tuple, tuple] = {}  # (conversation, asked_at) -> (eligible, full-context cost per format)
-    for rec in trace.table.itertuples(index=False):
-        q = questions.get(rec.question_id)
-        if q is None:
-            raise ValueError(f"sweep: trace question {rec.question_id!r} is not in corpus {corpus.name!r} ({corpus.source})")
-        view = views.get((q.conversation_id, q.asked_at))
-        if view is None:
-            seen = vis.visible_turns(q)  # every role: the full-context cost
-            eligible = seen if roles is None else vis.visible_turns(q, roles)
-            view = views[(q.conversation_id, q.asked_at)] = (eligible, {f: cost(f, list(seen.keys)) for f in formats}, list(seen.keys))
-        ctx.append(_Ctx(q, view[0], frozenset(memory_key(q.conversation_id, e) for e in q.scored_evidence),
-                        Hits(tuple(rec.hit_ids), tuple(np.asarray(rec.hit_scores, dtype=float).tolist())), float(rec.latency_ns), view[1],
-                        view[2]))
-
+    key = (id(trace), id(corpus), id(token_counts), id(format_tokens), separator_tokens)
+    prepared = shared.get("sweep") if shared is not None else None
+    if prepared is None or prepared[0] != key:
+        prepared = (key, (trace, corpus, token_counts, format_tokens), *_contexts(trace, corpus, questions, vis, roles), {})
+        if shared is not None:
+            shared["sweep"] = prepared  # the objects are held too: their ids stay theirs while the entry lives
+    _, _, ctx, views, cache = prepared
+    for eligible, full, seen in views.values():  # the full-context cost of each view, in every format asked
+        for f in formats:
+            if f not in full:
+                full[f] = cost(f, seen)
     probs = None
     if any(s.calibrated for s in strategies):
         if calibrated is None:
@@ -239,7 +276,9 @@ def sweep(
         kind = spec.kind
         rule = _prefix_rule(spec)
         if rule is not None and prefixes is None:
-            prefixes = _Prefixes(ctx, cost, token_counts, separator_tokens, format_tokens, exact_a)
+            prefixes = cache.get("prefixes")
+            if prefixes is None:
+                prefixes = cache["prefixes"] = _Prefixes(ctx, cost, token_counts, separator_tokens, format_tokens, exact_a)
         for t in (spec.thresholds or thresholds) if spec.thresholded else (None,):
             chosen = None if record is None else record.setdefault((spec.name, None if t is None else round(float(t), 10)), {})
             if rule is not None:  # a prefix strategy: the first n hits, n for every question at once
@@ -463,7 +502,8 @@ FORMAT_SEED = {"threshold": (0.1, 0.3, 0.5, 0.7), "limit": (None,), "full_contex
 
 
 def format_tokens_table(trace: Trace, corpus: Corpus, strategies: Sequence[StrategySpec], token_counts: Mapping[str, int],
-                        table: TokenTable, *, embedder: str | None = None, seed: Mapping[str, tuple] = FORMAT_SEED) -> list[dict]:
+                        table: TokenTable, *, embedder: str | None = None, seed: Mapping[str, tuple] = FORMAT_SEED,
+                        shared: dict | None = None) -> list[dict]:
     """Mean injected tokens per format A/B/C for the strategies whose kind is in ``seed`` (at its thresholds).
 
     A small side sweep so the report can quote format costs even when the main sweep prices format A
@@ -474,7 +514,7 @@ def format_tokens_table(trace: Trace, corpus: Corpus, strategies: Sequence[Strat
         return []
     thresholds = sorted({t for s in chosen if s.thresholded for t in seed[s.kind] if t is not None})
     rows = sweep(trace, corpus, chosen, thresholds, token_counts, embedder=embedder, formats=("A", "B", "C"), format_tokens=table,
-                 answer_coverage=False)
+                 answer_coverage=False, shared=shared)
     keep = pd.Series([t != t or t in seed[k] for k, t in zip(rows["kind"], rows["threshold"])], index=rows.index)
     s = summarise(rows[keep])
     cols = ["dataset", "embedder", "backend", "strategy", "kind", "threshold", "format", "tokens_injected_mean", "tokens_full_mean",
