@@ -30,7 +30,7 @@ from bench import metrics
 from bench.answers import AnswerIndex
 from bench.formats import TokenTable, check_formats
 from bench.strategies.spec import Selection, StrategySpec, threshold_grid  # noqa: F401  (threshold_grid: re-exported)
-from bench.strategies.vector import passes
+from bench.strategies.vector import lowest_passing, passes
 from bench.trace import Trace
 from bench.types import Corpus, Hits, memory_key
 from bench.visibility import Visibility
@@ -38,6 +38,8 @@ from bench.visibility import Visibility
 _ID = attrgetter("id")
 SUMMARY_KEYS = ["dataset", "embedder", "backend", "layout", "strategy", "threshold", "format"]
 NAN = float("nan")
+_COLS = ("strategy", "kind", "threshold", "qi", "n_selected", "n_correct", "latency_ns", "depth_saturated", "route", "l1_selected",
+         "l1_correct", "answer_recall", "answer_contained")
 
 
 @dataclass(frozen=True)
@@ -81,6 +83,7 @@ class _Prefixes:
     def __init__(self, ctx: list[_Ctx], cost, token_counts: Mapping[str, int], separator_tokens: int, table, exact_a: bool):
         self.ctx, self.cost, self.counts, self.sep, self.table, self.exact_a = ctx, cost, token_counts, separator_tokens, table, exact_a
         self._answers: tuple | None = None  # (the AnswerIndex, its arrays)
+        self._above: dict[float, np.ndarray] = {}  # threshold -> n_above (``prepare``)
         keys = list(table.last["A"] if table is not None and "A" in table.last else token_counts)
         self.row_of = {k: i for i, k in enumerate(keys)}
         self.keys = keys
@@ -88,6 +91,8 @@ class _Prefixes:
         n_hits = np.fromiter((len(c.hits) for c in ctx), np.int64, nq)
         width = int(n_hits.max(initial=0))
         self.n_hits = n_hits
+        self.n_eligible = np.fromiter((len(c.eligible) for c in ctx), np.int64, nq)
+        self.latency = np.fromiter((c.latency_ns for c in ctx), np.float64, nq)
         self.neg = np.full((nq, width), np.inf)
         self.rows = np.zeros((nq, width), dtype=np.int64)
         gold = np.zeros((nq, width), dtype=bool)
@@ -123,7 +128,22 @@ class _Prefixes:
         self._tokens: dict[str, tuple[np.ndarray, np.ndarray]] = {}
 
     def n_above(self, t: float) -> np.ndarray:
-        return passes(-self.neg, t).sum(axis=1)  # how many scores pass t (``vector.above``), rows sorted best first
+        """How many scores pass t (``vector.passes``) per question; rows are sorted best first (slow rows: +inf, none)."""
+        got = self._above.get(t)
+        return got if got is not None else passes(-self.neg, t).sum(axis=1)
+
+    def prepare(self, thresholds) -> None:
+        """``n_above`` of every threshold at once: per question one binary search over its negated scores (ascending),
+        the same count as ``passes``: s >= t - eps exactly when -s <= -(t - eps)."""
+        todo = [t for t in dict.fromkeys(thresholds) if t is not None and t not in self._above]
+        if not todo or not len(self.neg):
+            return
+        cut = -lowest_passing(np.array(todo, dtype=float))
+        out = np.empty((len(self.neg), len(todo)), dtype=np.int64)
+        for i, row in enumerate(self.neg):
+            out[i] = np.searchsorted(row, cut, side="right")
+        for j, t in enumerate(todo):
+            self._above[t] = out[:, j]
 
     def answers(self, index: AnswerIndex) -> tuple[np.ndarray, np.ndarray]:
         """(answer_recall, answer_contained) of the first n hits per question, n = 0..width (``AnswerIndex.prefixes``;
@@ -266,10 +286,9 @@ def sweep(
             probs = [calibrated[c.question.question_id] for c in ctx]
         except KeyError as e:
             raise ValueError(f"sweep: no calibrated scores for question {e.args[0]!r} (field question_id)") from None
-    cols: dict[str, list] = {c: [] for c in ("strategy", "kind", "threshold", "qi", "n_selected", "n_correct", "latency_ns",
-                                             "depth_saturated", "route", "l1_selected", "l1_correct", "answer")}
+    cols: dict[str, list] = {c: [] for c in _COLS}  # column -> chunks (lists or arrays), one per (strategy, threshold)
     answers = AnswerIndex.build(corpus) if answer_coverage else AnswerIndex({})  # answer coverage of each selection (bench.answers)
-    tok: dict[str, list] = {f: [] for f in formats}
+    tok: dict[str, list] = {f: [] for f in formats}  # format -> chunks
     order = replay_order([c.question for c in ctx])
     prefixes = None
     for spec in strategies:
@@ -279,6 +298,8 @@ def sweep(
             prefixes = cache.get("prefixes")
             if prefixes is None:
                 prefixes = cache["prefixes"] = _Prefixes(ctx, cost, token_counts, separator_tokens, format_tokens, exact_a)
+        if rule is not None and spec.thresholded:
+            prefixes.prepare(spec.thresholds or thresholds)
         for t in (spec.thresholds or thresholds) if spec.thresholded else (None,):
             chosen = None if record is None else record.setdefault((spec.name, None if t is None else round(float(t), 10)), {})
             if rule is not None:  # a prefix strategy: the first n hits, n for every question at once
@@ -299,32 +320,40 @@ def sweep(
                 if spec.stateful:
                     state[c.question.conversation_id] = sel.state
                 results[i] = sel
+            loc: dict[str, list] = {c: [] for c in _COLS}
+            ltok: dict[str, list] = {f: [] for f in formats}
             for i, sel in enumerate(results):
                 c = ctx[i]
                 ids = list(dict.fromkeys(sel.hits.ids if isinstance(sel.hits, Hits) else map(_ID, sel.hits)))
                 if chosen is not None:
                     chosen[c.question.question_id] = tuple(ids)
-                cols["strategy"].append(spec.name)
-                cols["kind"].append(kind)
-                cols["threshold"].append(NAN if t is None else t)
-                cols["qi"].append(i)
-                cols["n_selected"].append(len(ids))
-                cols["n_correct"].append(len(c.gold.intersection(ids)))
-                cols["latency_ns"].append(c.latency_ns if spec.uses_store else NAN)
-                cols["depth_saturated"].append(spec.uses_store and 0 < len(c.hits) < len(c.eligible) and len(ids) >= len(c.hits)
-                                               and set(c.hits.ids).issubset(ids))
-                cols["route"].append(sel.route)
+                loc["strategy"].append(spec.name)
+                loc["kind"].append(kind)
+                loc["threshold"].append(NAN if t is None else t)
+                loc["qi"].append(i)
+                loc["n_selected"].append(len(ids))
+                loc["n_correct"].append(len(c.gold.intersection(ids)))
+                loc["latency_ns"].append(c.latency_ns if spec.uses_store else NAN)
+                loc["depth_saturated"].append(spec.uses_store and 0 < len(c.hits) < len(c.eligible) and len(ids) >= len(c.hits)
+                                              and set(c.hits.ids).issubset(ids))
+                loc["route"].append(sel.route)
                 if sel.tiers:
                     l1 = {h.id for h, tier in zip(sel.hits, sel.tiers) if tier == "L1"}
-                    cols["l1_selected"].append(float(len(l1)))
-                    cols["l1_correct"].append(float(len(c.gold & l1)))
+                    loc["l1_selected"].append(float(len(l1)))
+                    loc["l1_correct"].append(float(len(c.gold & l1)))
                 else:
-                    cols["l1_selected"].append(NAN)
-                    cols["l1_correct"].append(NAN)
-                cols["answer"].append(answers.score(c.question.question_id, ids))
+                    loc["l1_selected"].append(NAN)
+                    loc["l1_correct"].append(NAN)
+                rec, cont = answers.score(c.question.question_id, ids)
+                loc["answer_recall"].append(rec)
+                loc["answer_contained"].append(cont)
                 whole = len(ids) == len(c.seen) and ids == c.seen  # full context: priced once per view above
                 for f in formats:
-                    tok[f].append(c.full[f] if whole else cost(f, ids))
+                    ltok[f].append(c.full[f] if whole else cost(f, ids))
+            for k, v in loc.items():
+                cols[k].append(v)
+            for f, v in ltok.items():
+                tok[f].append(v)
     return _frame(trace, ctx, cols, tok, embedder)
 
 
@@ -333,24 +362,23 @@ def _prefix_rows(spec: StrategySpec, rule, t, ctx: list[_Ctx], pre: _Prefixes, c
     """The rows of a prefix strategy at threshold ``t``, the same as calling it question by question."""
     nq = len(ctx)
     idx = np.arange(nq)
-    n = np.asarray(rule(pre.n_hits, pre.n_above(t) if t is not None else np.zeros(nq, np.int64)), dtype=np.int64)
+    n = np.array(rule(pre.n_hits, pre.n_above(t) if t is not None else np.zeros(nq, np.int64)), dtype=np.int64)  # a copy
     n_cor = pre.correct[idx, n]
     sat = n == pre.n_hits
     costs = {}
     for f in formats:
         table, slow = pre.tokens(f)
-        costs[f] = table[idx, n].tolist()
+        costs[f] = table[idx, n]
         for i in np.flatnonzero(slow & ~pre.slow).tolist():
             costs[f][i] = cost(f, list(ctx[i].hits.ids[: n[i]]))
     rec, cont = pre.answers(answers)
-    answer = list(zip(rec[idx, n].tolist(), cont[idx, n].tolist()))
-    n, n_cor, sat = n.tolist(), n_cor.tolist(), sat.tolist()
+    a_rec, a_cont = rec[idx, n], cont[idx, n]
     for i in np.flatnonzero(pre.slow).tolist():  # unsorted, non-finite, repeated or unknown hits: the function itself
         c = ctx[i]
         hits = spec.fn(c.hits, question=c.question, eligible=c.eligible, threshold=t)
         ids = list(dict.fromkeys(hits.ids if isinstance(hits, Hits) else map(_ID, hits)))
         n[i], n_cor[i], sat[i] = len(ids), len(c.gold.intersection(ids)), set(c.hits.ids).issubset(ids)
-        answer[i] = answers.score(c.question.question_id, ids)
+        a_rec[i], a_cont[i] = answers.score(c.question.question_id, ids)
         for f in formats:
             costs[f][i] = cost(f, ids)
         if chosen is not None:
@@ -358,34 +386,40 @@ def _prefix_rows(spec: StrategySpec, rule, t, ctx: list[_Ctx], pre: _Prefixes, c
     if chosen is not None:
         for i in np.flatnonzero(~pre.slow).tolist():
             chosen[ctx[i].question.question_id] = tuple(ctx[i].hits.ids[: n[i]])
-    cols["strategy"] += [spec.name] * nq
-    cols["kind"] += [spec.kind] * nq
-    cols["threshold"] += [NAN if t is None else t] * nq
-    cols["qi"] += range(nq)
-    cols["n_selected"] += n
-    cols["n_correct"] += n_cor
-    cols["latency_ns"] += [c.latency_ns for c in ctx] if spec.uses_store else [NAN] * nq
-    cols["depth_saturated"] += [spec.uses_store and 0 < len(c.hits) < len(c.eligible) and k >= len(c.hits) and ok
-                                for c, k, ok in zip(ctx, n, sat)]
-    cols["route"] += [""] * nq
-    cols["l1_selected"] += [NAN] * nq
-    cols["l1_correct"] += [NAN] * nq
-    cols["answer"] += answer
+    cols["strategy"].append(np.full(nq, spec.name, dtype=object))
+    cols["kind"].append(np.full(nq, spec.kind, dtype=object))
+    cols["threshold"].append(np.full(nq, NAN if t is None else t))
+    cols["qi"].append(idx)
+    cols["n_selected"].append(n)
+    cols["n_correct"].append(n_cor)
+    cols["latency_ns"].append(pre.latency if spec.uses_store else np.full(nq, NAN))
+    cols["depth_saturated"].append((0 < pre.n_hits) & (pre.n_hits < pre.n_eligible) & (n >= pre.n_hits) & sat if spec.uses_store
+                                   else np.zeros(nq, dtype=bool))
+    cols["route"].append(np.full(nq, "", dtype=object))
+    cols["l1_selected"].append(np.full(nq, NAN))
+    cols["l1_correct"].append(np.full(nq, NAN))
+    cols["answer_recall"].append(a_rec)
+    cols["answer_contained"].append(a_cont)
     for f in formats:
-        tok[f] += costs[f]
+        tok[f].append(costs[f])
+
+
+def _cat(chunks: list, dtype) -> np.ndarray:
+    """One array of a column's chunks."""
+    return np.concatenate([np.asarray(c, dtype=dtype) for c in chunks]) if chunks else np.zeros(0, dtype=dtype)
 
 
 def _frame(trace: Trace, ctx: list[_Ctx], cols: dict, tok: dict, embedder: str | None) -> pd.DataFrame:
-    qi = np.asarray(cols.pop("qi"), dtype=np.int64)
+    qi = _cat(cols.pop("qi"), np.int64)
     qs = [c.question for c in ctx]
-    n_sel = np.asarray(cols["n_selected"], dtype=np.int64)
-    n_cor = np.asarray(cols["n_correct"], dtype=np.int64)
+    n_sel = _cat(cols["n_selected"], np.int64)
+    n_cor = _cat(cols["n_correct"], np.int64)
     n_gold = np.asarray([len(c.gold) for c in ctx], dtype=np.int64)[qi] if len(ctx) else np.zeros(0, np.int64)
     p, r, f1 = metrics.prf(n_sel, n_cor, n_gold)
     base = pd.DataFrame({
-        "strategy": cols["strategy"],
-        "kind": cols["kind"],
-        "threshold": np.asarray(cols["threshold"], dtype=float),
+        "strategy": _cat(cols["strategy"], object),
+        "kind": _cat(cols["kind"], object),
+        "threshold": _cat(cols["threshold"], float),
         "question_id": [qs[i].question_id for i in qi],
         "conversation_id": [qs[i].conversation_id for i in qi],
         "category": [qs[i].category for i in qi],
@@ -400,19 +434,19 @@ def _frame(trace: Trace, ctx: list[_Ctx], cols: dict, tok: dict, embedder: str |
         "empty": (n_sel == 0).astype(float),
         "tokens_injected": 0,
         "tokens_full": 0,
-        "latency_ns": np.asarray(cols["latency_ns"], dtype=float),
-        "depth_saturated": np.asarray(cols["depth_saturated"], dtype=bool),
-        "route": cols["route"],
-        "l1_selected": np.asarray(cols["l1_selected"], dtype=float),
-        "l1_correct": np.asarray(cols["l1_correct"], dtype=float),
-        "answer_recall": np.asarray([a[0] for a in cols["answer"]], dtype=float),
-        "answer_contained": np.asarray([a[1] for a in cols["answer"]], dtype=float),
+        "latency_ns": _cat(cols["latency_ns"], float),
+        "depth_saturated": _cat(cols["depth_saturated"], bool),
+        "route": _cat(cols["route"], object),
+        "l1_selected": _cat(cols["l1_selected"], float),
+        "l1_correct": _cat(cols["l1_correct"], float),
+        "answer_recall": _cat(cols["answer_recall"], float),
+        "answer_contained": _cat(cols["answer_contained"], float),
     })
     parts = []
     for f, values in tok.items():
         part = base.copy()
         part.insert(3, "format", f)
-        part["tokens_injected"] = np.asarray(values, dtype=np.int64)
+        part["tokens_injected"] = _cat(values, np.int64)
         part["tokens_full"] = np.asarray([c.full[f] for c in ctx], dtype=np.int64)[qi] if len(ctx) else np.zeros(0, np.int64)
         parts.append(part)
     out = pd.concat(parts, ignore_index=True)
