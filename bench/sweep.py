@@ -101,7 +101,10 @@ class _Prefixes:
         total = int(n_hits.sum())
         flat_ids = np.concatenate([np.asarray(c.hits.ids, dtype=object) for c in ctx]) if total else np.zeros(0, dtype=object)
         s = np.concatenate([np.asarray(c.hits.scores, dtype=np.float64) for c in ctx]) if total else np.zeros(0)
-        r = pd.Index(keys).get_indexer(flat_ids) if total else np.zeros(0, np.int64)  # -1: a memory not in the corpus
+        try:
+            r = np.fromiter(map(self.row_of.__getitem__, flat_ids), np.int64, total)
+        except KeyError:  # a memory not in the corpus: -1
+            r = np.fromiter(map(self.row_of.get, flat_ids, [-1] * total), np.int64, total)
         qi = np.repeat(np.arange(nq), n_hits)
         pos = np.arange(total) - np.repeat(np.cumsum(n_hits) - n_hits, n_hits)
         bad = (r < 0) | ~np.isfinite(s)
@@ -255,7 +258,6 @@ def sweep(
     if any(f != "A" for f in formats) and format_tokens is None:
         raise ValueError(f"sweep: formats {formats} need format_tokens (bench.formats.token_table)")
     questions = {q.question_id: q for q in corpus.questions}
-    vis = Visibility(corpus)
     roles = tuple(trace.meta["roles"]) if trace.meta.get("roles") else None
 
     exact_a = format_tokens is not None and "A" in format_tokens.joined
@@ -268,7 +270,7 @@ def sweep(
     key = (id(trace), id(corpus), id(token_counts), id(format_tokens), separator_tokens)
     prepared = shared.get("sweep") if shared is not None else None
     if prepared is None or prepared[0] != key:
-        prepared = (key, (trace, corpus, token_counts, format_tokens), *_contexts(trace, corpus, questions, vis, roles), {})
+        prepared = (key, (trace, corpus, token_counts, format_tokens), *_contexts(trace, corpus, questions, Visibility(corpus), roles), {})
         if shared is not None:
             shared["sweep"] = prepared  # the objects are held too: their ids stay theirs while the entry lives
     _, _, ctx, views, cache = prepared

@@ -1034,11 +1034,12 @@ def synthetic_trace(n_questions: int = 500, n_candidates: int = 500, *, seed: in
     convs, questions, rows = [], [], []
     for qi in range(n_questions):
         cid = f"u{qi}"
-        turns = tuple(Turn(cid, f"t{j}", "user" if j % 2 == 0 else "assistant", "user" if j % 2 == 0 else "assistant",
-                           " ".join(words[rng.integers(0, len(words), int(rng.integers(5, 40)))]) + ".", None, j, j // 10)
-                      for j in range(n_candidates))
         gold = sorted(rng.choice(n_candidates, size=int(rng.integers(1, 4)), replace=False).tolist())
-        answer = " ".join(turns[gold[0]].text.split()[:3])
+        answer = f"item{qi} model{qi % 97}"  # a specific answer, said in the first gold turn (LongMemEval's answers are specific)
+        turns = tuple(Turn(cid, f"t{j}", "user" if j % 2 == 0 else "assistant", "user" if j % 2 == 0 else "assistant",
+                           " ".join(words[rng.integers(0, len(words), int(rng.integers(5, 40)))]) + (f" {answer}." if j == gold[0] else "."),
+                           None, j, j // 10)
+                      for j in range(n_candidates))
         adversarial = bool(rng.random() < 0.06)
         questions.append(Question(f"q{qi}", cid, f"what did I say about {answer}?", None, tuple(f"t{g}" for g in gold),
                                   "synthetic", adversarial, answer))
