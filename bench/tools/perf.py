@@ -57,6 +57,18 @@ PC  split-half coverage of the printed intervals on LoCoMo (``bench.analysis.hol
     bootstrap (PC/bootstrap: 69.0 % on 2026-12-02). Not a speed: a statistical property, measured here because it
     needs the real corpus.
 
+PS1-PS4 (issue 29) take the dataset by name (``--ps-dataset``, default locomo; ``longmemeval_s`` at full size):
+PS1 a cold run (empty caches; MiniLM, exact store, default strategies, report included; a child process, wall) / the raw
+    ONNX session embedding the run's distinct texts alone at the same thread count (all cores). Target <= 1.15.
+PS2 the same run again with every cache warm (report included), wall. Target <= 90 s.
+PS3 the cold run's peak RSS (VmHWM and the process tree). Target <= 3 GB. PS1-PS3 are one cold run: ``--only``, not
+    in the default parts (hours at LongMemEval_S size on 2 cores).
+PS4 the sweep stage (``sweep`` + ``format_tokens_table`` + ``summarise``, sharing one preparation as ``run_job`` does) /
+    ``bench.tools.minimal_sweep`` (an independent numpy script: the same per-question rows and their means) on the same
+    trace, in-process CPU, best of interleaved repeats; rows must agree to 1e-9. Measured on the dataset's warm exact
+    trace and on a synthetic LongMemEval_S-sized trace (``--ps4-synthetic``, default 500 questions x 500 candidates,
+    ``PS4/synthetic``). Target <= 2.
+
 Results are printed and written to ``<out>/perfbench.json`` and ``<out>/perfbench.md``.
 """
 
