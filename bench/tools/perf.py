@@ -1258,7 +1258,7 @@ def main(argv: list[str] | None = None) -> int:
         else:
             notes.append(f"PC not measured: no LoCoMo under {data_dir} (set BENCH_DATA_DIR)")
     if only & {"PS1", "PS2", "PS3"}:
-        results += [r for r in ps1_ps3(args.ps_dataset) if r.key in only]
+        results += [r for r in ps1_ps3(args.ps_dataset) if r.key.split("/")[0] in only]
     if "PS4" in only:
         syn = tuple(int(x) for x in args.ps4_synthetic.lower().split("x")) if args.ps4_synthetic else None
         results += ps4_sweep(args.ps_dataset, repeats=args.ps4_repeats, synthetic=syn)
