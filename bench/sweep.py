@@ -21,7 +21,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from functools import partial
-from operator import attrgetter, itemgetter
+from operator import attrgetter
 
 import numpy as np
 import pandas as pd

@@ -17,13 +17,13 @@ one wrote through the store's ``list_collections()`` (the names its place holds;
 Creating a collection has a cost per conversation (seekdb ~160 ms): it is part of ingest time.
 
 Bounded open collections. A store whose collections reopen cheaply from disk (``reopens_cheaply``: sqlite-vec, a file
-each; LanceDB, a table each) keeps at most ``max_open`` of them open (``MAX_OPEN``; ``backend.max_open`` overrides): the
-least recently used one is closed before another opens (by default ``MAX_OPEN``, or a quarter of the open-file limit
-when that is lower). A store's ``per_conversation_settings`` (settings its config leaves unset) apply to its
-per-conversation collections: sqlite-vec allocates vectors 64 rows at a time there instead of 1024., and reopened when it is asked again, so thousands of users
-cost a bounded number of open files and memory. Other stores keep every collection open (an in-RAM store would lose a
-closed one). When opening a collection fails on a system limit (open files, ``ulimit -n``), the error is one line naming
-the layout, the store, how many collections were open and the limit.
+each) keeps at most ``max_open`` of them open (``backend.max_open``; by default ``MAX_OPEN``, or a quarter of the
+open-file limit when that is lower): the least recently used one is closed before another opens, and reopened when it
+is asked again, so thousands of users cost a bounded number of open files and memory. Other stores keep every
+collection open (an in-RAM store would lose a closed one; chroma holds its segment files per collection). When opening
+a collection fails on a system limit (open files, ``ulimit -n``), the error is one line naming the layout, the store,
+how many collections were open and the limit. A store's ``per_conversation_settings`` (settings its config leaves
+unset) apply to its per-conversation collections: sqlite-vec allocates vectors 64 rows at a time there, not 1024.
 """
 
 from __future__ import annotations
