@@ -496,27 +496,33 @@ def summarise(rows: pd.DataFrame) -> pd.DataFrame:
     used = ["route", "parent", "adversarial", "depth_saturated", "n_selected", "n_correct", "n_gold", "l1_selected", "l1_correct", *answers]
     if "kind" in rows:
         used.append("kind")
-    rows = rows[list(dict.fromkeys(keys + used))].assign(_scored=metrics.scored(rows).to_numpy())
+    scored_mask = metrics.scored(rows).to_numpy()
+    col = {c: rows[c].to_numpy() for c in dict.fromkeys(keys + used)}
+    mean = metrics.series_mean
     extra, kinds = [], []
-    for key, g in rows.groupby(keys, dropna=False, sort=False):
-        if "kind" in g:
-            kinds.append(g["kind"].iloc[0])
-        main = g[g["_scored"]]
-        noise = main["n_selected"] - main["n_correct"]
-        gold = main["n_gold"].where(main["n_gold"] > 0)
-        tiered = main["l1_selected"].notna().any()
-        parent_key = tuple(g["parent"].iloc[0] if k == "strategy" else v for k, v in zip(keys, key))
+    for idx in metrics.group_rows(rows, keys):  # the groupby's groups, as numpy positions (same numbers as pandas per group)
+        first = idx[0]
+        if "kind" in col:
+            kinds.append(col["kind"][first])
+        main = idx[scored_mask[idx]]
+        noise = col["n_selected"][main] - col["n_correct"][main]
+        n_gold = col["n_gold"][main]
+        gold = np.where(n_gold > 0, n_gold, np.nan)  # Series.where: the ints as float64, NaN where not > 0
+        l1s, l1c = col["l1_selected"][main], col["l1_correct"][main]
+        tiered = bool((~pd.isna(l1s)).any())
+        route = col["route"][first]
+        parent_key = tuple(col["parent"][first] if k == "strategy" else col[k][first] for k in keys)
         extra.append({
-            "route": g["route"].iloc[0],
-            "question_share": len(g) / parent_n[_hashable(parent_key)] if g["route"].iloc[0] else 1.0,
-            "depth_saturated_rate": g["depth_saturated"].mean(),
-            "noise_mean": noise.mean() if len(main) else NAN,
-            "l1_selected_mean": main["l1_selected"].mean() if tiered else NAN,
-            "gold_via_l1": (main["l1_correct"] / gold).mean() if tiered else NAN,
-            "gold_via_l2": ((main["n_correct"] - main["l1_correct"]) / gold).mean() if tiered else NAN,
-            "l2_noise_mean": (noise - (main["l1_selected"] - main["l1_correct"])).mean() if tiered else NAN,
-            **({"n_answer": int(main["answer_recall"].notna().sum()), "answer_recall": main["answer_recall"].mean(),
-                "answer_contained": main["answer_contained"].mean()} if answers else {}),  # bench.answers
+            "route": route,
+            "question_share": len(idx) / parent_n[_hashable(parent_key)] if route else 1.0,
+            "depth_saturated_rate": mean(col["depth_saturated"][idx]),
+            "noise_mean": mean(noise) if len(main) else NAN,
+            "l1_selected_mean": mean(l1s) if tiered else NAN,
+            "gold_via_l1": mean(l1c / gold) if tiered else NAN,
+            "gold_via_l2": mean((col["n_correct"][main] - l1c) / gold) if tiered else NAN,
+            "l2_noise_mean": mean(noise - (l1s - l1c)) if tiered else NAN,
+            **({"n_answer": int((~pd.isna(col["answer_recall"][main])).sum()), "answer_recall": mean(col["answer_recall"][main]),
+                "answer_contained": mean(col["answer_contained"][main])} if answers else {}),  # bench.answers
         })
     extra = pd.DataFrame(extra, index=summary.index)
     summary = pd.concat([summary, extra], axis=1)
