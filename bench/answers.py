@@ -53,6 +53,18 @@ _DIGIT_PUNCT = re.compile(rf"(?<=\d)[{re.escape(string.punctuation)}](?=\d)")
 _PUNCT = str.maketrans(string.punctuation + "\u201c\u201d\u2013\u2014\u2026", " " * (len(string.punctuation) + 5))
 
 
+# Every answer token is a substring of a text's ``squash``: lower case, without apostrophes, punctuation and whitespace
+# (what ``answer_tokens`` deletes, turns into a separator or joins over). A turn whose squash holds none of the tokens
+# its conversation's answers want cannot add to any answer's coverage, so ``AnswerIndex.build`` skips tokenising it.
+SPACES = "\t\n\x0b\x0c\r\x1c\x1d\x1e\x1f \x85\xa0\u1680" + "".join(map(chr, range(0x2000, 0x200B))) + "\u2028\u2029\u202f\u205f\u3000"
+_SQUASH = dict.fromkeys(map(ord, "'\u2018\u2019" + string.punctuation + "\u201c\u201d\u2013\u2014\u2026" + SPACES))  # str.isspace's set
+PREFILTER_MAX = 16  # a conversation's wanted tokens up to which the squash test is cheaper than tokenising every turn
+
+
+def squash(text: str) -> str:
+    return str(text).lower().translate(_SQUASH)
+
+
 def normalise(text: str) -> list[str]:
     """SQuAD's answer normalisation, as tokens: lower case, no punctuation, no articles, whitespace split
     (``bench.qa``'s token F1, comparable with published SQuAD-style F1; answer coverage uses ``answer_tokens``)."""
@@ -122,7 +134,13 @@ class AnswerIndex:
         for c in corpus.conversations:
             postings: dict[str, tuple[list, list]] = {}
             texts, want = [], wanted.get(c.conversation_id, set())
+            few = len(want) <= PREFILTER_MAX
             for i, t in enumerate(c.turns):
+                if few:
+                    sq = squash(t.text)
+                    if not any(w in sq for w in want):  # none of the wanted tokens: nothing to find in this turn
+                        texts.append("  ")  # what an empty token list gives
+                        continue
                 toks = answer_tokens(t.text)
                 for tok in want.intersection(toks):
                     rows, counts = postings.setdefault(tok, ([], []))

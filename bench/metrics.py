@@ -106,6 +106,33 @@ def excluded(rows: pd.DataFrame) -> pd.Series:
     return ~rows["adversarial"].astype(bool) & ~scored(rows)
 
 
+def series_mean(v: np.ndarray):
+    """``pd.Series(v).mean()`` (NaN skipped), bit for bit, for float, int and bool arrays without building a Series:
+    pandas fills NaN with 0, sums (floats in their own dtype, ints in float64, bools in int64; numpy's pairwise sum)
+    and divides by the count of the others."""
+    kind = v.dtype.kind
+    if kind == "f":
+        mask = np.isnan(v)
+        n_nan = int(mask.sum())
+        if n_nan:
+            v = np.where(~mask, v, 0)
+        dt = np.dtype(np.float64) if v.dtype == np.float16 else v.dtype
+        count = dt.type(v.size - n_nan)
+        return v.sum(dtype=dt) / count if count > 0 else np.nan
+    if kind in "iub":
+        count = np.float64(v.size)
+        return v.sum(dtype=np.int64 if kind == "b" else np.float64) / count if count > 0 else np.nan
+    return pd.Series(v).mean()
+
+
+def group_rows(rows: pd.DataFrame, keys: list[str]) -> list[np.ndarray]:
+    """Row positions of each ``rows.groupby(keys, dropna=False, sort=False)`` group, in the groupby's order."""
+    codes = rows.groupby(keys, dropna=False, sort=False).ngroup().to_numpy()
+    order = np.argsort(codes, kind="stable")
+    bounds = np.searchsorted(codes[order], np.arange(int(codes.max(initial=-1)) + 2))
+    return [order[bounds[g] : bounds[g + 1]] for g in range(len(bounds) - 1)]
+
+
 def aggregate(rows: pd.DataFrame, keys: list[str]) -> pd.DataFrame:
     """Summarise per-question rows into one row per ``keys`` group.
 
@@ -115,42 +142,47 @@ def aggregate(rows: pd.DataFrame, keys: list[str]) -> pd.DataFrame:
     ``n_excluded`` counts the non-adversarial questions without gold; ``adversarial_abstain_rate``
     uses adversarial ones only; latency percentiles use every row of the group.
     ``n_scored`` (questions with F1 defined) equals ``n_questions`` and is kept for older readers.
+    Computed on numpy arrays per group (``group_rows``, ``series_mean``): the same numbers as pandas per group.
     """
     need = ["adversarial", "n_gold", "n_selected", "n_correct", "precision", "recall", "f1", "hit", "empty",
             "tokens_injected", "tokens_full", "latency_ns"]
     mask = scored(rows).to_numpy()
-    # only the columns used below: a group's boolean take then skips the string columns
-    rows = rows[list(dict.fromkeys(keys + need))].assign(_scored=mask, _excluded=~rows["adversarial"].astype(bool).to_numpy() & ~mask)
+    adv_all = rows["adversarial"].astype(bool).to_numpy()
+    excluded = ~adv_all & ~mask
+    col = {c: rows[c].to_numpy() for c in need}
+    key_cols = [rows[k].to_numpy() for k in keys]
     out = []
-    for key, g in rows.groupby(keys, dropna=False, sort=False):
-        key = key if isinstance(key, tuple) else (key,)
-        main = g[g["_scored"]]
-        adv = g[g["adversarial"].astype(bool)]
-        mp, mr, mf = (float(x) for x in prf(main["n_selected"].sum(), main["n_correct"].sum(), main["n_gold"].sum()))
-        full = main["tokens_full"].mean() if len(main) else NAN
-        inj = main["tokens_injected"].mean() if len(main) else NAN
+    for idx in group_rows(rows, keys):
+        main = idx[mask[idx]]
+        adv = idx[adv_all[idx]]
+        n_main = len(main)
+        mp, mr, mf = (float(x) for x in prf(col["n_selected"][main].sum(), col["n_correct"][main].sum(), col["n_gold"][main].sum()))
+        full = series_mean(col["tokens_full"][main]) if n_main else NAN
+        inj = series_mean(col["tokens_injected"][main]) if n_main else NAN
+        f1 = col["f1"][main]
+        lat = col["latency_ns"][idx]
         out.append({
-            **dict(zip(keys, key)),
-            "n_questions": len(main),
-            "n_excluded": int(g["_excluded"].sum()),
-            "n_scored": int(main["f1"].notna().sum()),
-            "precision": main["precision"].mean(),
-            "precision_n": int(main["precision"].notna().sum()),
-            "recall": main["recall"].mean(),
-            "f1": main["f1"].mean(),
+            **{k: kc[idx[0]] for k, kc in zip(keys, key_cols)},
+            "n_questions": n_main,
+            "n_excluded": int(excluded[idx].sum()),
+            "n_scored": int((~pd.isna(f1)).sum()),
+            "precision": series_mean(col["precision"][main]),
+            "precision_n": int((~pd.isna(col["precision"][main])).sum()),
+            "recall": series_mean(col["recall"][main]),
+            "f1": series_mean(f1),
             "micro_precision": mp,
             "micro_recall": mr,
             "micro_f1": NAN if math.isnan(mp) else mf,  # pooled counts; undefined when the group selected nothing
-            "hit_rate": main["hit"].mean(),
-            "empty_rate": main["empty"].mean() if len(main) else NAN,
-            "selected_mean": main["n_selected"].mean() if len(main) else NAN,
+            "hit_rate": series_mean(col["hit"][main]),
+            "empty_rate": series_mean(col["empty"][main]) if n_main else NAN,
+            "selected_mean": series_mean(col["n_selected"][main]) if n_main else NAN,
             "tokens_injected_mean": inj,
             "tokens_full_mean": full,
             "token_savings": 1 - inj / full if full else NAN,
             "n_adversarial": len(adv),
-            "adversarial_abstain_rate": adv["empty"].mean() if len(adv) else NAN,
-            "latency_p50_ms": percentile_ms(g["latency_ns"].to_numpy(), 50),
-            "latency_p95_ms": percentile_ms(g["latency_ns"].to_numpy(), 95),
-            "latency_p99_ms": percentile_ms(g["latency_ns"].to_numpy(), 99),
+            "adversarial_abstain_rate": series_mean(col["empty"][adv]) if len(adv) else NAN,
+            "latency_p50_ms": percentile_ms(lat, 50),
+            "latency_p95_ms": percentile_ms(lat, 95),
+            "latency_p99_ms": percentile_ms(lat, 99),
         })
     return pd.DataFrame(out)

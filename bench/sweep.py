@@ -21,7 +21,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from functools import partial
-from operator import attrgetter, itemgetter
+from operator import attrgetter
 
 import numpy as np
 import pandas as pd
@@ -30,7 +30,7 @@ from bench import metrics
 from bench.answers import AnswerIndex
 from bench.formats import TokenTable, check_formats
 from bench.strategies.spec import Selection, StrategySpec, threshold_grid  # noqa: F401  (threshold_grid: re-exported)
-from bench.strategies.vector import passes
+from bench.strategies.vector import lowest_passing, passes
 from bench.trace import Trace
 from bench.types import Corpus, Hits, memory_key
 from bench.visibility import Visibility
@@ -38,6 +38,8 @@ from bench.visibility import Visibility
 _ID = attrgetter("id")
 SUMMARY_KEYS = ["dataset", "embedder", "backend", "layout", "strategy", "threshold", "format"]
 NAN = float("nan")
+_COLS = ("strategy", "kind", "threshold", "qi", "n_selected", "n_correct", "latency_ns", "depth_saturated", "route", "l1_selected",
+         "l1_correct", "answer_recall", "answer_contained")
 
 
 @dataclass(frozen=True)
@@ -80,46 +82,84 @@ class _Prefixes:
 
     def __init__(self, ctx: list[_Ctx], cost, token_counts: Mapping[str, int], separator_tokens: int, table, exact_a: bool):
         self.ctx, self.cost, self.counts, self.sep, self.table, self.exact_a = ctx, cost, token_counts, separator_tokens, table, exact_a
-        self._answers: tuple[np.ndarray, np.ndarray] | None = None
+        self._answers: tuple | None = None  # (the AnswerIndex, its arrays)
+        self._above: dict[float, np.ndarray] = {}  # threshold -> n_above (``prepare``)
         keys = list(table.last["A"] if table is not None and "A" in table.last else token_counts)
         self.row_of = {k: i for i, k in enumerate(keys)}
         self.keys = keys
-        nq, width = len(ctx), max([len(c.hits) for c in ctx] + [0])
-        self.n_hits = np.array([len(c.hits) for c in ctx], dtype=np.int64)
+        nq = len(ctx)
+        n_hits = np.fromiter((len(c.hits) for c in ctx), np.int64, nq)
+        width = int(n_hits.max(initial=0))
+        self.n_hits = n_hits
+        self.n_eligible = np.fromiter((len(c.eligible) for c in ctx), np.int64, nq)
+        self.latency = np.fromiter((c.latency_ns for c in ctx), np.float64, nq)
         self.neg = np.full((nq, width), np.inf)
         self.rows = np.zeros((nq, width), dtype=np.int64)
         gold = np.zeros((nq, width), dtype=bool)
+        # every question's hits at once (flat, question-major); a question is slow when one of its ids is not in the
+        # corpus or repeats, or its scores are not finite and non-increasing
+        total = int(n_hits.sum())
+        flat_ids = np.concatenate([np.asarray(c.hits.ids, dtype=object) for c in ctx]) if total else np.zeros(0, dtype=object)
+        s = np.concatenate([np.asarray(c.hits.scores, dtype=np.float64) for c in ctx]) if total else np.zeros(0)
+        try:
+            r = np.fromiter(map(self.row_of.__getitem__, flat_ids), np.int64, total)
+        except KeyError:  # a memory not in the corpus: -1
+            r = np.fromiter(map(self.row_of.get, flat_ids, [-1] * total), np.int64, total)
+        qi = np.repeat(np.arange(nq), n_hits)
+        pos = np.arange(total) - np.repeat(np.cumsum(n_hits) - n_hits, n_hits)
+        bad = (r < 0) | ~np.isfinite(s)
+        bad[1:] |= (qi[1:] == qi[:-1]) & (s[1:] > s[:-1])  # np.diff(s) > 0 within a question
         self.slow = np.zeros(nq, dtype=bool)
-        for i, c in enumerate(ctx):
-            ids, n = c.hits.ids, len(c.hits)
-            s = np.asarray(c.hits.scores, dtype=float)
-            try:
-                r = itemgetter(*ids)(self.row_of) if n > 1 else [self.row_of[x] for x in ids]
-            except KeyError:  # a memory not in the corpus
-                r = None
-            if r is None or len(set(ids)) != n or not np.isfinite(s).all() or (np.diff(s) > 0).any():
-                self.slow[i] = True
-                continue
-            self.neg[i, :n], self.rows[i, :n] = -s, r
-            gold[i, :n] = [x in c.gold for x in ids]
+        self.slow[qi[bad]] = True
+        self.neg[qi, pos], self.rows[qi, pos] = -s, np.maximum(r, 0)
+        if total:  # an id repeated within a question: sort each row's memory rows and look at neighbours
+            srt = np.where(np.arange(width)[None, :] < n_hits[:, None], self.rows, -1)
+            srt.sort(axis=1)
+            self.slow |= ((srt[:, 1:] == srt[:, :-1]) & (srt[:, 1:] >= 0)).any(axis=1)
+        self.neg[self.slow], self.rows[self.slow] = np.inf, 0
+        g_rows = [[self.row_of[g] for g in c.gold if g in self.row_of] for c in ctx]
+        n_g = max(map(len, g_rows), default=0)
+        if n_g and width:
+            gm = np.full((nq, n_g), -1, dtype=np.int64)
+            for i, g in enumerate(g_rows):
+                gm[i, : len(g)] = g
+            valid = (np.arange(width)[None, :] < n_hits[:, None]) & ~self.slow[:, None]
+            for j in range(n_g):
+                gold |= self.rows == gm[:, j : j + 1]
+            gold &= valid
         self.correct = np.concatenate([np.zeros((nq, 1), np.int64), np.cumsum(gold, axis=1)], axis=1)
         self._tokens: dict[str, tuple[np.ndarray, np.ndarray]] = {}
 
     def n_above(self, t: float) -> np.ndarray:
-        return passes(-self.neg, t).sum(axis=1)  # how many scores pass t (``vector.above``), rows sorted best first
+        """How many scores pass t (``vector.passes``) per question; rows are sorted best first (slow rows: +inf, none)."""
+        got = self._above.get(t)
+        return got if got is not None else passes(-self.neg, t).sum(axis=1)
+
+    def prepare(self, thresholds) -> None:
+        """``n_above`` of every threshold at once: per question one binary search over its negated scores (ascending),
+        the same count as ``passes``: s >= t - eps exactly when -s <= -(t - eps)."""
+        todo = [t for t in dict.fromkeys(thresholds) if t is not None and t not in self._above]
+        if not todo or not len(self.neg):
+            return
+        cut = -lowest_passing(np.array(todo, dtype=float))
+        out = np.empty((len(self.neg), len(todo)), dtype=np.int64)
+        for i, row in enumerate(self.neg):
+            out[i] = np.searchsorted(row, cut, side="right")
+        for j, t in enumerate(todo):
+            self._above[t] = out[:, j]
 
     def answers(self, index: AnswerIndex) -> tuple[np.ndarray, np.ndarray]:
         """(answer_recall, answer_contained) of the first n hits per question, n = 0..width (``AnswerIndex.prefixes``;
         NaN past a question's hits and for ``slow`` questions)."""
-        if self._answers is None:
+        if self._answers is None or self._answers[0] is not index:
             nq, width = self.neg.shape
             rec, cont = np.full((nq, width + 1), NAN), np.full((nq, width + 1), NAN)
             for i in np.flatnonzero(~self.slow).tolist():
                 c = self.ctx[i]
                 r, k = index.prefixes(c.question.question_id, c.hits.ids)
                 rec[i, : len(r)], cont[i, : len(k)] = r, k
-            self._answers = rec, cont
-        return self._answers
+            self._answers = index, (rec, cont)
+        return self._answers[1]
 
     def tokens(self, fmt: str) -> tuple[np.ndarray, np.ndarray]:
         """(tokens of the first n hits per question, n = 0..width; per question: must it be priced one by one)."""
@@ -149,6 +189,27 @@ class _Prefixes:
         return out, slow
 
 
+def _contexts(trace: Trace, corpus: Corpus, questions: dict, vis: Visibility, roles) -> tuple[list[_Ctx], dict]:
+    """Per trace row its ``_Ctx``, and the views: (conversation, asked_at) -> (eligible, full-context cost per format,
+    filled by the caller, keys seen)."""
+    ctx: list[_Ctx] = []
+    views: dict[tuple, tuple] = {}
+    table = trace.table
+    for qid, ids, scores, latency in zip(table["question_id"].tolist(), table["hit_ids"].tolist(), table["hit_scores"].tolist(),
+                                         table["latency_ns"].tolist()):
+        q = questions.get(qid)
+        if q is None:
+            raise ValueError(f"sweep: trace question {qid!r} is not in corpus {corpus.name!r} ({corpus.source})")
+        view = views.get((q.conversation_id, q.asked_at))
+        if view is None:
+            seen = vis.visible_turns(q)  # every role: the full-context cost
+            eligible = seen if roles is None else vis.visible_turns(q, roles)
+            view = views[(q.conversation_id, q.asked_at)] = (eligible, {}, list(seen.keys))
+        ctx.append(_Ctx(q, view[0], frozenset(memory_key(q.conversation_id, e) for e in q.scored_evidence),
+                        Hits(tuple(ids), tuple(np.asarray(scores, dtype=float).tolist())), float(latency), view[1], view[2]))
+    return ctx, views
+
+
 def replay_order(questions: Sequence) -> list[int]:
     """Indices of ``questions`` in time order: by ``asked_at`` (None = after everything), then given order."""
     return sorted(range(len(questions)), key=lambda i: (questions[i].asked_at is None, questions[i].asked_at or 0.0, i))
@@ -168,6 +229,7 @@ def sweep(
     calibrated: Mapping[str, np.ndarray] | None = None,
     record: dict | None = None,
     answer_coverage: bool = True,
+    shared: dict | None = None,
 ) -> pd.DataFrame:
     """One row per (strategy, threshold, format, question).
 
@@ -185,6 +247,8 @@ def sweep(
     ``token_counts`` is also what ``needs_tokens`` strategies get as ``tokens=``.
     ``record`` (a dict the caller passes) receives the selections behind the rows: (strategy name, threshold
     rounded to 10 places or None) -> question id -> the selected memory ids (distinct, in selection order).
+    ``shared`` (a dict the caller passes to several sweeps of the same trace, corpus and token tables, as ``run_job``
+    does for the main sweep and ``format_tokens_table``): the per-question context and prefix arrays are built once.
     ``answer_coverage=False`` leaves ``answer_recall``/``answer_contained`` NaN (for side sweeps that report tokens only).
     ``depth_saturated``: the strategy read the store, kept every candidate the store returned, and
     the store returned fewer memories than the question may see, so a deeper search could have
@@ -194,7 +258,6 @@ def sweep(
     if any(f != "A" for f in formats) and format_tokens is None:
         raise ValueError(f"sweep: formats {formats} need format_tokens (bench.formats.token_table)")
     questions = {q.question_id: q for q in corpus.questions}
-    vis = Visibility(corpus)
     roles = tuple(trace.meta["roles"]) if trace.meta.get("roles") else None
 
     exact_a = format_tokens is not None and "A" in format_tokens.joined
@@ -204,21 +267,17 @@ def sweep(
             return sum(map(token_counts.__getitem__, ids)) + separator_tokens * max(len(ids) - 1, 0)
         return format_tokens.cost(fmt, ids)
 
-    ctx: list[_Ctx] = []
-    views: dict[tuple, tuple] = {}  # (conversation, asked_at) -> (eligible, full-context cost per format)
-    for rec in trace.table.itertuples(index=False):
-        q = questions.get(rec.question_id)
-        if q is None:
-            raise ValueError(f"sweep: trace question {rec.question_id!r} is not in corpus {corpus.name!r} ({corpus.source})")
-        view = views.get((q.conversation_id, q.asked_at))
-        if view is None:
-            seen = vis.visible_turns(q)  # every role: the full-context cost
-            eligible = seen if roles is None else vis.visible_turns(q, roles)
-            view = views[(q.conversation_id, q.asked_at)] = (eligible, {f: cost(f, list(seen.keys)) for f in formats}, list(seen.keys))
-        ctx.append(_Ctx(q, view[0], frozenset(memory_key(q.conversation_id, e) for e in q.scored_evidence),
-                        Hits(tuple(rec.hit_ids), tuple(np.asarray(rec.hit_scores, dtype=float).tolist())), float(rec.latency_ns), view[1],
-                        view[2]))
-
+    key = (id(trace), id(corpus), id(token_counts), id(format_tokens), separator_tokens)
+    prepared = shared.get("sweep") if shared is not None else None
+    if prepared is None or prepared[0] != key:
+        prepared = (key, (trace, corpus, token_counts, format_tokens), *_contexts(trace, corpus, questions, Visibility(corpus), roles), {})
+        if shared is not None:
+            shared["sweep"] = prepared  # the objects are held too: their ids stay theirs while the entry lives
+    _, _, ctx, views, cache = prepared
+    for eligible, full, seen in views.values():  # the full-context cost of each view, in every format asked
+        for f in formats:
+            if f not in full:
+                full[f] = cost(f, seen)
     probs = None
     if any(s.calibrated for s in strategies):
         if calibrated is None:
@@ -229,17 +288,20 @@ def sweep(
             probs = [calibrated[c.question.question_id] for c in ctx]
         except KeyError as e:
             raise ValueError(f"sweep: no calibrated scores for question {e.args[0]!r} (field question_id)") from None
-    cols: dict[str, list] = {c: [] for c in ("strategy", "kind", "threshold", "qi", "n_selected", "n_correct", "latency_ns",
-                                             "depth_saturated", "route", "l1_selected", "l1_correct", "answer")}
+    cols: dict[str, list] = {c: [] for c in _COLS}  # column -> chunks (lists or arrays), one per (strategy, threshold)
     answers = AnswerIndex.build(corpus) if answer_coverage else AnswerIndex({})  # answer coverage of each selection (bench.answers)
-    tok: dict[str, list] = {f: [] for f in formats}
+    tok: dict[str, list] = {f: [] for f in formats}  # format -> chunks
     order = replay_order([c.question for c in ctx])
     prefixes = None
     for spec in strategies:
         kind = spec.kind
         rule = _prefix_rule(spec)
         if rule is not None and prefixes is None:
-            prefixes = _Prefixes(ctx, cost, token_counts, separator_tokens, format_tokens, exact_a)
+            prefixes = cache.get("prefixes")
+            if prefixes is None:
+                prefixes = cache["prefixes"] = _Prefixes(ctx, cost, token_counts, separator_tokens, format_tokens, exact_a)
+        if rule is not None and spec.thresholded:
+            prefixes.prepare(spec.thresholds or thresholds)
         for t in (spec.thresholds or thresholds) if spec.thresholded else (None,):
             chosen = None if record is None else record.setdefault((spec.name, None if t is None else round(float(t), 10)), {})
             if rule is not None:  # a prefix strategy: the first n hits, n for every question at once
@@ -260,32 +322,40 @@ def sweep(
                 if spec.stateful:
                     state[c.question.conversation_id] = sel.state
                 results[i] = sel
+            loc: dict[str, list] = {c: [] for c in _COLS}
+            ltok: dict[str, list] = {f: [] for f in formats}
             for i, sel in enumerate(results):
                 c = ctx[i]
                 ids = list(dict.fromkeys(sel.hits.ids if isinstance(sel.hits, Hits) else map(_ID, sel.hits)))
                 if chosen is not None:
                     chosen[c.question.question_id] = tuple(ids)
-                cols["strategy"].append(spec.name)
-                cols["kind"].append(kind)
-                cols["threshold"].append(NAN if t is None else t)
-                cols["qi"].append(i)
-                cols["n_selected"].append(len(ids))
-                cols["n_correct"].append(len(c.gold.intersection(ids)))
-                cols["latency_ns"].append(c.latency_ns if spec.uses_store else NAN)
-                cols["depth_saturated"].append(spec.uses_store and 0 < len(c.hits) < len(c.eligible) and len(ids) >= len(c.hits)
-                                               and set(c.hits.ids).issubset(ids))
-                cols["route"].append(sel.route)
+                loc["strategy"].append(spec.name)
+                loc["kind"].append(kind)
+                loc["threshold"].append(NAN if t is None else t)
+                loc["qi"].append(i)
+                loc["n_selected"].append(len(ids))
+                loc["n_correct"].append(len(c.gold.intersection(ids)))
+                loc["latency_ns"].append(c.latency_ns if spec.uses_store else NAN)
+                loc["depth_saturated"].append(spec.uses_store and 0 < len(c.hits) < len(c.eligible) and len(ids) >= len(c.hits)
+                                              and set(c.hits.ids).issubset(ids))
+                loc["route"].append(sel.route)
                 if sel.tiers:
                     l1 = {h.id for h, tier in zip(sel.hits, sel.tiers) if tier == "L1"}
-                    cols["l1_selected"].append(float(len(l1)))
-                    cols["l1_correct"].append(float(len(c.gold & l1)))
+                    loc["l1_selected"].append(float(len(l1)))
+                    loc["l1_correct"].append(float(len(c.gold & l1)))
                 else:
-                    cols["l1_selected"].append(NAN)
-                    cols["l1_correct"].append(NAN)
-                cols["answer"].append(answers.score(c.question.question_id, ids))
+                    loc["l1_selected"].append(NAN)
+                    loc["l1_correct"].append(NAN)
+                rec, cont = answers.score(c.question.question_id, ids)
+                loc["answer_recall"].append(rec)
+                loc["answer_contained"].append(cont)
                 whole = len(ids) == len(c.seen) and ids == c.seen  # full context: priced once per view above
                 for f in formats:
-                    tok[f].append(c.full[f] if whole else cost(f, ids))
+                    ltok[f].append(c.full[f] if whole else cost(f, ids))
+            for k, v in loc.items():
+                cols[k].append(v)
+            for f, v in ltok.items():
+                tok[f].append(v)
     return _frame(trace, ctx, cols, tok, embedder)
 
 
@@ -294,24 +364,23 @@ def _prefix_rows(spec: StrategySpec, rule, t, ctx: list[_Ctx], pre: _Prefixes, c
     """The rows of a prefix strategy at threshold ``t``, the same as calling it question by question."""
     nq = len(ctx)
     idx = np.arange(nq)
-    n = np.asarray(rule(pre.n_hits, pre.n_above(t) if t is not None else np.zeros(nq, np.int64)), dtype=np.int64)
+    n = np.array(rule(pre.n_hits, pre.n_above(t) if t is not None else np.zeros(nq, np.int64)), dtype=np.int64)  # a copy
     n_cor = pre.correct[idx, n]
     sat = n == pre.n_hits
     costs = {}
     for f in formats:
         table, slow = pre.tokens(f)
-        costs[f] = table[idx, n].tolist()
+        costs[f] = table[idx, n]
         for i in np.flatnonzero(slow & ~pre.slow).tolist():
             costs[f][i] = cost(f, list(ctx[i].hits.ids[: n[i]]))
     rec, cont = pre.answers(answers)
-    answer = list(zip(rec[idx, n].tolist(), cont[idx, n].tolist()))
-    n, n_cor, sat = n.tolist(), n_cor.tolist(), sat.tolist()
+    a_rec, a_cont = rec[idx, n], cont[idx, n]
     for i in np.flatnonzero(pre.slow).tolist():  # unsorted, non-finite, repeated or unknown hits: the function itself
         c = ctx[i]
         hits = spec.fn(c.hits, question=c.question, eligible=c.eligible, threshold=t)
         ids = list(dict.fromkeys(hits.ids if isinstance(hits, Hits) else map(_ID, hits)))
         n[i], n_cor[i], sat[i] = len(ids), len(c.gold.intersection(ids)), set(c.hits.ids).issubset(ids)
-        answer[i] = answers.score(c.question.question_id, ids)
+        a_rec[i], a_cont[i] = answers.score(c.question.question_id, ids)
         for f in formats:
             costs[f][i] = cost(f, ids)
         if chosen is not None:
@@ -319,34 +388,40 @@ def _prefix_rows(spec: StrategySpec, rule, t, ctx: list[_Ctx], pre: _Prefixes, c
     if chosen is not None:
         for i in np.flatnonzero(~pre.slow).tolist():
             chosen[ctx[i].question.question_id] = tuple(ctx[i].hits.ids[: n[i]])
-    cols["strategy"] += [spec.name] * nq
-    cols["kind"] += [spec.kind] * nq
-    cols["threshold"] += [NAN if t is None else t] * nq
-    cols["qi"] += range(nq)
-    cols["n_selected"] += n
-    cols["n_correct"] += n_cor
-    cols["latency_ns"] += [c.latency_ns for c in ctx] if spec.uses_store else [NAN] * nq
-    cols["depth_saturated"] += [spec.uses_store and 0 < len(c.hits) < len(c.eligible) and k >= len(c.hits) and ok
-                                for c, k, ok in zip(ctx, n, sat)]
-    cols["route"] += [""] * nq
-    cols["l1_selected"] += [NAN] * nq
-    cols["l1_correct"] += [NAN] * nq
-    cols["answer"] += answer
+    cols["strategy"].append(np.full(nq, spec.name, dtype=object))
+    cols["kind"].append(np.full(nq, spec.kind, dtype=object))
+    cols["threshold"].append(np.full(nq, NAN if t is None else t))
+    cols["qi"].append(idx)
+    cols["n_selected"].append(n)
+    cols["n_correct"].append(n_cor)
+    cols["latency_ns"].append(pre.latency if spec.uses_store else np.full(nq, NAN))
+    cols["depth_saturated"].append((0 < pre.n_hits) & (pre.n_hits < pre.n_eligible) & (n >= pre.n_hits) & sat if spec.uses_store
+                                   else np.zeros(nq, dtype=bool))
+    cols["route"].append(np.full(nq, "", dtype=object))
+    cols["l1_selected"].append(np.full(nq, NAN))
+    cols["l1_correct"].append(np.full(nq, NAN))
+    cols["answer_recall"].append(a_rec)
+    cols["answer_contained"].append(a_cont)
     for f in formats:
-        tok[f] += costs[f]
+        tok[f].append(costs[f])
+
+
+def _cat(chunks: list, dtype) -> np.ndarray:
+    """One array of a column's chunks."""
+    return np.concatenate([np.asarray(c, dtype=dtype) for c in chunks]) if chunks else np.zeros(0, dtype=dtype)
 
 
 def _frame(trace: Trace, ctx: list[_Ctx], cols: dict, tok: dict, embedder: str | None) -> pd.DataFrame:
-    qi = np.asarray(cols.pop("qi"), dtype=np.int64)
+    qi = _cat(cols.pop("qi"), np.int64)
     qs = [c.question for c in ctx]
-    n_sel = np.asarray(cols["n_selected"], dtype=np.int64)
-    n_cor = np.asarray(cols["n_correct"], dtype=np.int64)
+    n_sel = _cat(cols["n_selected"], np.int64)
+    n_cor = _cat(cols["n_correct"], np.int64)
     n_gold = np.asarray([len(c.gold) for c in ctx], dtype=np.int64)[qi] if len(ctx) else np.zeros(0, np.int64)
     p, r, f1 = metrics.prf(n_sel, n_cor, n_gold)
     base = pd.DataFrame({
-        "strategy": cols["strategy"],
-        "kind": cols["kind"],
-        "threshold": np.asarray(cols["threshold"], dtype=float),
+        "strategy": _cat(cols["strategy"], object),
+        "kind": _cat(cols["kind"], object),
+        "threshold": _cat(cols["threshold"], float),
         "question_id": [qs[i].question_id for i in qi],
         "conversation_id": [qs[i].conversation_id for i in qi],
         "category": [qs[i].category for i in qi],
@@ -361,19 +436,19 @@ def _frame(trace: Trace, ctx: list[_Ctx], cols: dict, tok: dict, embedder: str |
         "empty": (n_sel == 0).astype(float),
         "tokens_injected": 0,
         "tokens_full": 0,
-        "latency_ns": np.asarray(cols["latency_ns"], dtype=float),
-        "depth_saturated": np.asarray(cols["depth_saturated"], dtype=bool),
-        "route": cols["route"],
-        "l1_selected": np.asarray(cols["l1_selected"], dtype=float),
-        "l1_correct": np.asarray(cols["l1_correct"], dtype=float),
-        "answer_recall": np.asarray([a[0] for a in cols["answer"]], dtype=float),
-        "answer_contained": np.asarray([a[1] for a in cols["answer"]], dtype=float),
+        "latency_ns": _cat(cols["latency_ns"], float),
+        "depth_saturated": _cat(cols["depth_saturated"], bool),
+        "route": _cat(cols["route"], object),
+        "l1_selected": _cat(cols["l1_selected"], float),
+        "l1_correct": _cat(cols["l1_correct"], float),
+        "answer_recall": _cat(cols["answer_recall"], float),
+        "answer_contained": _cat(cols["answer_contained"], float),
     })
     parts = []
     for f, values in tok.items():
         part = base.copy()
         part.insert(3, "format", f)
-        part["tokens_injected"] = np.asarray(values, dtype=np.int64)
+        part["tokens_injected"] = _cat(values, np.int64)
         part["tokens_full"] = np.asarray([c.full[f] for c in ctx], dtype=np.int64)[qi] if len(ctx) else np.zeros(0, np.int64)
         parts.append(part)
     out = pd.concat(parts, ignore_index=True)
@@ -421,27 +496,33 @@ def summarise(rows: pd.DataFrame) -> pd.DataFrame:
     used = ["route", "parent", "adversarial", "depth_saturated", "n_selected", "n_correct", "n_gold", "l1_selected", "l1_correct", *answers]
     if "kind" in rows:
         used.append("kind")
-    rows = rows[list(dict.fromkeys(keys + used))].assign(_scored=metrics.scored(rows).to_numpy())
+    scored_mask = metrics.scored(rows).to_numpy()
+    col = {c: rows[c].to_numpy() for c in dict.fromkeys(keys + used)}
+    mean = metrics.series_mean
     extra, kinds = [], []
-    for key, g in rows.groupby(keys, dropna=False, sort=False):
-        if "kind" in g:
-            kinds.append(g["kind"].iloc[0])
-        main = g[g["_scored"]]
-        noise = main["n_selected"] - main["n_correct"]
-        gold = main["n_gold"].where(main["n_gold"] > 0)
-        tiered = main["l1_selected"].notna().any()
-        parent_key = tuple(g["parent"].iloc[0] if k == "strategy" else v for k, v in zip(keys, key))
+    for idx in metrics.group_rows(rows, keys):  # the groupby's groups, as numpy positions (same numbers as pandas per group)
+        first = idx[0]
+        if "kind" in col:
+            kinds.append(col["kind"][first])
+        main = idx[scored_mask[idx]]
+        noise = col["n_selected"][main] - col["n_correct"][main]
+        n_gold = col["n_gold"][main]
+        gold = np.where(n_gold > 0, n_gold, np.nan)  # Series.where: the ints as float64, NaN where not > 0
+        l1s, l1c = col["l1_selected"][main], col["l1_correct"][main]
+        tiered = bool((~pd.isna(l1s)).any())
+        route = col["route"][first]
+        parent_key = tuple(col["parent"][first] if k == "strategy" else col[k][first] for k in keys)
         extra.append({
-            "route": g["route"].iloc[0],
-            "question_share": len(g) / parent_n[_hashable(parent_key)] if g["route"].iloc[0] else 1.0,
-            "depth_saturated_rate": g["depth_saturated"].mean(),
-            "noise_mean": noise.mean() if len(main) else NAN,
-            "l1_selected_mean": main["l1_selected"].mean() if tiered else NAN,
-            "gold_via_l1": (main["l1_correct"] / gold).mean() if tiered else NAN,
-            "gold_via_l2": ((main["n_correct"] - main["l1_correct"]) / gold).mean() if tiered else NAN,
-            "l2_noise_mean": (noise - (main["l1_selected"] - main["l1_correct"])).mean() if tiered else NAN,
-            **({"n_answer": int(main["answer_recall"].notna().sum()), "answer_recall": main["answer_recall"].mean(),
-                "answer_contained": main["answer_contained"].mean()} if answers else {}),  # bench.answers
+            "route": route,
+            "question_share": len(idx) / parent_n[_hashable(parent_key)] if route else 1.0,
+            "depth_saturated_rate": mean(col["depth_saturated"][idx]),
+            "noise_mean": mean(noise) if len(main) else NAN,
+            "l1_selected_mean": mean(l1s) if tiered else NAN,
+            "gold_via_l1": mean(l1c / gold) if tiered else NAN,
+            "gold_via_l2": mean((col["n_correct"][main] - l1c) / gold) if tiered else NAN,
+            "l2_noise_mean": mean(noise - (l1s - l1c)) if tiered else NAN,
+            **({"n_answer": int((~pd.isna(col["answer_recall"][main])).sum()), "answer_recall": mean(col["answer_recall"][main]),
+                "answer_contained": mean(col["answer_contained"][main])} if answers else {}),  # bench.answers
         })
     extra = pd.DataFrame(extra, index=summary.index)
     summary = pd.concat([summary, extra], axis=1)
@@ -463,7 +544,8 @@ FORMAT_SEED = {"threshold": (0.1, 0.3, 0.5, 0.7), "limit": (None,), "full_contex
 
 
 def format_tokens_table(trace: Trace, corpus: Corpus, strategies: Sequence[StrategySpec], token_counts: Mapping[str, int],
-                        table: TokenTable, *, embedder: str | None = None, seed: Mapping[str, tuple] = FORMAT_SEED) -> list[dict]:
+                        table: TokenTable, *, embedder: str | None = None, seed: Mapping[str, tuple] = FORMAT_SEED,
+                        shared: dict | None = None) -> list[dict]:
     """Mean injected tokens per format A/B/C for the strategies whose kind is in ``seed`` (at its thresholds).
 
     A small side sweep so the report can quote format costs even when the main sweep prices format A
@@ -474,7 +556,7 @@ def format_tokens_table(trace: Trace, corpus: Corpus, strategies: Sequence[Strat
         return []
     thresholds = sorted({t for s in chosen if s.thresholded for t in seed[s.kind] if t is not None})
     rows = sweep(trace, corpus, chosen, thresholds, token_counts, embedder=embedder, formats=("A", "B", "C"), format_tokens=table,
-                 answer_coverage=False)
+                 answer_coverage=False, shared=shared)
     keep = pd.Series([t != t or t in seed[k] for k, t in zip(rows["kind"], rows["threshold"])], index=rows.index)
     s = summarise(rows[keep])
     cols = ["dataset", "embedder", "backend", "strategy", "kind", "threshold", "format", "tokens_injected_mean", "tokens_full_mean",

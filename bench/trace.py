@@ -129,8 +129,11 @@ def batches(turns: Sequence[Turn], vectors: np.ndarray, size: int) -> Iterator[M
 def embed_texts(embedder: Embedder, texts: Sequence[str], *, side: str, chunk: int = EMBED_CHUNK, progress: bool = False,
                 desc: str = "embed") -> np.ndarray:
     """float32 (len(texts), dim): ``embedder.embed_documents`` or ``embed_queries`` (``side``) over chunks of ``chunk``
-    texts, into one array."""
+    texts, into one array. An embedder that ``batches_itself`` (the embedding cache: it writes each part as it goes and reports
+    progress over the distinct texts it embeds) gets every text in one call."""
     n = len(texts)
+    if getattr(embedder, "batches_itself", False) and n:
+        return np.asarray(embed_side(embedder, side, list(texts)), dtype=np.float32)
     out: np.ndarray | None = None
     with progress_bar(n, desc, unit="text", enabled=progress and n > chunk) as bar:
         for lo in range(0, n, chunk):

@@ -149,3 +149,29 @@ def test_the_report_shows_answer_coverage_with_its_plot(tmp_path_factory):
     text = (run / "report.md").read_text()
     assert "## Answer coverage" in text and "evidence_missed_answer_in" in text
     assert (run / "answer_coverage_vs_tokens_0.png").stat().st_size > 1000
+
+
+def test_prefilter_skips_only_turns_that_cannot_hold_an_answer_token(monkeypatch):
+    """Answer tokens made by deleting or joining over punctuation (U.S. -> us, don't -> dont, 1,000 -> 1000, split by a
+    no-break space) are still found; a turn with none of them is skipped; the index equals the one without the prefilter."""
+    import sys
+
+    import bench.answers as A
+
+    assert set(A.SPACES) == {chr(i) for i in range(sys.maxunicode + 1) if chr(i).isspace()}
+    texts = ["We met in the U.S. last year", "I don't know", "it cost 1,000 dollars", "nothing\u00a0here", "Paris\u2003trip"]
+    turns = tuple(Turn("c", f"t{i}", "user", "user", t, float(i), i) for i, t in enumerate(texts))
+    qs = (Question("q1", "c", "where?", None, ("t0",), answer="US"), Question("q2", "c", "what?", None, ("t1",), answer="dont"),
+          Question("q3", "c", "cost?", None, ("t2",), answer="1000"), Question("q4", "c", "trip?", None, ("t4",), answer="Paris trip"))
+    corpus = Corpus("pf", (Conversation("c", turns),), qs)
+    ids = [t.key for t in turns]
+    fast = AnswerIndex.build(corpus)
+    monkeypatch.setattr(A, "PREFILTER_MAX", -1)  # every turn tokenised
+    slow = AnswerIndex.build(corpus)
+    for q in qs:
+        for n in range(len(ids) + 1):
+            assert fast.score(q.question_id, ids[:n]) == slow.score(q.question_id, ids[:n])
+    assert fast.score("q1", ids[:1]) == (1.0, 1.0) and fast.score("q2", ids[1:2]) == (1.0, 1.0)
+    assert fast.score("q3", ids[2:3]) == (1.0, 1.0) and fast.score("q4", ids[4:5]) == (1.0, 1.0)
+    assert fast.score("q1", ids[3:4]) == (0.0, 0.0)
+    assert A.squash("The U.S.\u00a0don't 1,000") == "theusdont1000"

@@ -390,6 +390,6 @@ def test_layout_is_what_it_says(loaded):
     names = [sub_collection(loaded.collection, f"conv-{c}") for c in range(N_CONV)]
     assert set(names) <= set(loaded.list_collections())
     for c, name in enumerate(names):
-        got = loaded._subs[name].search(QUERIES[0], k=100, where=Where())  # all of it: 60 rows
+        got = loaded.sub(name).search(QUERIES[0], k=100, where=Where())  # all of it: 60 rows
         assert len(got) == PER_CONV if loaded.capabilities.exact else len(got) > 0
         assert {CONVS[ROW[i]] for i in got.ids} == {f"conv-{c}"}

@@ -244,3 +244,82 @@ def test_a_symmetric_model_shares_one_vector_between_the_sides(tmp_path):
     assert inner.calls == [["abc"]] and c.hits == 1
     with pytest.raises(ValueError, match="side must be 'documents' or 'queries'"):
         c.uncached("memories", ["abc"])
+
+
+class DyingEmbedder(CountingEmbedder):
+    """Embeds in model batches of ``batch`` texts (like MiniLM) and raises after ``die_after`` batches: a killed cold run.
+    ``work`` lists every text a batch computed, finished or not written."""
+
+    def __init__(self, batch: int = 8, die_after: int | None = None) -> None:
+        super().__init__()
+        self.batch, self.die_after, self.batches, self.work = batch, die_after, 0, []
+
+    def embed(self, texts):
+        for lo in range(0, len(texts), self.batch):
+            if self.die_after is not None and self.batches >= self.die_after:
+                raise KeyboardInterrupt("killed")
+            self.batches += 1
+            self.work += list(texts[lo : lo + self.batch])
+        return super().embed(texts)
+
+
+def test_interrupted_cold_run_keeps_what_it_embedded(tmp_path):
+    texts = [f"text number {i}" for i in range(1000)]
+    first = DyingEmbedder(batch=8, die_after=75)  # killed after 600 texts computed, in the middle of a part of 64
+    with pytest.raises(KeyboardInterrupt):
+        CachedEmbedder(first, tmp_path, flush_every=64).embed_documents(texts)
+    assert len(first.work) == 600
+    second = DyingEmbedder(batch=8)
+    c = CachedEmbedder(second, tmp_path, flush_every=64)
+    assert len(c) == 576  # 9 parts of 64 written; the 10th (24 of 64 done) lost
+    v = c.embed_documents(texts)
+    again = set(first.work) & set(second.work)
+    assert len(again) == 24 and len(again) <= 0.05 * len(first.work)  # 4 % of the first run's work re-embedded
+    assert len(second.work) == 1000 - 576
+    np.testing.assert_array_equal(v, CountingEmbedder().embed(texts))
+
+
+def test_each_distinct_text_is_embedded_once_across_parts(tmp_path):
+    inner = DyingEmbedder(batch=4)
+    texts = [f"s{i % 10}" for i in range(100)]  # 10 distinct texts, each asked 10 times (haystacks sharing sessions)
+    v = CachedEmbedder(inner, tmp_path, flush_every=3).embed_documents(texts)
+    assert sorted(inner.work) == sorted(f"s{i}" for i in range(10))
+    assert [len(c) for c in inner.calls] == [3, 3, 3, 1]
+    assert len(list(tmp_path.rglob("shard-*.npz"))) == 4
+    np.testing.assert_array_equal(v, CountingEmbedder().embed(texts))
+
+
+def test_progress_with_rate_and_eta_is_logged_without_a_terminal(tmp_path, caplog, monkeypatch):
+    import bench.progress as P
+
+    monkeypatch.setattr(P.sys.stderr, "isatty", lambda: False, raising=False)
+    caplog.set_level(logging.INFO)
+    CachedEmbedder(CountingEmbedder(), tmp_path, flush_every=10).embed_documents([f"t{i}" for i in range(50)])
+    lines = [r.getMessage() for r in caplog.records if r.name == "bench.progress"]
+    assert lines and lines[-1].startswith("embed fake/v1 documents: 100% (50/50 text)")
+    assert "text/s" in lines[-1] or "in " in lines[-1]
+    assert any("50 texts asked, 50 distinct to embed, 0 already cached" in r.getMessage() for r in caplog.records)
+
+
+def test_bit_flipped_shard_is_detected_and_re_embedded(tmp_path, caplog):
+    CachedEmbedder(CountingEmbedder(), tmp_path).embed_documents(["a", "bb", "ccc"])
+    shard = next(tmp_path.rglob("shard-*.npz"))
+    with np.load(shard) as z:
+        keys, vectors, digest = z["keys"], z["vectors"].copy(), z["digest"]
+    vectors[0, 1] = 0.5  # still finite float32 of the right shape: only the digest tells
+    np.savez(shard, keys=keys, vectors=vectors, digest=digest)
+    inner = CountingEmbedder()
+    with caplog.at_level(logging.WARNING):
+        c = CachedEmbedder(inner, tmp_path)
+    assert len(c) == 0 and "does not match its digest" in caplog.text
+    np.testing.assert_array_equal(c.embed_documents(["a"]), np.eye(4, dtype=np.float32)[[1]])
+    assert inner.calls == [["a"]]
+
+
+def test_embed_texts_hands_the_whole_list_to_the_cache(tmp_path):
+    from bench.trace import embed_texts
+
+    inner = CountingEmbedder()
+    c = CachedEmbedder(inner, tmp_path, flush_every=5)
+    v = embed_texts(c, [f"x{i}" for i in range(12)], side="documents", chunk=4)
+    assert v.shape == (12, 4) and [len(x) for x in inner.calls] == [5, 5, 2]

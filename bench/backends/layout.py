@@ -15,14 +15,26 @@ config per conversation (``collection`` = ``sub_collection(collection, conversat
 every store accepts unchanged). A new instance on the same place finds the collections an earlier
 one wrote through the store's ``list_collections()`` (the names its place holds; it creates nothing).
 Creating a collection has a cost per conversation (seekdb ~160 ms): it is part of ingest time.
+
+Bounded open collections. A store whose collections reopen cheaply from disk (``reopens_cheaply``: sqlite-vec, a file
+each) keeps at most ``max_open`` of them open (``backend.max_open``; by default ``MAX_OPEN``, or a quarter of the
+open-file limit when that is lower): the least recently used one is closed before another opens, and reopened when it
+is asked again, so thousands of users cost a bounded number of open files and memory. Other stores keep every
+collection open (an in-RAM store would lose a closed one; chroma holds its segment files per collection). When opening
+a collection fails on a system limit (open files, ``ulimit -n``), the error is one line naming the layout, the store,
+how many collections were open and the limit. A store's ``per_conversation_settings`` (settings its config leaves
+unset) apply to its per-conversation collections: sqlite-vec allocates vectors 64 rows at a time there, not 1024.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import errno
 import hashlib
+import os
 import re
 import time
+from collections import OrderedDict
 from collections.abc import Callable, Mapping
 
 import numpy as np
@@ -33,6 +45,7 @@ from bench.types import Hits, MemoryBatch, Where
 
 SHARED, PER_CONVERSATION = "shared", "per_conversation"
 LAYOUTS = (SHARED, PER_CONVERSATION)
+MAX_OPEN = 64  # collections a per-conversation store keeps open at once when they reopen cheaply (see the module docstring)
 
 
 def check_layout(layout: str) -> str:
@@ -45,12 +58,24 @@ def build_store(node: Mapping, **overrides) -> Backend:
     """The store of a plain backend config (``_target_`` + settings + ``layout``), keyword overrides applied."""
     params = {**node, **overrides}
     layout = check_layout(params.pop("layout", SHARED))
+    max_open = params.pop("max_open", None)
     if layout == SHARED:
         backend = instantiate(params)
         backend.layout = SHARED
         return backend
     collection = params.pop("collection", "recallbench")
-    return PerConversation(lambda name: instantiate(params, collection=name), collection)
+    return PerConversation(lambda name: instantiate(params, collection=name), collection, max_open=max_open)
+
+
+def default_max_open() -> int:
+    """``MAX_OPEN``, or a quarter of the process's open-file limit when that is lower (at least 4)."""
+    try:
+        import resource
+
+        soft = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+    except (ImportError, OSError, ValueError):
+        return MAX_OPEN
+    return MAX_OPEN if soft < 0 or soft == resource.RLIM_INFINITY else max(4, min(MAX_OPEN, soft // 4))
 
 
 def _h(text: str, n: int) -> str:
@@ -76,24 +101,30 @@ class PerConversation:
 
     layout = PER_CONVERSATION
 
-    def __init__(self, make: Callable[[str], Backend], collection: str) -> None:
+    def __init__(self, make: Callable[[str], Backend], collection: str, *, max_open: int | None = None) -> None:
         self.collection = collection
         self._make = make
         self._proto = make(collection_prefix(collection) + "root")  # never opened: name, capabilities, place
         self.name = self._proto.name
         self.capabilities = self._proto.capabilities
         self.path = getattr(self._proto, "path", None)
-        self._subs: dict[str, Backend] = {}  # collection name -> open store
+        if max_open is not None and (type(max_open) is not int or max_open < 1):
+            raise ValueError(f"backend.max_open must be a positive integer (got {max_open!r})")
+        evictable = bool(getattr(self._proto, "reopens_cheaply", False)) and self.capabilities.persistent
+        self.max_open = (max_open or default_max_open()) if evictable else None  # None: every collection stays open
+        self._subs: OrderedDict[str, Backend] = OrderedDict()  # open collections, least recently used first
+        self._known: dict[str, None] = {}  # every collection of this layout, open or closed (insertion order)
         self._pending: set[str] = set()  # collections written since the last wait_ready
         self._dim = 0
         self.created_seconds = 0.0  # time spent creating/opening per-conversation collections (inside add)
+        self.reopened = 0  # collections opened again after being closed to stay within max_open
 
     def __repr__(self) -> str:
-        return f"PerConversation({self._proto!r}, {len(self._subs)} collections)"
+        return f"PerConversation({self._proto!r}, {len(self._known)} collections, {len(self._subs)} open)"
 
     @property
     def n_collections(self) -> int:
-        return len(self._subs)
+        return len(self._known)
 
     @property
     def unreachable(self) -> set[str]:
@@ -105,17 +136,54 @@ class PerConversation:
 
     def _open_sub(self, name: str) -> Backend:
         sub = self._subs.get(name)
-        if sub is None:
-            t0 = time.perf_counter()
-            sub = self._make(name)
-            try:
-                sub.open(dim=self._dim)
-            except BaseException:
-                sub.close()
-                raise
-            self._subs[name] = sub
-            self.created_seconds += time.perf_counter() - t0
+        if sub is not None:
+            self._subs.move_to_end(name)
+            return sub
+        if self.max_open is not None:
+            while len(self._subs) >= self.max_open:  # close the least recently used: its data stays on disk
+                _, old = self._subs.popitem(last=False)
+                old.close()
+        t0 = time.perf_counter()
+        sub = self._make(name)
+        for key, value in getattr(sub, "per_conversation_settings", {}).items():  # what a store prefers for one user's rows
+            if getattr(sub, key, None) is None:  # unless its config set it
+                setattr(sub, key, value)
+        try:
+            sub.open(dim=self._dim)
+        except BaseException as exc:
+            sub.close()
+            line = self._limit_line(name, exc)
+            if line:
+                raise OSError(errno.EMFILE, line) from exc
+            raise
+        if name in self._known:
+            self.reopened += 1
+        self._subs[name] = sub
+        self._known[name] = None
+        self.created_seconds += time.perf_counter() - t0
         return sub
+
+    def _limit_line(self, name: str, exc: BaseException) -> str:
+        """One line naming the layout, the store and the open-file limit when ``exc`` looks like that limit was hit."""
+        text = str(exc).lower()
+        try:
+            import resource
+
+            soft = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+        except (ImportError, OSError, ValueError):
+            soft = -1
+        try:
+            fds = len(os.listdir("/proc/self/fd"))
+        except OSError:
+            fds = -1
+        hit = getattr(exc, "errno", None) in (errno.EMFILE, errno.ENFILE) or "too many open files" in text or \
+            ("unable to open database file" in text) or (soft > 0 and fds >= soft - 8)
+        if not hit:
+            return ""
+        bound = f"max_open={self.max_open}" if self.max_open is not None else "every collection kept open (this store cannot close one)"
+        return (f"{self.name} per_conversation layout: could not open collection {name!r} ({len(self._known):,} collections, "
+                f"{len(self._subs):,} open, {bound}): the process has {fds} files open and its open-file limit (ulimit -n) is "
+                f"{soft}; raise the limit, lower backend.max_open, or use backend.layout=shared ({type(exc).__name__}: {exc})")
 
     # ---------------------------------------------------------------- contract
     def open(self, *, dim: int, metric: str = "cosine") -> None:
@@ -124,7 +192,10 @@ class PerConversation:
         check_metric(metric)
         self._dim = dim
         for name in self._existing():  # a persistent store: what an earlier instance wrote
-            self._open_sub(name)
+            if self.max_open is None:
+                self._open_sub(name)
+            else:  # opened when first asked
+                self._known[name] = None
 
     def add(self, batch: MemoryBatch) -> None:
         if not self._dim:
@@ -141,24 +212,34 @@ class PerConversation:
 
     def wait_ready(self, timeout_s: float = 300.0) -> None:
         deadline = time.monotonic() + timeout_s
+        ready_on_add = bool(getattr(self._proto, "ready_when_added", False))
         for name in sorted(self._pending):
-            self._subs[name].wait_ready(timeout_s=max(0.0, deadline - time.monotonic()))
+            if name not in self._subs and ready_on_add:
+                continue  # closed since its writes, which were searchable when add() returned (sqlite-vec)
+            self._open_sub(name).wait_ready(timeout_s=max(0.0, deadline - time.monotonic()))
         self._pending.clear()
 
-    def _route(self, where: Where) -> tuple[list[Backend], Where]:
+    def _route(self, where: Where) -> tuple[list[str], Where]:
+        """The names of the collections a search asks (opened one at a time by the caller), and the filter they get."""
         if where.conversation_id is None:
-            return list(self._subs.values()), where
-        sub = self._subs.get(sub_collection(self.collection, where.conversation_id))
-        return ([sub] if sub is not None else []), dataclasses.replace(where, conversation_id=None)
+            return list(self._known), where
+        name = sub_collection(self.collection, where.conversation_id)
+        return ([name] if name in self._known else []), dataclasses.replace(where, conversation_id=None)
+
+    def sub(self, name: str) -> Backend:
+        """The open store of collection ``name`` (opened again when it was closed to stay within ``max_open``)."""
+        if name not in self._known:
+            raise KeyError(name)
+        return self._open_sub(name)
 
     def search(self, vector: np.ndarray, *, k: int, where: Where) -> Hits:
-        subs, inner = self._route(where)
-        if len(subs) == 1:
-            return subs[0].search(vector, k=k, where=inner)
+        names, inner = self._route(where)
+        if len(names) == 1:
+            return self._open_sub(names[0]).search(vector, k=k, where=inner)
         ids: list[str] = []
         scores: list[float] = []
-        for sub in subs:
-            h = sub.search(vector, k=k, where=inner)
+        for name in names:
+            h = self._open_sub(name).search(vector, k=k, where=inner)
             ids += h.ids
             scores += h.scores
         merged = best_first(ids, scores)
@@ -166,33 +247,36 @@ class PerConversation:
 
     def reference_query(self, vector: np.ndarray, *, k: int, where: Where) -> tuple[list[str], list[float]]:
         """The conversation's collection queried as its store's user would; without a conversation, every one, merged."""
-        subs, inner = self._route(where)
-        if len(subs) == 1:
-            return subs[0].reference_query(vector, k=k, where=inner)
-        pairs = [p for sub in subs for p in zip(*sub.reference_query(vector, k=k, where=inner))]
+        names, inner = self._route(where)
+        if len(names) == 1:
+            return self._open_sub(names[0]).reference_query(vector, k=k, where=inner)
+        pairs = [p for name in names for p in zip(*self._open_sub(name).reference_query(vector, k=k, where=inner))]
         pairs.sort(key=lambda p: -p[1])
         return [i for i, _ in pairs[:k]], [s for _, s in pairs[:k]]
 
     def list_collections(self) -> list[str]:
-        """The store's collections, and this instance's open ones (an in-RAM store keeps nothing elsewhere)."""
-        return sorted(set(self._proto.list_collections()) | set(self._subs))
+        """The store's collections, and this instance's (an in-RAM store keeps nothing elsewhere)."""
+        return sorted(set(self._proto.list_collections()) | set(self._known))
 
     def close(self) -> None:
-        subs, self._subs = self._subs, {}
+        subs, self._subs = self._subs, OrderedDict()
+        self._known = {}
         self._pending.clear()
         for sub in subs.values():
             sub.close()
 
     def drop(self) -> None:
-        """Drop every collection of this layout: the open ones, then any an earlier instance left (idempotent)."""
-        subs, self._subs = self._subs, {}
+        """Drop every collection of this layout: the open ones, then the closed ones and any an earlier instance left
+        (idempotent)."""
+        subs, self._subs = self._subs, OrderedDict()
+        known, self._known = self._known, {}
         self._pending.clear()
         for sub in subs.values():
             try:
                 sub.drop()
             finally:
                 sub.close()
-        for name in self._existing():
+        for name in sorted(set(known) - set(subs) | set(self._existing())):
             sub = self._make(name)
             try:
                 sub.drop()

@@ -9,6 +9,9 @@ Owns the sqlite-vec adapter. Layout of ``<path>/<collection>.db`` (collection na
   and ``+aux`` columns cannot be looked up efficiently).
 * ``meta``: the dimension and metric the table was created with (checked on reopen).
 
+``chunk_size`` (rows per vec0 vector chunk, a new table's setting): vec0's 1024 unless set; a per-conversation
+collection (``bench.backends.layout``) takes 64, so a file holding one user's few rows is ~150 KB, not ~1.6 MB.
+
 Duplicate ids: ``add`` replaces (delete + insert, the last row wins), like an upsert.
 The stdlib ``sqlite3`` of this Python cannot load extensions, so ``sqlean`` is used instead.
 Only integers computed here are formatted into SQL; every user value is a bound parameter.
@@ -31,6 +34,7 @@ from bench.types import Hits, MemoryBatch, Where
 log = logging.getLogger(__name__)
 
 MAX_K = 4096  # vec0 refuses larger k
+DEFAULT_CHUNK = 1024  # vec0's chunk_size when none is given
 _SAFE = re.compile(r"[^A-Za-z0-9_.-]")
 
 
@@ -52,10 +56,19 @@ def safe_name(collection: str) -> str:
 class SqliteVecBackend:
     name = "sqlite_vec"
     capabilities = Capabilities(exact=True, filters=FILTER_KINDS, persistent=True, server=False, max_k=MAX_K)
+    reopens_cheaply = True  # one file per collection: the per-conversation layout keeps a bounded number open (bench.backends.layout)
+    ready_when_added = True  # add() commits: rows are searchable when it returns
+    # a per-conversation collection holds one user's rows: vec0 allocates vectors a chunk at a time (1024 rows by default,
+    # 1.6 MB at 384-d even for two rows), so a file per user takes chunks of 64 rows (156 KB for two rows)
+    per_conversation_settings = {"chunk_size": 64}
 
-    def __init__(self, path: str, collection: str = "recallbench") -> None:
+    def __init__(self, path: str, collection: str = "recallbench", chunk_size: int | None = None) -> None:
+        """chunk_size: rows per vec0 vector chunk of a new table (a positive multiple of 8; None = vec0's 1024)."""
+        if chunk_size is not None and (type(chunk_size) is not int or chunk_size <= 0 or chunk_size % 8):
+            raise ValueError(f"sqlite_vec: chunk_size must be a positive multiple of 8 (got {chunk_size!r})")
         self.path = Path(path)
         self.collection = collection
+        self.chunk_size = chunk_size
         self.file = self.path / f"{safe_name(collection)}.db"
         self._conn = None
         self._dim = 0
@@ -92,7 +105,8 @@ class SqliteVecBackend:
                     "CREATE VIRTUAL TABLE IF NOT EXISTS memories USING vec0("
                     "conversation_id TEXT partition key, "
                     f"embedding float[{int(dim)}] distance_metric=cosine, "
-                    "role TEXT, ts FLOAT)"
+                    "role TEXT, ts FLOAT"
+                    + (f", chunk_size={int(self.chunk_size)}" if self.chunk_size and self.chunk_size != DEFAULT_CHUNK else "") + ")"
                 )
                 conn.executemany(
                     "INSERT OR IGNORE INTO meta (key, value) VALUES (?, ?)", [("dim", str(dim)), ("metric", metric)]

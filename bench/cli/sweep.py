@@ -273,9 +273,10 @@ def run_job(cfg: DictConfig, out_dir: Path, job: Job | None = None) -> pd.DataFr
         if any(s.calibrated for s in specs):  # derived from the trace and the labels, before the sweep
             probs, record = get_calibrated(cfg, job, trace)
             fitted.append(record)
+        shared: dict = {}  # the two sweeps of this trace build its per-question arrays once
         parts.append(sweep(trace, corpus, specs, grid, token_counts, embedder=embedder.model_id, formats=formats, format_tokens=table,
-                           calibrated=probs))
-        by_format += format_tokens_table(trace, corpus, specs, token_counts, table, embedder=embedder.model_id)
+                           calibrated=probs, shared=shared))
+        by_format += format_tokens_table(trace, corpus, specs, token_counts, table, embedder=embedder.model_id, shared=shared)
         metas.append(trace.meta)
     rows = pd.concat(parts, ignore_index=True)
     summary = summarise(rows)

@@ -5,10 +5,18 @@ embedder's full ``identity`` (model file hashes, endpoint, dimension, preprocess
 ``IDENTITY.json`` (that identity, for humans: it never holds a key) and shards ``shard-*.npz``, each with ``keys`` (sha256 hex of the UTF-8
 text the model sees: the side's prefix + the text, see ``bench.embedders.base``; a symmetric model
 shares one vector between the sides, a prefixed one never mixes them) and ``vectors`` (float32,
-n x dim). Every ``embed_documents`` / ``embed_queries`` call that has misses writes one new shard
-to a temp file and renames it into place (``os.replace``), so a crash leaves at worst a stray temp
-file, which loading ignores; an unreadable shard is logged and skipped, never fatal. All shards are
-read into an in-memory index when the wrapper is created. Texts are never stored, only their hashes.
+n x dim) and ``digest`` (sha256 of the keys' and vectors' bytes).
+
+Written as it goes: the distinct texts an ``embed_documents`` / ``embed_queries`` call misses are
+embedded ``flush_every`` at a time (``FLUSH_EVERY``), and each part is written as one shard to a temp
+file, fsynced and renamed into place (``os.replace``) before the next part starts. An interrupted cold
+run therefore keeps everything but the part in flight (at most ``flush_every`` texts), and a crash
+leaves at worst a stray temp file, which loading ignores. A shard whose digest, shape, dim or values
+do not check out (truncated, bit-flipped, another model's) is logged and skipped, never used: its
+texts are embedded again. All shards are read into an in-memory index when the wrapper is created.
+A text asked several times (haystacks sharing sessions) is embedded once. With more than
+``flush_every`` texts to embed, progress (done/total, rate, ETA) goes to the log (a bar on a terminal,
+``bench.progress``). Texts are never stored, only their hashes.
 """
 
 from __future__ import annotations
@@ -32,10 +40,19 @@ from bench.output import file_mode, named_os_error
 log = logging.getLogger(__name__)
 
 SHARD_GLOB = "shard-*.npz"
+FLUSH_EVERY = 2048  # distinct texts per shard in a cold run: what an interrupt can lose (MiniLM on 2 cores: ~10-30 s)
 
 
 def text_key(text: str) -> str:
     return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+def shard_digest(keys: np.ndarray, vectors: np.ndarray) -> str:
+    """sha256 of a shard's content: its keys (UTF-32 as stored) and its float32 vectors (C order)."""
+    h = hashlib.sha256()
+    h.update(np.ascontiguousarray(keys).tobytes())
+    h.update(np.ascontiguousarray(vectors).tobytes())
+    return h.hexdigest()
 
 
 def model_dir_name(model_id: str, identity: dict) -> str:
@@ -55,8 +72,14 @@ class CachedEmbedder:
     ``total_embed_seconds`` sums it.
     """
 
-    def __init__(self, inner: Embedder, cache_dir: str | Path) -> None:
+    batches_itself = True  # bench.trace.embed_texts passes every text in one call: the cache splits, writes and reports progress
+
+    def __init__(self, inner: Embedder, cache_dir: str | Path, *, flush_every: int = FLUSH_EVERY, progress: bool = True) -> None:
+        if flush_every < 1:
+            raise ValueError(f"embedding cache: flush_every must be >= 1 (got {flush_every})")
         self.inner = inner
+        self.flush_every = flush_every
+        self.progress = progress
         self.model_id = inner.model_id
         self.identity = dict(inner.identity)
         self.for_results = inner.for_results
@@ -111,7 +134,10 @@ class CachedEmbedder:
             try:
                 with np.load(path, allow_pickle=False) as z:
                     keys, vectors = z["keys"], z["vectors"]
+                    digest = str(z["digest"]) if "digest" in z.files else None
                 problem = self._check_shard(keys, vectors)
+                if not problem and digest is not None and digest != shard_digest(keys, vectors):
+                    problem = "content does not match its digest (damaged)"
             except Exception as e:  # noqa: BLE001  (a damaged shard must not break a run)
                 problem = f"unreadable ({type(e).__name__}: {e})"
             if problem:
@@ -146,7 +172,8 @@ class CachedEmbedder:
         fd, tmp = tempfile.mkstemp(dir=self.dir, prefix=".tmp-", suffix=".npz")
         try:
             with os.fdopen(fd, "wb") as f:
-                np.savez(f, keys=np.array(keys, dtype="U64"), vectors=vectors)
+                karr = np.array(keys, dtype="U64")
+                np.savez(f, keys=karr, vectors=vectors, digest=np.array(shard_digest(karr, vectors)))
                 f.flush()
                 os.fsync(f.fileno())
             os.chmod(tmp, file_mode())  # mkstemp makes 0600
@@ -186,21 +213,46 @@ class CachedEmbedder:
         self.hits += len(keys) - n_miss
         self.last_embed_seconds = 0.0
         if todo:
-            started = time.perf_counter()
-            new = np.asarray(embed_side(self.inner, side, list(todo.values())))
-            self.last_embed_seconds = time.perf_counter() - started
-            self.total_embed_seconds += self.last_embed_seconds
-            self._validate(new, len(todo))
-            new = new.astype(np.float32, copy=False)
-            self._write_shard(list(todo), new)
-            for k, v in zip(todo, new):
-                self._index[k] = v
-            self.embedded += len(todo)
-            log.info("embedding cache %s (%s): %d hits, %d embedded in %.2f s",
-                     self.model_id, side, len(keys) - n_miss, len(todo), self.last_embed_seconds)
+            self._embed_missing(side, list(todo.items()), n_keys=len(keys), hits=len(keys) - n_miss)
         if not keys:
             return np.empty((0, self._expected_dim() or 0), dtype=np.float32)
         return np.stack([self._index[k] for k in keys]).astype(np.float32, copy=False)
+
+    def _embed_missing(self, side: str, items: list[tuple[str, str]], *, n_keys: int, hits: int) -> None:
+        """Embed ``items`` (key, text) ``flush_every`` at a time, each part written to its own shard before the next starts."""
+        from bench.progress import progress as progress_bar
+
+        parts = range(0, len(items), self.flush_every)
+        chunked = len(parts) > 1
+        if chunked:
+            log.info("embedding cache %s (%s): %d texts asked, %d distinct to embed, %d already cached; writing every %d",
+                     self.model_id, side, n_keys, len(items), len(self._index), self.flush_every)
+        quiet = chunked and isinstance(getattr(self.inner, "progress", None), bool)  # our bar replaces the inner one per part
+        was = getattr(self.inner, "progress", None)
+        try:
+            if quiet:
+                self.inner.progress = False
+            with progress_bar(len(items), f"embed {self.model_id} {side}", unit="text", enabled=self.progress and chunked,
+                              every=0.02, min_interval=10.0) as bar:
+                for lo in parts:
+                    part = items[lo : lo + self.flush_every]
+                    started = time.perf_counter()
+                    new = np.asarray(embed_side(self.inner, side, [t for _, t in part]))
+                    spent = time.perf_counter() - started
+                    self.last_embed_seconds += spent
+                    self.total_embed_seconds += spent
+                    self._validate(new, len(part))
+                    new = new.astype(np.float32, copy=False)
+                    self._write_shard([k for k, _ in part], new)  # on disk before the next part: an interrupt loses one part at most
+                    for (k, _), v in zip(part, new):
+                        self._index[k] = v
+                    self.embedded += len(part)
+                    bar.update(len(part))
+        finally:
+            if quiet:
+                self.inner.progress = was
+        log.info("embedding cache %s (%s): %d hits, %d embedded in %.2f s",
+                 self.model_id, side, hits, len(items), self.last_embed_seconds)
 
     def _validate(self, new: np.ndarray, n: int) -> None:
         """Never cache garbage: shape, finiteness and unit norm of what the inner embedder returned."""

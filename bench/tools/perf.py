@@ -57,6 +57,18 @@ PC  split-half coverage of the printed intervals on LoCoMo (``bench.analysis.hol
     bootstrap (PC/bootstrap: 69.0 % on 2026-12-02). Not a speed: a statistical property, measured here because it
     needs the real corpus.
 
+PS1-PS4 (issue 29) take the dataset by name (``--ps-dataset``, default locomo; ``longmemeval_s`` at full size):
+PS1 a cold run (empty caches; MiniLM, exact store, default strategies, report included; a child process, wall) / the raw
+    ONNX session embedding the run's distinct texts alone at the same thread count (all cores). Target <= 1.15.
+PS2 the same run again with every cache warm (report included), wall. Target <= 90 s.
+PS3 the cold run's peak RSS (VmHWM and the process tree). Target <= 3 GB. PS1-PS3 are one cold run: ``--only``, not
+    in the default parts (hours at LongMemEval_S size on 2 cores).
+PS4 the sweep stage (``sweep`` + ``format_tokens_table`` + ``summarise``, sharing one preparation as ``run_job`` does) /
+    ``bench.tools.minimal_sweep`` (an independent numpy script: the same per-question rows and their means) on the same
+    trace, in-process CPU, best of interleaved repeats; rows must agree to 1e-9. Measured on the dataset's warm exact
+    trace and on a synthetic LongMemEval_S-sized trace (``--ps4-synthetic``, default 500 questions x 500 candidates,
+    ``PS4/synthetic``). Target <= 2.
+
 Results are printed and written to ``<out>/perfbench.json`` and ``<out>/perfbench.md``.
 """
 
@@ -949,8 +961,215 @@ def pc_coverage() -> list[Ratio]:
 # ----------------------------------------------------------------------------- main
 
 
-PARTS = ("P1", "P2", "P3", "P4", "P5", "PL", "P6", "P7", "PE", "PC")
+# ----------------------------------------------------------------------------- PS1-PS4 (issue 29: a full-size corpus)
+# Each takes the dataset by name (``--ps-dataset``; configs/dataset/<name>.yaml), so the same figures run on LoCoMo now and
+# on dataset=longmemeval_s once it is there.
+
+PS_STRATEGIES = MAIN_STRATEGIES
+
+
+def ps_overrides(dataset: str) -> list[str]:
+    return [f"dataset={dataset}", "embedder=minilm", "backend=exact", f"strategy={PS_STRATEGIES}"]
+
+
+def distinct_texts(dataset: str) -> list[str]:
+    """Every distinct model input of a run on ``dataset`` with MiniLM (a symmetric model: turns and questions share keys)."""
+    from bench.cli.config import build
+
+    corpus = build(compose(ps_overrides(dataset)).dataset)
+    return list(dict.fromkeys([t.text for t in corpus.turns()] + [q.text for q in corpus.questions]))
+
+
+def raw_distinct_child(dataset: str) -> dict:
+    """Run in a child process: embed the distinct texts of ``dataset`` with the raw ONNX session (``RawOnnx``, all cores,
+    the embedder's batches); seconds of the embedding alone (loading the corpus and the model excluded)."""
+    texts = distinct_texts(dataset)
+    raw = RawOnnx()
+    raw.embed(["warm up the session"])
+    t0 = time.perf_counter()
+    for lo in range(0, len(texts), 16_384):  # bounded working memory, as the embedder's parts
+        raw.embed(texts[lo : lo + 16_384])
+    elapsed = time.perf_counter() - t0
+    return {"texts": len(texts), "seconds": elapsed, "texts_per_s": len(texts) / elapsed, "vm_hwm_bytes": vm_hwm_bytes(os.getpid())}
+
+
+def ps1_ps3(dataset: str, *, timeout_s: float = 6 * 3600.0) -> list[Ratio]:
+    """PS1: a cold run (empty embedding and trace caches, report included) / the raw ONNX session embedding the distinct
+    texts alone, both at all cores; PS2: the same run again with every cache warm (<= 90 s); PS3: the cold run's peak RSS."""
+    with temp_cache(None) as (tmp, cache):
+        cmd = [*ps_overrides(dataset), f"paths.cache={cache}"]
+        cold = run_measured(bench_cmd(*cmd, f"hydra.run.dir={tmp / 'cold'}", trace_cache=True), timeout_s=timeout_s)
+        warm = run_measured(bench_cmd(*cmd, f"hydra.run.dir={tmp / 'warm'}", trace_cache=True), timeout_s=timeout_s) \
+            if cold.returncode == 0 else cold
+        code = f"import json; from bench.tools.perf import raw_distinct_child; print(json.dumps(raw_distinct_child({dataset!r})))"
+        before = resource.getrusage(resource.RUSAGE_CHILDREN)
+        proc = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=timeout_s)
+        after = resource.getrusage(resource.RUSAGE_CHILDREN)
+        raw = json.loads(proc.stdout.strip().splitlines()[-1]) if proc.returncode == 0 else {"error": proc.stderr.strip()[-300:]}
+        raw["cpu_s_with_loading"] = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+        log_lines = _cache_lines(tmp / "cold")
+    err = "" if cold.returncode == 0 else _failed(cold, "cold run")
+    peak = max(cold.hwm_bytes, cold.tree_peak_bytes) / 1e9
+    cmd_text = f"python -m bench {' '.join(bench_cmd(*ps_overrides(dataset), trace_cache=True)[3:])} paths.cache=<empty>"
+    return [
+        Ratio("PS1", f"cold {dataset} run (MiniLM, exact, report included) / raw ONNX session embedding its distinct texts alone",
+              cold.wall_s / raw["seconds"] if not err and "seconds" in raw else float("nan"), "<=", 1.15,
+              method=(f"`{cmd_text}` in a child process (wall) vs `bench.tools.perf.raw_distinct_child('{dataset}')` in another "
+                      "(RawOnnx over every distinct turn and question text, all cores, loading excluded)"),
+              details={"cold_wall_s": cold.wall_s, "cold_cpu_s": cold.cpu_s, "raw": raw, "error": err, "cache_log": log_lines}),
+        Ratio("PS1/cpu", "the same, CPU seconds (the raw child's include loading the corpus and the model)",
+              cold.cpu_s / raw["cpu_s_with_loading"] if not err and raw.get("cpu_s_with_loading") else float("nan"), "<=", 1.15,
+              info=True, method="user+system CPU of each child (os.wait4 / RUSAGE_CHILDREN): less sensitive to a shared machine's load",
+              details={"cold_cpu_s": cold.cpu_s, "raw_cpu_s": raw.get("cpu_s_with_loading")}),
+        Ratio("PS2", f"warm full {dataset} rerun (every cache hot, exact store, default strategies, report included)",
+              warm.wall_s if warm.returncode == 0 else float("nan"), "<=", 90.0, "s",
+              method="the PS1 command again on the cache the cold run filled (embeddings and trace hot; resume=false), wall",
+              details={"wall_s": warm.wall_s, "cpu_s": warm.cpu_s, "error": "" if warm.returncode == 0 else _failed(warm, "warm run")}),
+        Ratio("PS3", f"peak RSS of the cold {dataset} run", peak if not err else float("nan"), "<=", 3.0, "GB",
+              method="max of the cold run's VmHWM and its process tree's summed RSS, sampled from /proc every 0.2 s",
+              details={"vm_hwm_gb": cold.hwm_bytes / 1e9, "tree_peak_gb": cold.tree_peak_bytes / 1e9}),
+    ]
+
+
+def _cache_lines(run_dir: Path) -> list[str]:
+    """The embedding cache's progress and summary lines of a run's log (rate and ETA as the run printed them)."""
+    path = run_dir / "cli.log"
+    if not path.is_file():
+        return []
+    return [ln.strip()[-200:] for ln in path.read_text(errors="replace").splitlines()
+            if "embedding cache" in ln or "bench.progress" in ln and "embed" in ln][-12:]
+
+
+def synthetic_trace(n_questions: int = 500, n_candidates: int = 500, *, seed: int = 0):
+    """(corpus, trace) sized like LongMemEval_S: one conversation per question (its haystack) of ``n_candidates`` turns, every
+    turn a candidate, scores sorted best first, 1-3 gold turns, an answer from a gold turn's words; no asked_at."""
+    import pandas as pd
+
+    from bench.trace import TRACE_COLUMNS, Trace
+    from bench.types import Conversation, Corpus, Question, Turn
+
+    rng = np.random.default_rng(seed)
+    words = np.array(_WORDS)
+    convs, questions, rows = [], [], []
+    for qi in range(n_questions):
+        cid = f"u{qi}"
+        gold = sorted(rng.choice(n_candidates, size=int(rng.integers(1, 4)), replace=False).tolist())
+        answer = f"item{qi} model{qi % 97}"  # a specific answer, said in the first gold turn (LongMemEval's answers are specific)
+        turns = tuple(Turn(cid, f"t{j}", "user" if j % 2 == 0 else "assistant", "user" if j % 2 == 0 else "assistant",
+                           " ".join(words[rng.integers(0, len(words), int(rng.integers(5, 40)))]) + (f" {answer}." if j == gold[0] else "."),
+                           None, j, j // 10)
+                      for j in range(n_candidates))
+        adversarial = bool(rng.random() < 0.06)
+        questions.append(Question(f"q{qi}", cid, f"what did I say about {answer}?", None, tuple(f"t{g}" for g in gold),
+                                  "synthetic", adversarial, answer))
+        convs.append(Conversation(cid, turns))
+        order = rng.permutation(n_candidates)
+        scores = np.sort(rng.uniform(-0.1, 0.95, n_candidates))[::-1]
+        rows.append({"question_id": f"q{qi}", "conversation_id": cid, "latency_ns": 1000,
+                     "hit_ids": np.array([turns[j].key for j in order], dtype=object), "hit_scores": scores,
+                     "exact_scores": scores, "gold_ids": [turns[g].key for g in gold], "gold_exact_ranks": [0] * len(gold)})
+    corpus = Corpus("synthetic_ps4", tuple(convs), tuple(questions), source="bench.tools.perf.synthetic_trace")
+    trace = Trace(pd.DataFrame(rows, columns=TRACE_COLUMNS), {"dataset": corpus.name, "backend": "exact", "embedder": "synthetic",
+                                                               "layout": "per_conversation", "roles": None})
+    return corpus, trace
+
+
+def sweep_pair(corpus, trace, *, repeats: int = 3, encoding: str = "cl100k_base") -> dict:
+    """CPU seconds of our sweep stage (``sweep`` + ``format_tokens_table`` + ``summarise``, as ``run_job`` calls them) and of
+    ``bench.tools.minimal_sweep`` (``rows`` + ``summary``) on one trace, best of interleaved repeats, and the largest difference
+    between their per-question rows (format A)."""
+    from bench import formats as F
+    from bench import tokens
+    from bench.cli.config import build_strategies
+    from bench.strategies.spec import threshold_grid
+    from bench.sweep import format_tokens_table, summarise, sweep
+    from bench.tools import minimal_sweep as M
+
+    cfg = compose(["dataset=locomo", f"strategy={PS_STRATEGIES}"])  # the default strategies and grid; the corpus is given
+    specs = build_strategies(cfg.strategy)
+    grid = threshold_grid(cfg.thresholds.start, cfg.thresholds.stop, cfg.thresholds.step)
+    table = F.token_table(corpus.turns(), lambda texts: tokens.count_tokens_many(texts, encoding), F.FORMATS)
+    counts = dict(table.memory["A"])
+    inp = M.inputs_from(corpus, trace, table)
+
+    def ours():
+        t0 = time.process_time()
+        shared: dict = {}
+        rows = sweep(trace, corpus, specs, grid, counts, embedder="e", formats=("A",), format_tokens=table, shared=shared)
+        format_tokens_table(trace, corpus, specs, counts, table, embedder="e", shared=shared)
+        summarise(rows)
+        return time.process_time() - t0, rows
+
+    def theirs():
+        t0 = time.process_time()
+        out = M.rows(inp, thresholds=tuple(float(t) for t in grid))
+        M.summary(out, inp.adversarial)
+        return time.process_time() - t0, out
+
+    a, b = [], []
+    for i in range(repeats):
+        for fn, acc in ((ours, a), (theirs, b)) if i % 2 == 0 else ((theirs, b), (ours, a)):
+            acc.append(fn())
+    diff = rows_diff(a[0][1], b[0][1], [q.question_id for q in corpus.questions], list(trace.table["question_id"]))
+    return {"ours_s": [x[0] for x in a], "minimal_s": [x[0] for x in b], "rows_max_abs_diff": diff,
+            "questions": len(trace.table), "rows": len(a[0][1])}
+
+
+def rows_diff(ours, minimal: dict, corpus_order: list[str], trace_order: list[str]) -> float:
+    """Largest |difference| between our format-A per-question rows and the minimal script's over n_selected, n_correct, n_gold,
+    precision, recall, f1, tokens_injected, tokens_full (inf when the rows or their NaNs do not line up)."""
+    ours = ours[ours["format"] == "A"] if "format" in ours else ours
+    if len(ours) != len(minimal["q"]) or [str(x) for x in ours["strategy"]] != [str(x) for x in minimal["strategy"]]:
+        return float("inf")
+    if list(ours["question_id"]) != [trace_order[i] for i in minimal["q"]]:
+        return float("inf")
+    worst = 0.0
+    for c in ("n_selected", "n_correct", "n_gold", "precision", "recall", "f1", "tokens_injected", "tokens_full"):
+        x, y = ours[c].to_numpy(dtype=float), np.asarray(minimal[c], dtype=float)
+        if not np.array_equal(np.isnan(x), np.isnan(y)):
+            return float("inf")
+        ok = ~np.isnan(x)
+        worst = max(worst, float(np.max(np.abs(x[ok] - y[ok]), initial=0.0)))
+    return worst
+
+
+def ps4_sweep(dataset: str, *, repeats: int = 3, synthetic: tuple[int, int] | None = (500, 500)) -> list[Ratio]:
+    """PS4: our sweep stage / the minimal numpy script on one trace of ``dataset`` (a warm exact run's, embeddings from the
+    real cache) and on a synthetic LongMemEval_S-sized trace; the rows must agree to 1e-9 or the ratio is not reported."""
+    from bench.cli.config import build
+    from bench.trace import Trace
+
+    out = []
+    method = ("in-process CPU (time.process_time): bench.sweep.sweep (format A, default strategies, 17 thresholds) + "
+              "format_tokens_table + summarise with one shared preparation, as run_job calls them, vs bench.tools.minimal_sweep "
+              f"rows + summary on the same trace and token pieces; best of {repeats} interleaved repeats each; per-question rows "
+              "must agree to 1e-9")
+    with temp_cache(REPO / "reports" / "cache" / "embeddings") as (tmp, cache):
+        proc = run_measured(bench_cmd(*ps_overrides(dataset), f"paths.cache={cache}", f"hydra.run.dir={tmp / 'run'}", trace_cache=True))
+        if proc.returncode != 0:
+            out.append(Ratio("PS4", f"sweep stage / minimal numpy script ({dataset} trace)", float("nan"), "<=", 2.0,
+                             method=method, details={"error": _failed(proc, "run")}))
+        else:
+            corpus = build(compose(ps_overrides(dataset)).dataset)
+            got = sweep_pair(corpus, Trace.load(tmp / "run" / "trace"), repeats=repeats)
+            out.append(_ps4_ratio("PS4", f"sweep + format table + summarise / minimal numpy script ({dataset} trace, "
+                                  f"{got['questions']:,} questions)", got, method))
+    if synthetic:
+        corpus, trace = synthetic_trace(*synthetic)
+        got = sweep_pair(corpus, trace, repeats=repeats)
+        out.append(_ps4_ratio("PS4/synthetic", f"the same on a synthetic LongMemEval_S-sized trace ({synthetic[0]:,} questions x "
+                              f"{synthetic[1]:,} candidates)", got, method + "; bench.tools.perf.synthetic_trace"))
+    return out
+
+
+def _ps4_ratio(key: str, what: str, got: dict, method: str) -> Ratio:
+    value = best_ratio(got["ours_s"], got["minimal_s"]) if got["rows_max_abs_diff"] <= 1e-9 else float("nan")
+    return Ratio(key, what, value, "<=", 2.0, method=method, details=got)
+
+
+PARTS = ("P1", "P2", "P3", "P4", "P5", "PL", "P6", "P7", "PE", "PC", "PS1", "PS2", "PS3", "PS4")
 SUBPARTS = {"P3A": "P3", "P3B": "P3"}  # --only P3a / P3b runs one half of P3
+DEFAULT_PARTS = ("P1", "P2", "P3", "P4", "P5", "PL", "P6", "P7", "PE", "PC", "PS4")  # PS1-PS3 run a full cold corpus: --only
 
 
 def write_results(results: Sequence[Ratio], out: Path) -> None:
@@ -971,7 +1190,12 @@ def main(argv: list[str] | None = None) -> int:
                           "recallbench bench --only P6,P7  # warm LoCoMo run vs the minimal script",
                           "recallbench bench --only P3a      # one part",
                           "recallbench bench --only P4 --p4-stores exact,sqlite_vec"])
-    ap.add_argument("--only", default=",".join(PARTS), help="comma-separated subset of P1,P2,P3 (or P3a, P3b),P4,P5,PL,P6,P7,PE,PC")
+    ap.add_argument("--only", default=",".join(DEFAULT_PARTS),
+                    help="comma-separated subset of P1,P2,P3 (or P3a, P3b),P4,P5,PL,P6,P7,PE,PC,PS1,PS2,PS3,PS4 (PS1-PS3: a cold run of "
+                         "--ps-dataset, hours at LongMemEval_S size; not in the default)")
+    ap.add_argument("--ps-dataset", default="locomo", help="dataset of PS1-PS4 (configs/dataset/<name>.yaml), e.g. longmemeval_s")
+    ap.add_argument("--ps4-repeats", type=int, default=3, help="interleaved sweep-stage pairs of PS4 (best of each)")
+    ap.add_argument("--ps4-synthetic", default="500x500", help="questions x candidates of PS4's synthetic trace ('' to skip)")
     ap.add_argument("--p1-backend", default=None, help="store of the P1 runs (default: the config's default store)")
     ap.add_argument("--p1-strategies", default="all", help="'all' (every configs/strategy/*.yaml) or a Hydra list")
     ap.add_argument("--p1-repeats", type=int, default=1, help="interleaved warm 17-vs-1 pairs in P1 (best of each)")
@@ -1033,6 +1257,11 @@ def main(argv: list[str] | None = None) -> int:
             results += pc_coverage()
         else:
             notes.append(f"PC not measured: no LoCoMo under {data_dir} (set BENCH_DATA_DIR)")
+    if only & {"PS1", "PS2", "PS3"}:
+        results += [r for r in ps1_ps3(args.ps_dataset) if r.key.split("/")[0] in only]
+    if "PS4" in only:
+        syn = tuple(int(x) for x in args.ps4_synthetic.lower().split("x")) if args.ps4_synthetic else None
+        results += ps4_sweep(args.ps_dataset, repeats=args.ps4_repeats, synthetic=syn)
     if "P5" in only:
         for b in [s for s in args.p5_backends.split(",") if s]:
             results.append(p5_peak_rss(args.p5_memories, backend=b))

@@ -1,0 +1,131 @@
+"""Per-conversation layout with a bounded number of open collections (bench.backends.layout, issue 29)."""
+
+import errno
+import resource
+
+import numpy as np
+import pytest
+
+from bench.backends.layout import MAX_OPEN, PerConversation, build_store, default_max_open, sub_collection
+from bench.types import MemoryBatch, Where
+
+DIM = 4
+
+
+def batch(convs):
+    """Two rows per conversation: a user turn along e0, an assistant turn along e1."""
+    ids, vecs, cs, roles = [], [], [], []
+    for c in convs:
+        for j, role in enumerate(("user", "assistant")):
+            ids.append(f"{c}-{j}")
+            v = np.zeros(DIM, np.float32)
+            v[j] = 1.0
+            vecs.append(v)
+            cs.append(c)
+            roles.append(role)
+    return MemoryBatch(ids=tuple(ids), vectors=np.array(vecs), conversation_ids=tuple(cs), roles=tuple(roles),
+                       timestamps=tuple(1.0 for _ in ids))
+
+
+def sqlite_store(tmp_path, **kw):
+    pytest.importorskip("sqlite_vec")
+    return build_store({"_target_": "bench.backends.sqlite_vec.SqliteVecBackend", "path": str(tmp_path), "layout": "per_conversation",
+                        **kw})
+
+
+def test_sqlite_vec_keeps_at_most_max_open_collections_open_and_finds_every_user(tmp_path):
+    store = sqlite_store(tmp_path, max_open=3)
+    store.open(dim=DIM)
+    convs = [f"user{i}" for i in range(10)]
+    store.add(batch(convs))
+    store.wait_ready()
+    assert store.n_collections == 10 and len(store._subs) == 3  # 10 users, 3 files open
+    for c in reversed(convs):  # every user asked again: closed ones reopen, still 3 open
+        h = store.search(np.array([1, 0, 0, 0], np.float32), k=5, where=Where(conversation_id=c))
+        assert list(h.ids) == [f"{c}-0", f"{c}-1"]
+        assert len(store._subs) <= 3
+    assert store.reopened >= 7
+    every = store.search(np.array([0, 1, 0, 0], np.float32), k=100, where=Where())  # no conversation: all of them, merged
+    assert len(every) == 20 and len(store._subs) == 3
+    store.drop()
+    assert not list(tmp_path.glob("*.db"))
+
+
+def test_a_new_instance_opens_nothing_until_asked(tmp_path):
+    first = sqlite_store(tmp_path, max_open=2)
+    first.open(dim=DIM)
+    first.add(batch(["a", "b", "c"]))
+    first.close()
+    second = sqlite_store(tmp_path, max_open=2)
+    second.open(dim=DIM)
+    assert second.n_collections == 3 and len(second._subs) == 0
+    assert list(second.search(np.array([1, 0, 0, 0], np.float32), k=1, where=Where(conversation_id="b")).ids) == ["b-0"]
+    assert len(second._subs) == 1
+    second.drop()
+
+
+def test_per_user_sqlite_files_take_small_chunks(tmp_path):
+    store = sqlite_store(tmp_path)
+    store.open(dim=DIM)
+    store.add(batch(["a"]))
+    sub = store.sub(sub_collection(store.collection, "a"))
+    assert sub.chunk_size == 64  # per_conversation_settings; a shared sqlite-vec store keeps vec0's default
+    shared = build_store({"_target_": "bench.backends.sqlite_vec.SqliteVecBackend", "path": str(tmp_path / "s")})
+    assert shared.chunk_size is None
+    store.drop()
+
+
+def test_an_in_ram_store_keeps_every_collection_open():
+    store = build_store({"_target_": "bench.backends.exact.ExactBackend", "layout": "per_conversation", "max_open": 2})
+    assert store.max_open is None  # closing an in-RAM collection would lose it
+    store.open(dim=DIM)
+    store.add(batch(["a", "b", "c"]))
+    assert len(store._subs) == 3
+    store.close()
+
+
+def test_default_bound_follows_the_open_file_limit(monkeypatch):
+    monkeypatch.setattr(resource, "getrlimit", lambda _: (64, 64))
+    assert default_max_open() == 16
+    monkeypatch.setattr(resource, "getrlimit", lambda _: (100_000, 100_000))
+    assert default_max_open() == MAX_OPEN
+    monkeypatch.setattr(resource, "getrlimit", lambda _: (8, 8))
+    assert default_max_open() == 4
+
+
+class _Fails:
+    """A store whose open() fails as SQLite does at the open-file limit."""
+
+    name = "fake"
+    reopens_cheaply = True
+
+    def __init__(self, collection):
+        from bench.backends.base import FILTER_KINDS, Capabilities
+
+        self.collection = collection
+        self.capabilities = Capabilities(exact=True, filters=FILTER_KINDS, persistent=True, server=False)
+
+    def open(self, *, dim, metric="cosine"):
+        raise RuntimeError("unable to open database file")
+
+    def close(self):
+        pass
+
+    def list_collections(self):
+        return []
+
+
+def test_hitting_the_open_file_limit_is_one_line_naming_layout_store_and_limit():
+    store = PerConversation(_Fails, "c", max_open=5)
+    store.open(dim=DIM)
+    with pytest.raises(OSError) as e:
+        store.add(batch(["a"]))
+    msg = str(e.value)
+    assert e.value.errno == errno.EMFILE and "\n" not in msg
+    assert msg.startswith("[Errno 24] fake per_conversation layout: could not open collection")
+    assert "open-file limit (ulimit -n) is" in msg and "max_open=5" in msg and "backend.layout=shared" in msg
+
+
+def test_max_open_must_be_positive():
+    with pytest.raises(ValueError, match="max_open must be a positive integer"):
+        PerConversation(_Fails, "c", max_open=0)
