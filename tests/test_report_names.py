@@ -24,6 +24,9 @@ def test_register_keeps_short_names_distinct_within_a_run():
     assert got == {"hashing-v1/word12-char3/crc32/128": "hashing 128", "hashing-v1/word12-char3/crc32/256": "hashing 256", MINILM: "MiniLM"}
     assert names.short_embedder("hashing-v1/word12-char3/crc32/256") == "hashing 256"
     names.register([])
+    # shorten: the same names without touching what short_embedder reads (the first screen uses it)
+    assert names.shorten(["hashing-v1/word12-char3/crc32/128", "hashing-v1/word12-char3/crc32/256"])["hashing-v1/word12-char3/crc32/128"] == "hashing 128"
+    assert names.short_embedder("hashing-v1/word12-char3/crc32/256") == "hashing"
 
 
 def test_labels_name_the_embedder_only_when_the_run_has_several():

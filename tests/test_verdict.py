@@ -74,15 +74,15 @@ def test_ties_and_a_zero_difference_cannot_be_separated_by_more_data():
 
 def test_use_needs_every_condition():
     v = verdict(BEST, sig(True), **KW)
-    assert (v.kind, v.headline, v.reasons) == ("use", "use `hybrid5` at 0.40 on `seekdb` / `minilm`", ())
+    assert (v.kind, v.headline, v.reasons) == ("use", "use `hybrid5` at 0.40 on `seekdb` / `MiniLM`", ())
     assert verdict(BEST, None, **KW).kind == "use"  # nothing else feasible
     assert verdict({**BEST, "threshold_share": math.nan}, sig(True), **KW).kind == "use"  # no threshold: stability does not apply
     unstable = verdict({**BEST, "threshold_share": 0.19}, sig(True), **KW)
-    assert unstable.headline == "too little data to be sure of the threshold of `hybrid5` at 0.40 on `seekdb` / `minilm`"
+    assert unstable.headline == "too little data to be sure of the threshold of `hybrid5` at 0.40 on `seekdb` / `MiniLM`"
     assert unstable.reasons == ("0.40 is chosen in only 19% of bootstrap resamples (a stable choice: ≥ 60%)",)
     few_untied = verdict(BEST, sig(True, wins=4, losses=1), **KW)  # significant, but 5 questions differ
     assert few_untied.kind == "too_little_data"
-    assert few_untied.headline == "too little data to choose between `hybrid5` at 0.40 on `seekdb` / `minilm` and `threshold` at 0.35"
+    assert few_untied.headline == "too little data to choose between `hybrid5` at 0.40 on `seekdb` / `MiniLM` and `threshold` at 0.35"
     assert few_untied.reasons[0] == "only 5 of 44 questions score differently between them (a choice needs at least 6: `recommend.min_untied`)"
     close = verdict(BEST, sig(False, p=0.2, p_holm=0.2), **KW)
     assert close.reasons[0] == ("the runner-up `threshold` at 0.35 is not significantly worse (f1 difference +0.025 [+0.002, +0.048], "
@@ -93,7 +93,7 @@ def test_below_the_minimum_of_conversations_the_headline_never_says_use():
     three = {**BEST, "n_conversations": 3, "n_questions": 30}
     v = verdict(three, sig(True, g=3, p=0.004, p_holm=0.012), **KW)  # the runner-up IS significantly worse
     assert v.kind == "too_little_data" and "use" not in v.headline
-    assert v.headline == "3 conversations: too few to choose; best so far `hybrid5` at 0.40 on `seekdb` / `minilm`"
+    assert v.headline == "3 conversations: too few to choose; best so far `hybrid5` at 0.40 on `seekdb` / `MiniLM`"
     assert v.reasons[0] == "3 conversations: a choice needs at least 5 (`recommend.min_conversations`)"
     assert v.reasons[1].startswith("the runner-up `threshold` at 0.35 is significantly worse (f1 difference +0.025 [")
     assert v.reasons[-1] == "about 2 more conversations (~20 labelled questions) like these would be needed: a choice needs 5 conversations"

@@ -123,7 +123,10 @@ def point_label(p: Mapping, like: Mapping | None = None) -> str:
         what = f"{md_text(setting)} ({configured(p)})"
     else:
         what = md_code(p["strategy"]) + ("" if _nan(p.get("threshold")) else f" at {p['threshold']:.2f}")
-    where = [md_code(p[k]) for k in ("backend", "embedder") if like is None or p.get(k) != like.get(k)]
+    from bench.report.names import short_embedder  # the report's legend maps it back to the full identity
+
+    where = [md_code(short_embedder(p[k]) if k == "embedder" else p[k]) for k in ("backend", "embedder")
+             if like is None or p.get(k) != like.get(k)]
     return what + (f" on {' / '.join(where)}" if where else "")
 
 
@@ -377,6 +380,7 @@ def first_screen(v: Mapping, shortlist: pd.DataFrame, points: pd.DataFrame, cfg)
     at the recall target, best F1, or the highest recall when nothing reaches the target) and the configurations that
     tie with the recommendation, each with recall and tokens with their prediction interval, F1 and the store latency."""
     from bench.report.escape import md_code, md_text
+    from bench.report.names import shorten
 
     ds = v["dataset"]
     sl = shortlist[shortlist["dataset"] == ds] if shortlist is not None and len(shortlist) else pd.DataFrame()
@@ -389,6 +393,7 @@ def first_screen(v: Mapping, shortlist: pd.DataFrame, points: pd.DataFrame, cfg)
             rows.insert(1, hit.iloc[0].copy())
             rows[1]["what"] = "ties with the recommended on every question"
     multi = pts["embedder"].nunique() > 1
+    short = shorten(pts["embedder"].unique())  # the report's legend maps them back to full identities
     conf = f"{cfg.confidence:.0%}".replace("%", " %")
     header = ("what", "setting", "store", *(("embedder",) if multi else ()), f"recall [{conf}]", f"tokens [{conf}]", "F1",
               "p50 / p99 ms")
@@ -396,7 +401,7 @@ def first_screen(v: Mapping, shortlist: pd.DataFrame, points: pd.DataFrame, cfg)
     for r in rows:
         name = configured(r)
         setting = f"{md_text(r['setting'])} ({name})" if isinstance(r.get("setting"), str) and r.get("setting") else name
-        out.append((md_text(r["what"]), setting, md_code(r["backend"]), *((md_code(r["embedder"]),) if multi else ()),
+        out.append((md_text(r["what"]), setting, md_code(r["backend"]), *((md_code(short.get(str(r["embedder"]), r["embedder"])),) if multi else ()),
                     _iv(r["recall"], r.get("recall_pred_lo"), r.get("recall_pred_hi"), ".3f"),
                     _iv(r["tokens"], r.get("tokens_pred_lo"), r.get("tokens_pred_hi"), ",.0f"),
                     "n/a" if _nan(r.get("f1")) else f"{r['f1']:.3f}", f"{_ms(r.get('latency_p50_ms'))} / {_ms(r.get('latency_p99_ms'))}"))

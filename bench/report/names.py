@@ -29,9 +29,16 @@ _RUN: dict[str, str] = {}  # full name -> short name for the run being reported 
 
 
 def register(embedders: Iterable) -> dict[str, str]:
-    """Short names for the run's embedders, distinct: two that shorten alike (two hashing dimensions) keep the last
-    part of the name where they differ (``hashing 128``, ``hashing 256``), else their full names. Used by
-    ``short_embedder`` until the next call."""
+    """``shorten(embedders)``, used by ``short_embedder`` until the next call."""
+    out = shorten(embedders)
+    _RUN.clear()
+    _RUN.update(out)
+    return out
+
+
+def shorten(embedders: Iterable) -> dict[str, str]:
+    """Short names for a run's embedders, distinct: two that shorten alike (two hashing dimensions) keep the last
+    part of the name where they differ (``hashing 128``, ``hashing 256``), else their full names."""
     full = [str(e) for e in dict.fromkeys(embedders)]
     base = {f: _short(f) for f in full}
     out = {}
@@ -39,8 +46,6 @@ def register(embedders: Iterable) -> dict[str, str]:
         same = [g for g in full if base[g] == base[f]]
         tails = {g.rsplit("/", 1)[-1] for g in same}
         out[f] = base[f] if len(same) == 1 else (f"{base[f]} {f.rsplit('/', 1)[-1]}" if len(tails) == len(same) else f)
-    _RUN.clear()
-    _RUN.update(out)
     return out
 
 
