@@ -21,7 +21,7 @@ import pandas as pd
 from bench.analysis.recommend import CONFIG_KEYS, Recommendation, neighbours
 from bench.analysis.tables import Analysis, analyse, save
 from bench.analysis.verdict import runner_up, test_description
-from bench.report import plots
+from bench.report import conventions, plots
 from bench.report.escape import md_code as C
 from bench.report.escape import md_text as E
 from bench.report.escape import confined, slug
@@ -794,6 +794,7 @@ def write_report(run_dir: Path, settings=None) -> Path:
                          f"{t.get('score_mismatches_1e4', 'n/a')} of {t.get('score_pairs', 'n/a')} | {_fmt(mb / 1e6, 1) if mb else 'n/a'} |")
         lines.append("")
     lines += ranked_section(run)
+    lines += conventions.section(run)
     if "adversarial_abstain_rate" in summary and summary["n_adversarial"].max() > 0:
         adv = summary[summary["n_adversarial"] > 0]
         lines += ["## Adversarial questions (correct recall = nothing)", "",
