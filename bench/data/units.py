@@ -48,7 +48,7 @@ class UnitSpec:
     roles: str = "all"
     chunk_tokens: int = 256
     chunk_overlap: int = 32
-    encoding: str = "cl100k_base"
+    encoding: str = "cl100k_base"  # or o200k_base
 
     @property
     def is_default(self) -> bool:
@@ -84,6 +84,10 @@ def check_spec(settings: Mapping | None, where: str = "memory") -> UnitSpec:
         v = getattr(spec, key)
         if isinstance(v, bool) or not isinstance(v, int) or v < (1 if key == "chunk_tokens" else 0):
             raise ValueError(f"config {where}.{key}: expected an integer >= {1 if key == 'chunk_tokens' else 0}, got {v!r}")
+    from bench.tokens import SUPPORTED
+
+    if spec.encoding not in SUPPORTED:
+        raise ValueError(f"config {where}.encoding: expected one of {', '.join(SUPPORTED)}, got {spec.encoding!r}")
     if spec.chunk_overlap >= spec.chunk_tokens:
         raise ValueError(f"config {where}.chunk_overlap: {spec.chunk_overlap} must be smaller than chunk_tokens "
                          f"({spec.chunk_tokens})")
@@ -101,9 +105,9 @@ def build_units(corpus: Corpus, spec: UnitSpec) -> tuple[Corpus, dict[str, tuple
     spec = check_spec(asdict(spec))
     encode = decode = None
     if spec.unit == "chunk":
-        import tiktoken
+        from bench.tokens import get_encoding
 
-        enc = tiktoken.get_encoding(spec.encoding)
+        enc = get_encoding(spec.encoding)  # offline: the encodings ship with recallbench
         encode, decode = enc.encode_ordinary, enc.decode
     convs: list[Conversation] = []
     pointers: dict[str, tuple[str, ...]] = {}
