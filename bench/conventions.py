@@ -17,6 +17,9 @@ check it against a transcription of that file on a 20-question slice):
   ends), recall_any/recall_all take the sessions in that cut-off, and nDCG scores the unit list with
   relevance 1 for a unit of a gold session (repeats count), its ideal over every unit of the haystack in a gold
   session. A conversation holding a single session gets NaN at session level (any hit finds it).
+  One labelling difference: LongMemEval's ``run_retrieval.py`` names the non-answer turns of an answer session
+  ``noans_<session>_<turn>``, so its turn-to-session step sees such a session as two (``answer_…`` and
+  ``noans_…``); here every unit maps to its real session. The arithmetic on the same ids is the same.
 - Questions: abstention (adversarial) questions are left out, as LongMemEval's retrieval evaluation leaves out
   ``_abs``; so are questions without gold in this unit (e.g. ``roles=user`` and only assistant gold turns, which
   LongMemEval drops as "no target turns from the user side"). ``n_questions`` counts the questions averaged.
