@@ -144,3 +144,34 @@ def test_slice_user_only_drops_the_assistant_questions(lme_slice):
     assert ptr["0e5e2d1a|s2"] == ("s2:t0", "s2:t2", "s2:t4")
     assert next(x for x in u.turns() if x.key == "001be529|s1").text == next(
         t.text for t in lme_slice.turns() if t.key == "001be529|s1:t0")  # one user turn: its text alone
+
+
+def test_a_sweep_on_session_units_of_the_slice_end_to_end(tmp_path):
+    """``memory.unit=session memory.roles=user`` through the CLI: strategies, sweep, tokens, the report and
+    conventions.csv work on units unchanged; one multirun holds both role settings side by side."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    import pandas as pd
+
+    env = {k: v for k, v in os.environ.items() if k not in ("BENCH_DATA_DIR", "HYDRA_FULL_ERROR")}
+    env.update(HTTP_PROXY="http://127.0.0.1:9", HTTPS_PROXY="http://127.0.0.1:9", HF_HUB_OFFLINE="1")
+    cmd = [sys.executable, "-m", "bench", "-m", f"paths.reports={tmp_path}", "dataset=longmemeval_s", f"dataset.path={SLICE}",
+           "progress=false", "backend=exact", "embedder=hashing", "strategy=[limit,threshold]", "memory.unit=session",
+           "memory.roles=user,all"]
+    proc = subprocess.run(cmd, cwd=Path(__file__).parent.parent, env=env, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    run = (tmp_path / "latest").resolve()
+    jobs = sorted(p for p in run.glob("job*") if p.is_dir())
+    assert [json.loads((j / "meta.json").read_text())["memory"] for j in jobs] == [{"unit": "session", "roles": "user"},
+                                                                                   {"unit": "session", "roles": "all"}]
+    summary = pd.read_csv(run / "summary.csv")
+    assert set(summary["dataset"]) == {"longmemeval_s-session-user", "longmemeval_s-session"}
+    assert set(summary["strategy"]) >= {"threshold"} and (summary["tokens_injected_mean"] > 0).any()
+    conv = pd.concat([pd.read_csv(j / "conventions.csv") for j in jobs])
+    n = conv[(conv["question_type"] == "overall")].groupby("dataset")["n_questions"].max().to_dict()
+    assert n == {"longmemeval_s-session-user": 15, "longmemeval_s-session": 18}  # 2 abstention out; user-only: 3 more
+    report = (run / "report.md").read_text()
+    assert report.count("## Retrieval as published") == 1 and "**longmemeval_s-session-user, session level**: unit `session`" in report
