@@ -51,7 +51,9 @@ def section(run: RunDir) -> list[str]:
     lines = [TITLE, "",
              "LongMemEval's retrieval scoring (`src/retrieval/eval_utils.py`) on this run's ranked units, before any threshold: "
              "session level from turn or chunk units is its turn-to-session rule (the cut-off grows until k distinct sessions). "
-             "Its nDCG counts ranks 1 and 2 in full (trec_eval's nDCG is in the ranked section). Definitions: bench/conventions.py; "
+             "Its nDCG counts ranks 1 and 2 in full (trec_eval's nDCG is in the ranked section). The rankings are this run's: a "
+             "question sees only the memories dated at or before it was asked (LongMemEval's own runs rank the whole haystack), "
+             "so gold said later is a miss (dataset card: gold after asked_at). Definitions: bench/conventions.py; "
              "every value in conventions.csv of each job.", ""]
     keys = ["dataset", "embedder", "backend", "unit", "roles", "level"]
     for key, g in df.groupby(keys, sort=False, dropna=False):
