@@ -60,18 +60,21 @@ def lme_scores(*, ranked: Sequence[str], gold: set[str], n_relevant: int, k: int
     return float(any(g in recalled for g in gold)), float(all(g in recalled for g in gold)), ndcg
 
 
-def effective_k(*, ranked: Sequence[str], k: int) -> int:
-    """LongMemEval's turn-to-session cut-off: from k up until the first ``k'`` items hold k distinct ids (or the list ends)."""
+def effective_k(*, ranked: Sequence[str], k: int, n_items: int | None = None) -> int:
+    """LongMemEval's turn-to-session cut-off: from k up until the first ``k'`` items hold k distinct ids, or ``k'``
+    passes ``n_items`` (the haystack's size, default the list's length: LongMemEval ranks the whole haystack)."""
     eff = k
-    while eff <= len(ranked) and len(set(ranked[:eff])) < k:
+    limit = len(ranked) if n_items is None else n_items
+    while eff <= limit and len(set(ranked[:eff])) < k:
         eff += 1
     return eff
 
 
 def question_scores(*, ranked: Sequence[str], gold: Sequence[str], session_of: dict[str, str], units_per_session: dict[str, int],
-                    unit: str, ks: Sequence[int] = KS, sessions: bool = True) -> dict[tuple[str, str, int], float]:
+                    unit: str, ks: Sequence[int] = KS, sessions: bool = True, n_units: int | None = None) -> dict[tuple[str, str, int], float]:
     """{(level, metric, k): value} of one question. ``ranked``/``gold``: unit ids; ``session_of``: unit -> session;
-    ``units_per_session``: units of each session of the haystack. ``sessions`` False: session level NaN."""
+    ``units_per_session``: units of each session of the haystack; ``n_units``: the haystack's units (default: as many
+    as ranked; more when the ranking left some out, e.g. said after the question). ``sessions`` False: session level NaN."""
     out: dict[tuple[str, str, int], float] = {}
     g = set(gold)
     for k in ks:
@@ -83,7 +86,7 @@ def question_scores(*, ranked: Sequence[str], gold: Sequence[str], session_of: d
     gs = {session_of.get(x, x) for x in g}
     n_rel = sum(units_per_session.get(s, 0) for s in gs)
     for k in ks:
-        vals = lme_scores(ranked=mapped, gold=gs, n_relevant=n_rel, k=effective_k(ranked=mapped, k=k)) if g and sessions else (NAN,) * 3
+        vals = lme_scores(ranked=mapped, gold=gs, n_relevant=n_rel, k=effective_k(ranked=mapped, k=k, n_items=n_units)) if g and sessions else (NAN,) * 3
         for m, v in zip(METRICS, vals):
             out["session", m, k] = v
     return out
@@ -101,6 +104,7 @@ def per_question(trace, corpus, *, unit: str, ks: Sequence[int] = KS) -> pd.Data
     for s in session_of.values():
         units_per_session[s] = units_per_session.get(s, 0) + 1
     multi = {c.conversation_id for c in corpus.conversations if len({t.session for t in c.turns}) > 1}
+    size = {c.conversation_id: len(c.turns) for c in corpus.conversations}
     hits = dict(zip(trace.table["question_id"], trace.table["hit_ids"]))
     cols = [f"{lv}/{m}@{k}" for lv in levels(unit) for m in METRICS for k in ks]
     rows = []
@@ -109,7 +113,7 @@ def per_question(trace, corpus, *, unit: str, ks: Sequence[int] = KS) -> pd.Data
             continue
         gold = [f"{q.conversation_id}|{e}" for e in dict.fromkeys(q.evidence)]
         v = question_scores(ranked=list(hits[q.question_id]), gold=gold, session_of=session_of, units_per_session=units_per_session,
-                            unit=unit, ks=ks, sessions=q.conversation_id in multi)
+                            unit=unit, ks=ks, sessions=q.conversation_id in multi, n_units=size.get(q.conversation_id))
         rows.append({"question_id": q.question_id, "question_type": q.category or "(none)",
                      **{f"{lv}/{m}@{k}": val for (lv, m, k), val in v.items()}})
     return pd.DataFrame(rows, columns=["question_id", "question_type", *cols])

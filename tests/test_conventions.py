@@ -74,6 +74,20 @@ def test_scores_by_hand():
     assert CV.lme_scores(ranked=["b", "a", "d", "c"], gold={"a", "c"}, n_relevant=2, k=4) == (1.0, 1.0, 0.75)
     assert CV.effective_k(ranked=["x", "x", "y", "x", "z"], k=2) == 3
     assert CV.effective_k(ranked=["x", "x"], k=2) == 3  # the list ends first: LongMemEval's loop overshoots by one
+    # a time-filtered ranking shorter than the haystack (4 units): the cut-off runs to the haystack's size, as
+    # LongMemEval's loop over its whole corpus does (the ideal then covers min(relevant, k') items)
+    assert CV.effective_k(ranked=["x", "x"], k=2, n_items=4) == 5
+
+
+def test_a_ranking_that_leaves_units_out_scores_as_longmemeval():
+    """Fails on the first version, which stopped the turn-to-session cut-off at the ranking's end."""
+    ranked, ids = [0, 1], ["answer_0_a", "answer_0_b", "other_1_c", "answer_2_d"]  # units 2, 3 unseen (said later)
+    correct = ["answer_0_a", "answer_2_d"]
+    want = lme_evaluate_retrieval_turn2session(ranked, correct, ids, k=3)
+    got = CV.question_scores(ranked=["u0", "u1"], gold=["u0", "u3"], session_of={"u0": "s0", "u1": "s0", "u2": "s1", "u3": "s2"},
+                             units_per_session={"s0": 2, "s1": 1, "s2": 1}, unit="turn", ks=(3,), n_units=4)
+    assert tuple(got["session", m, 3] for m in CV.METRICS) == pytest.approx(want, abs=1e-12)
+    assert want[2] == pytest.approx(2 / (2 + 1 / math.log2(3)))  # relevant at ranks 1, 2 over an ideal of 3 relevant units
 
 
 def _random_trace(corpus, seed=0):
