@@ -343,7 +343,7 @@ def test_a_misspelt_switch_is_one_line_not_true(tmp_path, value, closest):
 @pytest.mark.parametrize("args, line", [
     (["dataset.pth=/x"], "error: dataset.pth: no such setting in dataset=own; did you mean dataset.path?"),
     (["dataset=locmo"], "error: dataset=locmo: no such option; did you mean locomo? (options: auto, locomo, locomo_2025, "
-                        "locomo_ci, locomo_observations, locomo_summaries, longmemeval_oracle, own, synthetic)"),
+                        "locomo_ci, locomo_observations, locomo_summaries, longmemeval_oracle, longmemeval_s, own, synthetic)"),
     (["stict=true"], "error: stict: no such setting in the config; did you mean strict?"),
     (["recommend.objectiv=max_f1"], "error: recommend.objectiv: no such setting in recommend=default; did you mean recommend.objective?"),
     (["-m", "strategy=limt,threshold"], "error: strategy=limt: no such option; did you mean limit? (options: adaptive, bm25, "
@@ -361,7 +361,7 @@ def test_dataset_path_without_dataset_own_names_the_option_that_has_it(tmp_path)
     proc = cli(tmp_path / "reports", *FAST, "dataset.path=/my/data", data=None)
     assert proc.returncode == 1 and proc.stderr.splitlines() == [
         "error: dataset.path: no such setting in dataset=auto (its settings: datasets_dir, default_dir, demo_dir); path is a "
-        "setting of dataset=locomo, locomo_2025, locomo_observations, locomo_summaries, longmemeval_oracle, own: did you mean "
+        "setting of dataset=locomo, locomo_2025, locomo_observations, locomo_summaries, longmemeval_oracle, longmemeval_s, own: did you mean "
         "dataset=own dataset.path=/my/data?"], proc.stderr
 
 

@@ -210,5 +210,5 @@ def test_a_typo_through_recallbench_sweep_is_one_line_with_the_closest_name(tmp_
     assert proc.returncode == 1 and "Traceback" not in proc.stderr
     assert proc.stderr.splitlines() == [
         "error: dataset.pth: no such setting in dataset=auto (its settings: datasets_dir, default_dir, demo_dir); path is a "
-        "setting of dataset=locomo, locomo_2025, locomo_observations, locomo_summaries, longmemeval_oracle, own: did you mean "
+        "setting of dataset=locomo, locomo_2025, locomo_observations, locomo_summaries, longmemeval_oracle, longmemeval_s, own: did you mean "
         "dataset=own dataset.path=/x?"]

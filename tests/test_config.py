@@ -79,7 +79,7 @@ def test_check_params_names_the_key_the_target_does_not_take():
     (["dataset=own", "dataset.pth=/x"], "dataset.pth: no such setting in dataset=own; did you mean dataset.path?"),
     (["dataset.path=/x"], "dataset.path: no such setting in dataset=auto (its settings: datasets_dir, default_dir, demo_dir); path "
                           "is a setting of dataset=locomo, locomo_2025, locomo_observations, locomo_summaries, longmemeval_oracle, "
-                          "own: did you mean dataset=own dataset.path=/x?"),
+                          "longmemeval_s, own: did you mean dataset=own dataset.path=/x?"),
     (["embedder=hashng"], "embedder=hashng: no such option; did you mean hashing? (options: auto, e5_small, hashing, http, minilm, "
                           "openai_3_small, openai_compatible, qwen3_openrouter, synthetic, use_m3)"),
     (["progres=false"], "progres: no such setting in the config; did you mean progress?"),

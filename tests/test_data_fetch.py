@@ -286,6 +286,7 @@ EXPECTED = {  # name -> (target, number of files, total bytes, non-commercial)
     "locomo": ("locomo", 1, 2_805_274, True),
     "locomo_2025_fixed": ("locomo_2025_fixed", 1, 2_804_832, True),
     "longmemeval_oracle": ("longmemeval_oracle", 500, 14_685_072, False),
+    "longmemeval_s": ("longmemeval_s", 498, 264_508_322, False),
 }
 
 
@@ -299,6 +300,7 @@ def test_repo_manifests_are_consistent():
     assert ms["locomo"].files[0].sha256 == "79fa87e90f04081343b8c8debecb80a9a6842b76a7aa537dc9fdf651ea698ff4"
     assert ms["locomo_2025_fixed"].files[0].sha256 == "8f941d1c22ab3dee4cb72521fbccc82d24c30208590a15b0b4005a2f927ff769"
     assert ms["longmemeval_oracle"].tree_sha256 == "c8fdb1801ec2311c66d8a1a22852de8e958cd275cdedfc348850646f39e74537"
+    assert ms["longmemeval_s"].tree_sha256 == "a69d5cd2aac6b4a38a4cc1b316d17961ea984f23326f12bc595fd8a801a3727c"
 
 
 @pytest.mark.parametrize("name", sorted(EXPECTED))

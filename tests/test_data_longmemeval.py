@@ -193,3 +193,36 @@ def test_unreachable_gold_is_reported_and_kept():
 ])
 def test_out_of_range_dates_are_errors(tmp_path, mutate, message):
     assert load_error(tmp_path, mutate) == f"{tmp_path / 'x.json'}: {message}"
+
+
+def test_hydra_config_longmemeval_s(tmp_path):
+    """dataset=longmemeval_s reads <data dir>/longmemeval_s/lme_jsons_s (here: two files of the slice fixture)."""
+    from hydra.utils import instantiate
+
+    target = tmp_path / "longmemeval_s" / "lme_jsons_s"
+    target.mkdir(parents=True)
+    for name in ("3_001be529.json", "3_0862e8bf_abs.json"):
+        (target / name).write_bytes((REPO / "tests" / "fixtures" / "data" / "lme_s_slice" / name).read_bytes())
+    cfg = OmegaConf.create({"paths": {"datasets": str(tmp_path)},
+                            "dataset": OmegaConf.load(REPO / "configs" / "dataset" / "longmemeval_s.yaml")})
+    c = instantiate(cfg.dataset)
+    assert c.name == "longmemeval_s" and [q.question_id for q in c.questions] == ["001be529", "0862e8bf_abs"]
+    assert [q.adversarial for q in c.questions] == [False, True]
+
+
+def test_real_s_manifest_and_one_file(bench_data_dir):
+    """The real _s split: its manifest lists the 498 files present (sizes), and one file loads as one user's haystack.
+    (Loading all 498 is the documented command in datasets/README.md, not a test.)"""
+    from bench.data.fetch import load_manifests
+
+    path = bench_data_dir / "longmemeval_s" / "lme_jsons_s"
+    if not path.is_dir():
+        pytest.skip(f"{path} absent (set BENCH_DATA_DIR to the directory holding longmemeval_s/)")
+    m = next(m for m in load_manifests() if m.name == "longmemeval_s")
+    assert sorted(p.name for p in path.glob("*.json")) == sorted(f.path.split("/", 1)[1] for f in m.files)
+    assert all((path.parent / f.path).stat().st_size == f.size for f in m.files)
+    one = path / "45_gpt4_2655b836.json"
+    tmp = load_longmemeval(path=one, name="longmemeval_s")
+    (q,) = tmp.questions
+    assert q.question_id == q.conversation_id == "gpt4_2655b836" and not q.adversarial
+    assert len({t.session for t in tmp.turns()}) == 45 and len(tmp.turns()) > 400

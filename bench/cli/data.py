@@ -1,7 +1,7 @@
 """``recallbench data``: ``check <path>`` prints a dataset card with the defect report; ``convert <src>
 <out_dir>`` writes any supported corpus in the own format; ``fetch`` verifies the public corpora
 against their manifests (and downloads missing ones when online). ``--kind`` is one of locomo,
-locomo_2025, longmemeval, longmemeval_oracle, own (default: detected from the path). Errors print one
+locomo_2025, longmemeval, longmemeval_oracle, longmemeval_s, own (default: detected from the path). Errors print one
 line on stderr and exit with code 2. ``check --strict`` exits 1 when the corpus has any defect, after
 printing the card, with the one-line summary ("strict: 3 label defects: ...") on stderr.
 """
@@ -15,7 +15,7 @@ from pathlib import Path
 
 from bench.cli.common import fail, parser, setup_logging
 
-KIND_CHOICES = ("auto", "locomo", "locomo_2025", "longmemeval", "longmemeval_oracle", "own")
+KIND_CHOICES = ("auto", "locomo", "locomo_2025", "longmemeval", "longmemeval_oracle", "longmemeval_s", "own")
 
 
 def _parser() -> argparse.ArgumentParser:

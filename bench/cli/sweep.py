@@ -98,11 +98,18 @@ def check_settings(cfg: DictConfig) -> None:
         from bench.ranked import check_ks
 
         check_ks(list(cfg.ranked.get("ks") or []))
+    if cfg.get("conventions"):
+        from bench.ranked import check_ks
+
+        check_ks(list(cfg.conventions.get("ks") or []), "conventions.ks")
+    _unit_spec(cfg)
     check_before_work(cfg)  # switches, plugin keys, strategies, the report's settings (bench.cli.config)
 
 
 # Settings that say where a job writes, how it shows progress, or how it is reported: not part of its results.
-JOB_KEY_IGNORES = ("hydra", "paths", "progress", "publish_latest", "defer_report", "resume", "trace_cache", "recommend", "regress", "strict")
+# ``memory`` (the units) decides the corpus, whose digest is in every key.
+JOB_KEY_IGNORES = ("hydra", "paths", "progress", "publish_latest", "defer_report", "resume", "trace_cache", "recommend", "regress", "strict",
+                   "memory")
 
 
 def job_settings(cfg: DictConfig) -> dict:
@@ -140,9 +147,10 @@ class Job:
 def prepare(cfg: DictConfig) -> Job:
     """Check the settings, load the corpus (its label defects summarised on the console) and the embedder."""
     from bench.data.card import defect_summary
+    from bench.data.units import apply_units
 
     check_settings(cfg)
-    corpus = build(cfg.dataset)
+    corpus = apply_units(build(cfg.dataset), _unit_spec(cfg))
     if corpus.defects:
         log.warning("%s: %s (see %s)", corpus.name, defect_summary(corpus.defects), CARD)
         if as_bool("strict", cfg.get("strict", False)):
@@ -290,13 +298,14 @@ def run_job(cfg: DictConfig, out_dir: Path, job: Job | None = None) -> pd.DataFr
     meta = {**metas[0], "traces": metas, "run_id": run.run_id(), "tokens_encoding": cfg.tokens.encoding, "thresholds": list(grid),
             "strategies": [s.name for s in strategies], "formats": list(formats), "format_tokens": by_format,
             "corpus_sha256": job.corpus_sha, "labels_sha256": run.labels_digest(corpus), "turns_sha256": run.turns_digest(corpus), "embedder_identity": inner.identity,
-            "overrides": _overrides(), "coverage": readable, "embedding_cost_estimate": est,
+            "overrides": _overrides(), "coverage": readable, "memory": _unit_spec(cfg).describe(), "embedding_cost_estimate": est,
             "defects": dict(Counter(d.kind for d in corpus.defects)), "defects_summary": defect_summary(corpus.defects),
             "embed_cache": {"hits": getattr(embedder, "hits", None), "misses": getattr(embedder, "misses", None)},
             "caches": {"job": {**job.key.describe(), "status": "miss"}, "traces": [m.get("cache") for m in metas],
                        "embeddings": embed_cache, **({"relevance": fitted} if fitted else {})}}
     out.write_meta(redact(meta))
     out.write_ranked(ranked_table(cfg, traces, corpus, embedder.model_id))
+    write_conventions(cfg, traces, corpus, inner, out_dir)
     out.write_results(rows, summary)  # summary.csv last: a job directory with it is complete
     return summary
 
@@ -310,6 +319,24 @@ def ranked_table(cfg: DictConfig, traces, corpus, embedder: str) -> pd.DataFrame
     return ranked.for_traces(traces, corpus, ks=ks, embedder=embedder, confidence=float(rc.get("confidence", 0.95)),
                              n_resamples=int(rc.get("n_resamples", 1000)), seed=int(cfg.get("seed", 0)),
                              method=str((cfg.get("recommend") or {}).get("ci_method", "t")))  # one interval rule for every table
+
+
+def _unit_spec(cfg: DictConfig):
+    from bench.data.units import check_spec
+
+    return check_spec(to_plain(cfg.memory) if cfg.get("memory") is not None else None)
+
+
+def write_conventions(cfg: DictConfig, traces, corpus, embedder, out_dir: Path) -> Path:
+    """conventions.csv of a job: LongMemEval's arithmetic at ``conventions.ks`` (bench.conventions), on the job's unit."""
+    from bench import conventions
+    from bench.ranked import check_ks
+
+    spec = _unit_spec(cfg)
+    ks = check_ks(list((cfg.get("conventions") or {}).get("ks", conventions.KS)), "conventions.ks")
+    df = conventions.table(conventions.pick_trace(traces), corpus, unit=spec.unit, roles=spec.roles, embedder=embedder.model_id,
+                           max_length=(getattr(embedder, "identity", None) or {}).get("max_length"), ks=ks)
+    return conventions.write(out_dir / conventions.FILE, df)
 
 
 def _warn_fault(line: str) -> None:

@@ -17,7 +17,7 @@ from typing import Any
 from bench.types import Corpus
 
 KINDS = ("locomo", "longmemeval", "own")
-_ALIASES = {"locomo_2025": "locomo", "longmemeval_oracle": "longmemeval"}
+_ALIASES = {"locomo_2025": "locomo", "longmemeval_oracle": "longmemeval", "longmemeval_s": "longmemeval"}
 
 
 def require_path(path: str | os.PathLike) -> Path:
@@ -99,7 +99,7 @@ def _looks_like_longmemeval(data: Any) -> bool:
 
 
 def load_corpus(kind: str, path: str | os.PathLike, **kw: Any) -> Corpus:
-    """Load a corpus by kind name ("locomo", "locomo_2025", "longmemeval", "longmemeval_oracle",
+    """Load a corpus by kind name ("locomo", "locomo_2025", "longmemeval", "longmemeval_oracle", "longmemeval_s",
     "own", or "auto" to detect it); extra keywords go to the loader."""
     require_path(path)
     base = detect_kind(path) if kind == "auto" else _ALIASES.get(kind, kind)

@@ -86,8 +86,8 @@ def load_longmemeval(*, path: str | os.PathLike, name: str = "longmemeval_oracle
         sources[qid] = Source(file, qid, "question_date", fields)
     corpus = Corpus(name, tuple(conversations), tuple(questions), tuple(defects), str(p))
     corpus = add_reachability_defects(corpus, sources)
-    log.info("loaded %s from %s: %d questions, %d turns, %d defects",
-             name, p, len(questions), len(corpus.turns()), len(corpus.defects))
+    log.info("loaded %s from %s: %d questions read, %d abstention, %d turns, %d defects",
+             name, p, len(questions), sum(q.adversarial for q in questions), len(corpus.turns()), len(corpus.defects))
     return corpus
 
 

@@ -22,7 +22,7 @@ import pandas as pd
 from bench.analysis.recommend import CONFIG_KEYS, Recommendation, neighbours
 from bench.analysis.tables import Analysis, analyse, save
 from bench.analysis.verdict import runner_up, split_ties, test_description
-from bench.report import names, plots
+from bench.report import conventions, names, plots
 from bench.report.escape import md_code as C
 from bench.report.escape import md_text as E
 from bench.report.escape import confined, slug
@@ -906,6 +906,7 @@ def write_report(run_dir: Path, settings=None) -> Path:
                       "", "Recall and fidelity of these stores are lower than the exact store's for that reason "
                       "(README, short lists); see Store metrics in the appendix.", ""]
     app += ranked_section(run)
+    app += conventions.section(run)  # the published conventions (LongMemEval's arithmetic), every k and type
     lines += systems_section(run)  # imported rankings beside ours: a comparison the user asked for, main body
     if "adversarial_abstain_rate" in summary and summary["n_adversarial"].max() > 0:
         adv = named(summary[summary["n_adversarial"] > 0])
