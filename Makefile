@@ -8,7 +8,7 @@ ARGS ?=
 EMBEDDERS ?=
 
 .DEFAULT_GOAL := help
-.PHONY: help sweep test report data install clean-cache stores compare regress baseline harden load bench labels corpora ray
+.PHONY: help sweep test report data install clean-cache stores compare tradeoff regress baseline harden load bench labels corpora ray
 
 help: ## List the targets
 	@grep -E '^[a-zA-Z_-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-12s %s\n", $$1, $$2}'
@@ -46,6 +46,9 @@ stores: $(STAMP) ## Compare every local store and Pinecone via its loopback doub
 	$(BIN)/recallbench stores $(ARGS)
 
 compare: stores ## Old name of make stores
+
+tradeoff: $(STAMP) ## Recall@10 vs exact against p50/p99 and QPS per store and index setting (configs/tradeoff.yaml) -> reports/tradeoff/
+	$(BIN)/recallbench tradeoff $(ARGS)
 
 regress: $(STAMP) ## Run the CI-sized experiment and gate it against reports/baseline/<dataset>/ -> reports/regress/summary.md
 	$(BIN)/recallbench regress $(ARGS)

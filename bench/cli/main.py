@@ -23,6 +23,7 @@ COMMANDS = {
     "score": ("bench.cli.score", "other systems' rankings (LongMemEval JSON, retrieval logs, TREC runs) scored beside a finished run's, paired"),
     "answer": ("bench.cli.answer", "answer-level metrics: an LLM reader and judge on a finished run's injected context"),
     "stores": ("bench.tools.stores", "every local store, and Pinecone via its loopback double, side by side (LoCoMo and synthetic scale) -> reports/compare/"),
+    "tradeoff": ("bench.tools.tradeoff", "index settings as sweep axes: recall@k vs exact against p50/p99 and QPS per store and setting -> reports/tradeoff/"),
     "regress": ("bench.tools.regress", "CI regression gate against reports/baseline/ (--write-baseline rewrites it)"),
     "harden": ("bench.tools.harden.run", "bad input, planted secrets, store faults and a short load, with figures"),
     "bench": ("bench.tools.perf", "performance ratios P1-P5 and PL with their targets and PASS/FAIL"),

@@ -188,14 +188,14 @@ def plot(df: pd.DataFrame, out: Path, *, target: float) -> list[Path]:
     stores = list(dict.fromkeys(ok["store"]))
     colours = {s: plt.get_cmap("tab10")(i % 10) for i, s in enumerate(stores)}
     styles = ["-", "--", ":", "-."]
+    done: set[str] = set()
     for n_data, (data, d) in enumerate(ok.groupby("data", sort=False)):
         sels = list(dict.fromkeys(d["selectivity"]))
         fig, axes = plt.subplots(1, len(sels), figsize=(7 * len(sels), 5), squeeze=False)
         for ax, sel in zip(axes[0], sels):
             g = d[d["selectivity"] == sel]
             for store, gs in g.groupby("store", sort=False):
-                for j, (series, line) in enumerate(gs.groupby("series", sort=False)):
-                    line = line.sort_values("p99_ms")
+                for j, (series, line) in enumerate(gs.groupby("series", sort=False)):  # in grid order: along its last axis
                     ax.plot(line["p99_ms"], line["recall_at_k"], styles[j % len(styles)], marker="o", ms=4,
                             color=colours[store], label=series)
             best = g[g["cheapest"]]
@@ -215,7 +215,9 @@ def plot(df: pd.DataFrame, out: Path, *, target: float) -> list[Path]:
                     labels.append(lab)
         fig.legend(handles, labels, loc="lower center", ncol=3, fontsize=7, bbox_to_anchor=(0.5, -0.02 - 0.03 * (len(labels) // 3)))
         fig.suptitle(f"recall vs p99 latency: {data}")
-        p = out / f"tradeoff_{n_data}_{''.join(c if c.isalnum() else '_' for c in data.split(' (')[0])[:40]}.png"
+        slug = "".join(c for c in data.split(" ")[0] if c.isalnum() or c in "_-")[:40] or "data"
+        p = out / (f"tradeoff_{slug}.png" if n_data == 0 or slug not in done else f"tradeoff_{slug}_{n_data}.png")
+        done.add(slug)
         write_atomic(p, lambda t: fig.savefig(t, format="png", dpi=100, bbox_inches="tight"))
         plt.close(fig)
         paths.append(p)

