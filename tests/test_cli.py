@@ -108,7 +108,7 @@ def test_a_cached_trace_says_its_latency_is_from_the_earlier_run(two_runs):
         return (run_dir / "report.md").read_text().split("## Store latency")[1].split("\n## ")[0]
 
     second = latency(tmp / "latest")
-    assert "| dataset | configuration | layout | latency_p50_ms | latency_p95_ms | latency_p99_ms | latency origin |" in second
+    assert "| dataset | configuration | layout | depth | latency_p50_ms | latency_p95_ms | latency_p99_ms | latency origin |" in second
     assert "| per_conversation |" in second  # seekdb, the default store: a collection per conversation
     assert f"cached trace of run {meta1['run_id']} ({meta1['measured_at']}) |" in second
     first = next(d for d in (tmp / "runs").iterdir() if d.name.endswith(meta1["run_id"]))
@@ -411,3 +411,20 @@ def test_store_clients_log_at_warning_unless_verbose(tmp_path):
     loud = cli(tmp_path / "b", "backend=seekdb", "embedder=hashing", "strategy=limit", "trace_cache=false", "-v")
     assert loud.returncode == 0, loud.stdout[-3000:]
     assert [ln for ln in (loud.stdout + loud.stderr).splitlines() if "[pyseekdb" in ln]
+
+
+def test_a_comparison_of_stores_times_every_store_in_this_run_by_default():
+    from bench.cli.sweep import like_for_like
+
+    extra, notes = like_for_like(["-m", "backend=seekdb,sqlite_vec,pinecone"])
+    assert extra == ["backend.layout=shared", "trace_cache=false", "resume=false"]
+    assert len(notes) == 2 and "timed in this run" in notes[1]
+    # one layout already: fresh latency only
+    assert like_for_like(["-m", "backend=sqlite_vec,exact"])[0] == ["trace_cache=false", "resume=false"]
+    # the user chose to reuse cached results (either switch given): kept as given
+    assert like_for_like(["-m", "backend=sqlite_vec,exact", "trace_cache=true"])[0] == []
+    assert like_for_like(["-m", "backend=sqlite_vec,exact", "resume=true"])[0] == []
+    # not a comparison of stores: one store, a strategy sweep, one job
+    assert like_for_like(["-m", "backend=sqlite_vec", "strategy=glob(*)"]) == ([], [])
+    assert like_for_like(["backend=sqlite_vec"]) == ([], [])
+    assert like_for_like(["-m", "backend=seekdb,nosuchstore"])[0] == ["trace_cache=false", "resume=false"]

@@ -57,3 +57,13 @@ def test_one_layout_and_one_run_need_no_warning():
     s = summary(("seekdb", "shared", "limit5", 2.0), ("seekdb", "per_conversation", "limit5", 3.0))
     lat, warn = latency_rows(s, [job("seekdb", "shared"), job("seekdb", "per_conversation")])
     assert warn == [] and lat["layout"].tolist() == ["shared", "per_conversation"]
+
+
+def test_the_table_shows_each_stores_depth_and_warns_when_it_differs():
+    # sqlite-vec's largest k (4096) cut a depth of 5000 the exact store searched: not like for like
+    s = summary(("exact", "shared", "limit5", 2.0), ("sqlite_vec", "shared", "limit5", 9.0))
+    lat, warn = latency_rows(s, [{**job("exact", "shared"), "depth": 5000}, {**job("sqlite_vec", "shared"), "depth": 4096}])
+    assert lat["depth"].tolist() == [5000, 4096]
+    assert warn[0].startswith("> **Latency not like for like** (locomo): search depth exact 5000, sqlite_vec 4096.")
+    lat, warn = latency_rows(s, [{**job("exact", "shared"), "depth": 689}, {**job("sqlite_vec", "shared"), "depth": 689}])
+    assert warn == [] and lat["depth"].tolist() == [689, 689]

@@ -581,6 +581,51 @@ def like_for_like_layout(args: list[str]) -> dict[str, str] | None:
     return layouts if len(set(layouts.values())) > 1 else None
 
 
+FRESH = ("trace_cache", "resume")  # off in a comparison of stores unless given: every store's latency timed in this run
+
+
+def swept_stores(args: list[str]) -> list[str]:
+    """The stores a multirun sweeps with ``backend=a,b`` (``choice``/``glob`` too); [] when not a multirun, one store
+    is named, or the overrides are ones Hydra will reject itself."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    from bench.resources import plugin_names
+
+    if not {"-m", "--multirun"} & set(args):
+        return []
+    try:
+        for o in OverridesParser.create().parse_overrides([a for a in args if "=" in a and not a.startswith("-")]):
+            if o.key_or_group == "backend" and o.is_sweep_override():
+                v = o.value()
+                names = v.filter(plugin_names("backend")) if hasattr(v, "filter") else list(o.sweep_string_iterator())
+                return list(dict.fromkeys(names)) if len(set(names)) > 1 else []
+    except Exception:  # noqa: BLE001  (a bad override: Hydra says what is wrong with it)
+        return []
+    return []
+
+
+def like_for_like(args: list[str]) -> tuple[list[str], list[str]]:
+    """(overrides to add, one note line each) so the stores a multirun compares run like for like: one layout
+    (``like_for_like_layout``) and latency timed in this run (``trace_cache=false resume=false`` unless either is given:
+    a cached trace or job carries the latency of the run that measured it). The depth is the run's ``depth`` for every
+    store; the report names any store whose largest k cut it (``bench.report.latency``)."""
+    stores = swept_stores(args)
+    if not stores:
+        return [], []
+    extra, notes = [], []
+    mixed = like_for_like_layout(args)
+    if mixed:
+        extra.append("backend.layout=shared")
+        notes.append("the stores swept default to different layouts (" + ", ".join(f"{n} {lay}" for n, lay in mixed.items())
+                     + "): all run with backend.layout=shared so they compare like for like (give backend.layout=... to choose)")
+    given = {a.split("=", 1)[0].lstrip("+~") for a in args if "=" in a}
+    if not given & set(FRESH):
+        extra += [f"{k}=false" for k in FRESH]
+        notes.append(f"comparing stores ({', '.join(stores)}): every store's latency is timed in this run "
+                     "(trace_cache=false resume=false; give trace_cache=true resume=true to reuse cached results)")
+    return extra, notes
+
+
 def main() -> int:
     import os
 
@@ -590,12 +635,10 @@ def main() -> int:
     sys.argv = [a for a in sys.argv if a not in ("-v", "--verbose")]
     install_scrubbing(sys.argv[1:])
     run.new_run_id()
-    mixed = like_for_like_layout(sys.argv[1:])
-    if mixed:  # one layout for every store swept: the stores' latency and recall compare like for like
-        sys.argv.append("backend.layout=shared")
-        print("note: the stores swept default to different layouts (" + ", ".join(f"{n} {lay}" for n, lay in mixed.items())
-              + "): all run with backend.layout=shared so they compare like for like (give backend.layout=... to choose)",
-              file=sys.stderr)
+    extra, notes = like_for_like(sys.argv[1:])  # one layout, fresh latency: the stores swept compare like for like
+    sys.argv += extra
+    for note in notes:
+        print(f"note: {note}", file=sys.stderr)
     debug = os.environ.get("HYDRA_FULL_ERROR") == "1"  # the user asked for tracebacks
     os.environ["HYDRA_FULL_ERROR"] = "1"  # Hydra re-raises its own start-up errors to us instead of printing a traceback
     _STATE.update(interrupted=False, exit=0, sweep_dir=None)

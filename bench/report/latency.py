@@ -1,10 +1,12 @@
-"""The report's store-latency table: which layout each store ran in and where its latency was measured.
+"""The report's store-latency table: which layout each store ran in, how deep it searched and where its latency was
+measured.
 
 Latency compares stores like for like only when they ran in the same layout (``bench.backends.layout``: a
-per-conversation search scans one conversation's collection, a shared one filters the whole store) and in the
-same run (a trace reused from the cache carries the latency of the run that measured it: another day, another
-machine load). Every row says both (``layout``, ``latency origin``), and a warning line names the stores when
-either differs within a dataset.
+per-conversation search scans one conversation's collection, a shared one filters the whole store), at the same
+search depth (k: a store whose largest k is below the depth searched less deep; an HNSW store's ef follows k) and in
+the same run (a trace reused from the cache carries the latency of the run that measured it: another day, another
+machine load). Every row says all three (``layout``, ``depth``, ``latency origin``), and a warning line names the
+stores when one differs within a dataset.
 """
 
 from __future__ import annotations
@@ -40,8 +42,10 @@ def latency_rows(summary: pd.DataFrame, jobs: Sequence[Mapping]) -> tuple[pd.Dat
     if "layout" not in lat:
         lat["layout"] = "shared"
     origin = {tuple(str(j.get(k, "shared" if k == "layout" else "")) for k in KEYS): latency_origin(j) for j in jobs}
-    lat["latency origin"] = [origin.get(tuple(str(r.get(k, "shared" if k == "layout" else "")) for k in KEYS), "unknown")
-                             for r in lat.to_dict("records")]
+    depth = {tuple(str(j.get(k, "shared" if k == "layout" else "")) for k in KEYS): j.get("depth") for j in jobs}
+    found = [tuple(str(r.get(k, "shared" if k == "layout" else "")) for k in KEYS) for r in lat.to_dict("records")]
+    lat["latency origin"] = [origin.get(key, "unknown") for key in found]
+    lat["depth"] = [depth.get(key) for key in found]
     return lat, like_for_like_warnings(lat)
 
 
@@ -57,6 +61,11 @@ def like_for_like_warnings(lat: pd.DataFrame) -> list[str]:
             out += [f"> **Latency not like for like** ({ds}): {names}. A per-conversation search reads one conversation's "
                     "collection, a shared one filters the whole store: set `backend.layout=shared` (or `per_conversation`) "
                     "for every store.", ""]
+        depths = g.drop_duplicates(["backend", "layout", "depth"])
+        if "depth" in g and g["depth"].nunique() > 1:
+            names = ", ".join(f"{b} {d}" for b, d in zip(depths["backend"], depths["depth"]))
+            out += [f"> **Latency not like for like** ({ds}): search depth {names}. A store whose largest k is below the "
+                    "depth searched less deep (and an HNSW store's ef follows k): give `depth=N` within every store's limit.", ""]
         if g["latency origin"].nunique() > 1:
             names = "; ".join(f"{b}: {o}" for b, o in zip(g["backend"], g["latency origin"]))
             out += [f"> **Latency from different runs** ({ds}): {names}. `trace_cache=false resume=false` measures every "

@@ -868,7 +868,7 @@ def write_report(run_dir: Path, settings=None) -> Path:
     lat, like = latency_rows(summary, jobs)  # with the layout and where each latency was measured (bench.report.latency)
     if len(lat):
         lines += ["## Store latency (per query, store call only, warm-up discarded)", "", *like,
-                  _table(named(lat), ["dataset", "configuration", "layout", "latency_p50_ms", "latency_p95_ms", "latency_p99_ms", "latency origin"]), ""]
+                  _table(named(lat), ["dataset", "configuration", "layout", "depth", "latency_p50_ms", "latency_p95_ms", "latency_p99_ms", "latency origin"]), ""]
     lines += cover
     if run.has("answers.md"):  # written by `recallbench answer` (bench.qa)
         lines += ["## Answer-level metrics (LLM reader and judge)", "",
