@@ -45,28 +45,33 @@ def test_every_tuned_setting_is_a_parameter_the_adapter_takes():
     for name, node in stores.items():
         target = backend_config(name)["_target_"]
         module, cls = target.rsplit(".", 1)
-        params = set(inspect.signature(getattr(importlib.import_module(module), cls)).parameters)
+        params = inspect.signature(getattr(importlib.import_module(module), cls)).parameters
         for kind in ("grid", "quick"):
             for spec in (node or {}).get(kind) or []:
-                assert set(spec) <= params, (name, kind, set(spec) - params)
-                assert all(v is not False for v in spec.values() if not isinstance(v, list)), (name, spec)  # unquoted off
-        assert set((node or {}).get("build") or []) <= params, name
+                assert set(spec) <= set(params), (name, kind, set(spec) - set(params))
+                for key, value in spec.items():  # a text setting stays text (an unquoted `off` reads as false)
+                    if isinstance(params[key].default, str):
+                        assert all(isinstance(v, str) for v in (value if isinstance(value, list) else [value])), (name, key)
+        assert set((node or {}).get("build") or []) <= set(params), name
 
 
 def test_cheapest_is_the_lowest_p99_reaching_the_target_per_group():
-    # hand-worked: store a reaches 0.99 with settings s2 (p99 3.0) and s3 (p99 2.0) -> s3; s1 is faster but 0.95.
+    # hand-worked: store a reaches 0.99 with settings s2 (mean 3.0 ms) and s3 (mean 2.0) -> s3; s1 is faster but 0.95.
     # store b never reaches it; NaN recall never does; the "user" selectivity is its own group (s1 reaches there).
     rows = pd.DataFrame([
-        {"data": "d", "selectivity": "all", "store": "a", "setting": "s1", "recall_at_k": 0.95, "p50_ms": 0.5, "p99_ms": 1.0},
-        {"data": "d", "selectivity": "all", "store": "a", "setting": "s2", "recall_at_k": 1.00, "p50_ms": 1.0, "p99_ms": 3.0},
-        {"data": "d", "selectivity": "all", "store": "a", "setting": "s3", "recall_at_k": 0.99, "p50_ms": 1.5, "p99_ms": 2.0},
-        {"data": "d", "selectivity": "all", "store": "b", "setting": "s1", "recall_at_k": 0.98, "p50_ms": 0.1, "p99_ms": 0.2},
-        {"data": "d", "selectivity": "all", "store": "c", "setting": "s1", "recall_at_k": math.nan, "p50_ms": 0.1, "p99_ms": 0.2},
-        {"data": "d", "selectivity": "user", "store": "a", "setting": "s1", "recall_at_k": 0.995, "p50_ms": 0.5, "p99_ms": 1.0},
+        {"data": "d", "selectivity": "all", "store": "a", "setting": "s1", "recall_at_k": 0.95, "p50_ms": 0.5, "mean_ms": 1.0},
+        {"data": "d", "selectivity": "all", "store": "a", "setting": "s2", "recall_at_k": 1.00, "p50_ms": 1.0, "mean_ms": 3.0},
+        {"data": "d", "selectivity": "all", "store": "a", "setting": "s3", "recall_at_k": 0.99, "p50_ms": 1.5, "mean_ms": 2.0},
+        {"data": "d", "selectivity": "all", "store": "b", "setting": "s1", "recall_at_k": 0.98, "p50_ms": 0.1, "mean_ms": 0.2},
+        {"data": "d", "selectivity": "all", "store": "c", "setting": "s1", "recall_at_k": math.nan, "p50_ms": 0.1, "mean_ms": 0.2},
+        {"data": "d", "selectivity": "user", "store": "a", "setting": "s1", "recall_at_k": 0.995, "p50_ms": 0.5, "mean_ms": 1.0},
     ])
     assert T.cheapest(rows, target=0.99).tolist() == [False, False, True, False, False, True]
     assert T.cheapest(rows, target=0.95).tolist() == [True, False, False, True, False, True]
-    table = T.reaching(rows.assign(cheapest=T.cheapest(rows, target=0.99), qps=1.0), 0.99)
+    # by p99 instead: s2 (p99 2.5) beats s3 (p99 4.0)
+    p99 = rows.assign(p99_ms=[1.0, 2.5, 4.0, 0.2, 0.2, 1.0])
+    assert T.cheapest(p99, target=0.99, cost="p99_ms").tolist() == [False, True, False, False, False, True]
+    table = T.reaching(p99.assign(cheapest=T.cheapest(rows, target=0.99), qps=1.0), 0.99)
     assert table["cheapest setting reaching 0.99"].tolist() == ["s3", "none (best: s1)", "s1"]
 
 
@@ -95,7 +100,7 @@ def test_recall_at_k_against_exact_hand_worked(tmp_path):
             self.latency_ns = np.array([2_000_000], dtype=np.int64)
 
     got = T._stats(Half(("m0",)), [["m0", "m1"]], 2)
-    assert (got["recall_at_k"], got["short_lists"], got["p50_ms"], got["qps"]) == (0.5, 1, 2.0, 500.0)
+    assert (got["recall_at_k"], got["short_lists"], got["p50_ms"], got["mean_ms"], got["qps"]) == (0.5, 1, 2.0, 2.0, 500.0)
     assert T._stats(Half(("m5", "m1")), [["m0", "m1"]], 2)["short_lists"] == 0  # full but wrong: recall only
 
 
@@ -122,5 +127,12 @@ def test_tradeoff_end_to_end_on_real_stores(tmp_path):
     assert df[df["store"] == "sqlite_vec"]["recall_at_k"].tolist() == [1.0, 1.0]  # brute force
     assert len(df[df["store"] == "pgvector"]) == 8  # iterative off/relaxed x ef_search 10/40 x 2 selectivities
     assert df.groupby(["selectivity", "store"])["cheapest"].sum().le(1).all()
+    # the pgvector trap, caught by the tool: no btree, HNSW at ef_search=10 without iterative scan, one user of 4: the
+    # filter runs after the 10 candidates, so the lists come back short; relaxed_order iterative scan fills them
+    pg = df[(df["store"] == "pgvector") & (df["selectivity"] == "user")].set_index("setting")
+    off = "index=hnsw force_index=True user_index=False iterative_scan=off ef_search=10"
+    relaxed = "index=hnsw force_index=True user_index=False iterative_scan=relaxed_order ef_search=10"
+    assert pg.loc[off, "short_lists"] > 0 and pg.loc[off, "recall_at_k"] < 0.9
+    assert pg.loc[relaxed, "short_lists"] == 0
     text = (out / "README.md").read_text()
     assert "Settings reaching recall 0.99" in text and (out / "tradeoff_synthetic.png").stat().st_size > 10_000
