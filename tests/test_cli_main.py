@@ -15,7 +15,7 @@ from bench.cli import main as M
 from bench.resources import configs_dir, demo_dir, plugin_names
 
 REPO = Path(__file__).resolve().parent.parent
-TOOLS = ("report", "compare", "export", "score", "answer", "stores", "regress", "harden", "bench", "data", "load", "ray")
+TOOLS = ("report", "compare", "export", "score", "answer", "stores", "tradeoff", "regress", "harden", "bench", "data", "load", "ray")
 # Run the dispatcher in a child process as the console script does (``recallbench = bench.cli.main:main``).
 RECALLBENCH = [sys.executable, "-c", "import sys; from bench.cli.main import main; sys.exit(main())"]
 QUICK = ["dataset=own", f"dataset.path={demo_dir()}", "embedder=hashing", "progress=false", "publish_latest=false"]
@@ -49,7 +49,7 @@ def test_unknown_command_is_one_error_line_exit_2(capsys):
     assert M.main(["sweeep"]) == 2
     captured = capsys.readouterr()
     assert captured.out == ""
-    assert captured.err == ("error: unknown command 'sweeep' (commands: sweep, report, compare, export, score, answer, stores, regress, harden, "
+    assert captured.err == ("error: unknown command 'sweeep' (commands: sweep, report, compare, export, score, answer, stores, tradeoff, regress, harden, "
                             "bench, data, load, ray; recallbench --help)\n")
 
 
@@ -183,7 +183,7 @@ def test_entry_turns_an_unhandled_fault_into_one_line(capsys, monkeypatch):
 
 def test_tools_use_the_shared_entry():
     """Every tool's main builds its parser and logging with bench.cli.common (no argparse or basicConfig of its own)."""
-    files = ["bench/tools/regress.py", "bench/tools/perf.py", "bench/tools/stores.py", "bench/tools/load.py",
+    files = ["bench/tools/regress.py", "bench/tools/perf.py", "bench/tools/stores.py", "bench/tools/tradeoff.py", "bench/tools/load.py",
              "bench/tools/harden/run.py", "bench/tools/ray_run.py", "bench/cli/report.py", "bench/cli/compare.py", "bench/cli/data.py",
              "bench/cli/export.py", "bench/cli/score.py", "bench/cli/answer.py"]
     for f in files:
