@@ -3,7 +3,7 @@
 One multirun (python -m bench -m backend=exact,fault_raise,fault_timeout,kill_chroma; demo corpus,
 hashing embedder): each failing job ends with failed.json and a one-line reason, the exact job
 finishes, the report lists the failures, nothing prints a traceback. A second multirun
-(backend=exact,fault_crash) skips the finished job (same config hash) and is then SIGKILLed mid-run:
+(backend=exact,fault_crash resume=true) skips the finished job (same config hash) and is then SIGKILLed mid-run:
 the earlier results stay byte-identical. A process killed while rewriting a result file leaves the
 old file intact. The fault stores are ``bench.tools.harden.doubles.FaultBackend`` via test-only configs written
 to a temp dir and added with ``hydra.searchpath`` (never configs/backend/).
@@ -87,7 +87,9 @@ def runs(tmp_path_factory, chroma):
     sweep1 = sorted((reports / "runs").iterdir())[-1]
     finished = finished_artefacts(reports)
     before = fingerprints(finished)
-    second = run_cli(["-m", "backend=exact,fault_crash", *base])
+    # resume=true: a comparison of stores times every store afresh by default (bench.cli.sweep.like_for_like); this one
+    # asks to reuse the finished job
+    second = run_cli(["-m", "backend=exact,fault_crash", "resume=true", *base])
     sweep2 = [p for p in sorted((reports / "runs").iterdir()) if p != sweep1][-1]
     return SimpleNamespace(reports=reports, first=first, sweep1=sweep1, finished=finished, before=before,
                            second=second, sweep2=sweep2, pid=chroma.pid)

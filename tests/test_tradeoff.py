@@ -36,6 +36,11 @@ def test_tuning_reads_build_keys_settings_and_series(tmp_path):
                                                 "pg hnsw iterative_scan=relaxed_order", "pg hnsw iterative_scan=relaxed_order"]
     assert settings[2][1] == {"index": "hnsw", "iterative_scan": "off", "ef_search": 40}
     assert T.tuning("pg", path=p, quick=True)[1] == [("pg hnsw", {"index": "hnsw", "ef_search": 10})]
+    # two entries that differ in a fixed key are two lines
+    p.write_text(yaml.safe_dump({"stores": {"pg": {"grid": [{"index": "hnsw", "user_index": True, "ef_search": [10]},
+                                                            {"index": "hnsw", "user_index": False, "ef_search": [10]}]}}},
+                                sort_keys=False))
+    assert [label for label, _ in T.tuning("pg", path=p)[1]] == ["pg hnsw user_index=True", "pg hnsw user_index=False"]
     assert T.tuning("unlisted", path=p) == ([], [("unlisted", {})])  # one point with its own YAML's settings
 
 

@@ -72,9 +72,9 @@ def tuning(name: str, *, quick: bool = False, path: Path | None = None) -> tuple
         if not isinstance(spec, dict):
             raise ValueError(f"{path}: stores.{name}.{'quick' if quick else 'grid'}[{i}] must be a mapping of backend keys")
         lists = [k for k, v in spec.items() if isinstance(v, list)]
-        fixed = [f"{spec['index']}" if "index" in spec and not isinstance(spec["index"], list) else ""]
+        fixed = [str(v) if k == "index" else f"{k}={v}" for k, v in spec.items() if not isinstance(v, list)]
         for setting in expand(spec):
-            label = " ".join(x for x in [name, *fixed, *(f"{k}={setting[k]}" for k in lists[:-1])] if x)
+            label = " ".join([name, *fixed, *(f"{k}={setting[k]}" for k in lists[:-1])])
             out.append((label, setting))
     return [str(k) for k in entry_.get("build") or []], out
 
@@ -201,7 +201,7 @@ def plot(df: pd.DataFrame, out: Path, *, target: float) -> list[Path]:
             g = d[d["selectivity"] == sel]
             for store, gs in g.groupby("store", sort=False):
                 for j, (series, line) in enumerate(gs.groupby("series", sort=False)):  # in grid order: along its last axis
-                    ax.plot(line["p99_ms"], line["recall_at_k"], styles[j % len(styles)], marker="o", ms=4,
+                    ax.plot(line["p99_ms"], line["recall_at_k"], styles[j % len(styles)], marker="osv^D"[j % 5], ms=4,
                             color=colours[store], label=series)
             best = g[g["cheapest"]]
             ax.scatter(best["p99_ms"], best["recall_at_k"], s=160, facecolors="none", edgecolors="black", linewidths=1.5,

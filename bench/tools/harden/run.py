@@ -309,7 +309,8 @@ def fault_run(root: Path, servers: dict) -> FaultFigures:
         if alive:
             figs.notes.append(f"WARNING: {name} (pid {info.pid}) still alive after the kill")
 
-    second = run_cli(multirun)  # resume: the finished job is copied, the failing ones run (and fail) again
+    # resume=true: a comparison of stores times every store afresh by default (bench.cli.sweep.like_for_like)
+    second = run_cli([*multirun, "resume=true"])  # resume: the finished job is copied, the failing ones run (and fail) again
     out2 = second.stdout + second.stderr
     figs.tracebacks += count_tracebacks(out2)
     sweep2 = max(reports.glob("runs/*"), key=lambda p: p.stat().st_mtime)
@@ -319,7 +320,7 @@ def fault_run(root: Path, servers: dict) -> FaultFigures:
                   resumed and refailed and second.returncode == 0,
                   f"finished job resumed: {resumed}, failures re-recorded: {refailed}, exit {second.returncode}")
 
-    crash = run_cli(["-m", "backend=exact,fault_crash", *base])  # job0 resumed, job1 kills the whole process
+    crash = run_cli(["-m", "backend=exact,fault_crash", "resume=true", *base])  # job0 resumed, job1 kills the whole process
     crash_ok = crash.returncode == -signal.SIGKILL and "finished before" in crash.stdout + crash.stderr
     figs.scenario("process killed mid-run (SIGKILL inside a multirun)", crash_ok, f"exit code {crash.returncode}")
 
