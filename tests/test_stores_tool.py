@@ -89,6 +89,7 @@ def test_locomo_part_measures_latency_fresh_by_default_and_says_where_it_was_mea
     assert "error" not in first or first["error"].isna().all(), first.get("error")
     assert first["store"].tolist() == ["exact", S.LOOPBACK_LABEL] and first["layout"].tolist() == ["shared", "shared"]
     assert first["latency_origin"].tolist() == ["measured in this run"] * 2
+    assert first["depth"].nunique() == 1 and first["depth"].iloc[0] > 0  # the same depth for every store, in the table
     again = S.locomo_part(["exact"], out=tmp_path / "b", overrides={}, data_dir=None, extra=extra)
     assert again["latency_origin"].tolist() == ["measured in this run"]
     cached = S.locomo_part(["exact"], out=tmp_path / "c", overrides={}, data_dir=None,

@@ -219,7 +219,7 @@ def locomo_part(stores, *, out: Path, overrides: dict, data_dir: str | None, lay
         meta = json.loads((run_dir / "meta.json").read_text())
         best = s.dropna(subset=["threshold"]).sort_values("f1", ascending=False).iloc[0]
         lim = s[s["strategy"].isin(RunDir(run_dir).strategy_names("limit"))].iloc[0]
-        rows.append({"store": label, "layout": layout, "collections": meta.get("collections"), "dataset": meta["dataset"],
+        rows.append({"store": label, "layout": layout, "depth": meta.get("depth"), "collections": meta.get("collections"), "dataset": meta["dataset"],
                      "memories": meta["n_memories"], "ingest_s": meta.get("ingest_seconds"),
                      "best_strategy": best["strategy"], "best_threshold": best["threshold"], "best_f1": best["f1"],
                      "limit5_recall": lim["recall"], "limit5_token_savings": lim["token_savings"],
