@@ -141,3 +141,15 @@ def test_tradeoff_end_to_end_on_real_stores(tmp_path):
     assert pg.loc[relaxed, "short_lists"] == 0
     text = (out / "README.md").read_text()
     assert "Settings reaching recall 0.99" in text and (out / "tradeoff_synthetic.png").stat().st_size > 10_000
+
+
+def test_a_collection_per_user_gives_the_same_exact_answers(tmp_path):
+    """--layout per_conversation: a user's query reads its own collection, the unfiltered one fans out; exact stores
+    still match the exact top-k (the tiny set of test_recall_at_k_against_exact_hand_worked)."""
+    pytest.importorskip("sqlean")
+    for store in ("exact", "sqlite_vec"):
+        rows = T.measure_store(store, _tiny(), data_label="tiny", k=2, warmup=0, stores_dir=tmp_path / store, base={},
+                               quick=True, layout="per_conversation")
+        assert [(r["layout"], r["selectivity"], r["recall_at_k"], r["short_lists"]) for r in rows] == [
+            ("per_conversation", "all", 1.0, 0), ("per_conversation", "user", 1.0, 0)], store
+    assert T.selectivity_text("user", 40, "per_conversation") == "one user of 40 (its own collection)"

@@ -34,6 +34,7 @@ import pandas as pd
 import yaml
 
 from bench.backends.catalog import load_backend, split_runnable
+from bench.backends.layout import LAYOUTS, SHARED, check_layout
 from bench.backends.servers import started_servers
 from bench.backends.session import INGEST_BATCH, open_session
 from bench.cli.common import entry, parser, reports_dir, setup_logging
@@ -134,9 +135,9 @@ def _stats(timed, truth, k: int) -> dict:
 
 
 def measure_store(name: str, data, *, data_label: str, k: int, warmup: int, stores_dir: Path, base: dict,
-                  quick: bool, selectivities=SELECTIVITIES, progress: bool = False) -> list[dict]:
-    """Rows of one store: per build (fresh ingest into one shared collection), per search-time setting (the built store
-    searched again), per selectivity."""
+                  quick: bool, selectivities=SELECTIVITIES, progress: bool = False, layout: str = SHARED) -> list[dict]:
+    """Rows of one store: per build (fresh ingest, in ``layout`` -- one shared collection, or one per user), per
+    search-time setting (the built store searched again), per selectivity."""
     vecs, conv, roles, ts, qv, qconv = data
     n, dim = vecs.shape
     truth_all, truth_user = exact_truth(data, k)
@@ -149,8 +150,8 @@ def measure_store(name: str, data, *, data_label: str, k: int, warmup: int, stor
     rows = []
     for bkey, group in builds.items():
         collection = f"tradeoff_{n}_{dim}"
-        first = {**base, **group[0][1], "layout": "shared"}
-        row0 = {"data": data_label, "store": name, "n": n, "dim": dim, "k": k, "queries": len(qv), "users": users}
+        first = {**base, **group[0][1], "layout": layout}
+        row0 = {"data": data_label, "store": name, "layout": layout, "n": n, "dim": dim, "k": k, "queries": len(qv), "users": users}
         try:
             builder = load_backend(name, stores_dir=stores_dir, collection=collection, **first)
             with open_session(builder, dim=dim, fresh=True) as s:
@@ -161,7 +162,7 @@ def measure_store(name: str, data, *, data_label: str, k: int, warmup: int, stor
                     # the first setting is the builder's own; the others attach to the built collection (a store in RAM
                     # -- exact -- has nothing to attach to: its settings must all be build-time)
                     searcher = builder if i == 0 else load_backend(name, stores_dir=stores_dir, collection=collection,
-                                                                   **{**base, **setting, "layout": "shared"})
+                                                                   **{**base, **setting, "layout": layout})
                     with nullcontext(s) if i == 0 else open_session(searcher, dim=dim, drop=False) as t:
                         for sel in selectivities:
                             w, truth = wheres[sel]
@@ -178,8 +179,10 @@ def measure_store(name: str, data, *, data_label: str, k: int, warmup: int, stor
 # ----------------------------------------------------------------------------- output
 
 
-def selectivity_text(sel: str, users: int) -> str:
-    return "all memories (unfiltered)" if sel == "all" else f"one user of {users} (conversation filter)"
+def selectivity_text(sel: str, users: int, layout: str = SHARED) -> str:
+    if layout == SHARED:
+        return "all memories (unfiltered)" if sel == "all" else f"one user of {users} (conversation filter)"
+    return f"all memories (fan-out over {users} collections)" if sel == "all" else f"one user of {users} (its own collection)"
 
 
 def plot(df: pd.DataFrame, out: Path, *, target: float) -> list[Path]:
@@ -210,7 +213,7 @@ def plot(df: pd.DataFrame, out: Path, *, target: float) -> list[Path]:
             ax.set_xscale("log")
             ax.set_xlabel("p99 latency per query, ms (log)")
             ax.set_ylabel(f"recall@{int(g['k'].iloc[0])} vs exact")
-            ax.set_title(selectivity_text(sel, int(g["users"].iloc[0])), fontsize=10)
+            ax.set_title(selectivity_text(sel, int(g["users"].iloc[0]), str(g["layout"].iloc[0])), fontsize=10)
             ax.grid(alpha=0.3)
         handles, labels = axes[0][0].get_legend_handles_labels()
         for ax in axes[0][1:]:
@@ -266,7 +269,8 @@ def reaching(df: pd.DataFrame, target: float) -> pd.DataFrame:
 def report(df: pd.DataFrame, out: Path, *, target: float, command: str) -> Path:
     lines = ["# Recall against latency per store and index setting", "",
              f"Command: `{command}`", "",
-             "Every store: the same vectors in one shared collection (layout `shared`), the same queries and k, latency "
+             f"Every store: the same vectors in the same layout (`{', '.join(dict.fromkeys(df.get('layout', pd.Series([SHARED]))))}`: "
+             "`shared` is one collection filtered by user, `per_conversation` a collection per user), the same queries and k, latency "
              "timed in this command (fresh), the store call alone, warm-up discarded, one client, sequential "
              "(QPS = queries / summed store time). recall@k: the store's top-k against the exact top-k of the same vectors "
              "and filter (numpy scan). short_lists: queries answered with fewer hits than the exact top-k holds. "
@@ -282,7 +286,7 @@ def report(df: pd.DataFrame, out: Path, *, target: float, command: str) -> Path:
     for p in plot(df, out, target=target):
         lines += [f"![{p.stem}]({p.name})", ""]
     for (data, sel), g in ok.groupby(["data", "selectivity"], sort=False):
-        lines += [f"## {data}: {selectivity_text(sel, int(g['users'].iloc[0]))}", "",
+        lines += [f"## {data}: {selectivity_text(sel, int(g['users'].iloc[0]), str(g['layout'].iloc[0]))}", "",
                   md_table(g, ["store", "setting", "recall_at_k", "short_lists", "p50_ms", "p99_ms", "mean_ms", "qps", "build_s", "cheapest"]), ""]
     return write_atomic(out / "README.md", lambda p: p.write_text("\n".join(lines) + "\n"))
 
@@ -302,6 +306,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--warmup", type=int, default=10)
     ap.add_argument("--target", type=float, default=TARGET, help="recall the cheapest setting must reach (default 0.99)")
     ap.add_argument("--quick", action="store_true", help="each store's small `quick` grid (configs/tradeoff.yaml)")
+    ap.add_argument("--layout", default=SHARED, choices=LAYOUTS,
+                    help="every store in one shared collection filtered by user (default), or a collection per user "
+                         "(per_conversation: a user's query reads its own collection; `all` fans out over every one)")
     ap.add_argument("--selectivities", default=",".join(SELECTIVITIES), help="all (unfiltered) and/or user (one user of N)")
     ap.add_argument("--out", default=str(reports_dir("tradeoff")), help="default reports/tradeoff")
     ap.add_argument("--progress", action=argparse.BooleanOptionalAction, default=sys.stderr.isatty())
@@ -334,8 +341,10 @@ def main(argv: list[str] | None = None) -> int:
         for data, label in sets:
             for name in stores:
                 base = servers[name].overrides() if name in servers else {}
-                rows += measure_store(name, data, data_label=label, k=args.k, warmup=args.warmup, stores_dir=Path(tmp) / "stores",
-                                      base=base, quick=args.quick, selectivities=sels, progress=args.progress)
+                shown = label if args.layout == SHARED else f"{label}, a collection per user"
+                rows += measure_store(name, data, data_label=shown, k=args.k, warmup=args.warmup, stores_dir=Path(tmp) / "stores",
+                                      base=base, quick=args.quick, selectivities=sels, progress=args.progress,
+                                      layout=check_layout(args.layout))
     df = pd.DataFrame(rows)
     if "recall_at_k" not in df:
         df["recall_at_k"] = np.nan
