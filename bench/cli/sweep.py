@@ -555,28 +555,20 @@ class CollectRuns(Callback):
 # --- the process --------------------------------------------------------------------------------
 
 def like_for_like_layout(args: list[str]) -> dict[str, str] | None:
-    """A multirun that sweeps stores whose configs default to different layouts (``configs/backend/*.yaml``: the embedded
-    stores one collection per conversation, servers and Pinecone one shared collection) and gives no ``backend.layout``:
-    {store: its default layout}, so ``main`` can run them all in ``shared`` (their latency then compares like for like).
-    None otherwise (not a multirun, one store, one layout, a layout given, or overrides Hydra will reject itself)."""
-    from hydra.core.override_parser.overrides_parser import OverridesParser
-
+    """A multirun that sweeps stores (``swept_stores``) whose configs default to different layouts
+    (``configs/backend/*.yaml``: the embedded stores one collection per conversation, servers and Pinecone one shared
+    collection) and gives no ``backend.layout``: {store: its default layout}, so ``main`` can run them all in ``shared``
+    (their latency then compares like for like). None otherwise (not a multirun, one store, one layout, a layout given,
+    or overrides Hydra will reject itself)."""
     from bench.backends.catalog import backend_config
     from bench.backends.layout import SHARED
-    from bench.resources import plugin_names
 
-    if not {"-m", "--multirun"} & set(args):
+    stores = swept_stores(args)
+    if not stores or any(a.split("=", 1)[0].lstrip("+~") == "backend.layout" for a in args if "=" in a):
         return None
-    names = None
     try:
-        for o in OverridesParser.create().parse_overrides([a for a in args if "=" in a and not a.startswith("-")]):
-            if o.key_or_group.lstrip("+") == "backend.layout":
-                return None
-            if o.key_or_group == "backend" and o.is_sweep_override():
-                v = o.value()
-                names = v.filter(plugin_names("backend")) if hasattr(v, "filter") else list(o.sweep_string_iterator())
-        layouts = {n: str(backend_config(n).get("layout", SHARED)) for n in names or []}
-    except Exception:  # noqa: BLE001  (a bad override: Hydra says what is wrong with it)
+        layouts = {n: str(backend_config(n).get("layout", SHARED)) for n in stores}
+    except Exception:  # noqa: BLE001  (an unknown store: Hydra says what is wrong with it)
         return None
     return layouts if len(set(layouts.values())) > 1 else None
 
