@@ -45,7 +45,7 @@ import pandas as pd
 
 from bench.answers import normalise
 from bench.llm import Cache, ChatClient, LLMConfig, cached_call, message_tokens
-from bench.report.escape import md_text
+from bench.output import md_text
 from bench.types import Question
 
 log = logging.getLogger(__name__)

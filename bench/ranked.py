@@ -205,7 +205,7 @@ def report_table(df: pd.DataFrame) -> list[str]:
     if df is None or not len(df):
         return []
     ks = sorted(int(k) for k in df["k"].dropna().unique())
-    from bench.report.escape import md_text  # names come from data
+    from bench.output import md_text  # names come from data
 
     head = ["dataset", "embedder", "store", "roles", "level", "metric", *[f"@{k}" for k in ks], "whole list"]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]

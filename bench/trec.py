@@ -18,7 +18,7 @@ another role under a role filter) is dropped and counted; a question without a l
 line that does not parse, a qid that is not a question of the corpus, a docid that is not one of its
 memories, a repeated (qid, docid), a second tag or a tag with a control character stops with one line naming file,
 line and field. The tag is data: the store is named ``run:<tag>`` as it is (``../x`` included); the report escapes
-it where it renders it and derives file names from it only through ``bench.report.escape.slug``.
+it where it renders it and derives file names from it only through ``bench.output.slug``.
 ``trace_from_run`` turns it into a ``bench.trace.Trace``: latency is not measured (NaN), the exact
 cosines and gold exact ranks come from the embedder's cached vectors as for a store.
 """

@@ -48,9 +48,9 @@ def test_each_run_at_its_recommended_threshold(runs, capsys):
     assert compare_cli.main([str(a), str(b)]) == 0
     out = capsys.readouterr().out
     # d = (1, 1 | 0, 0): mean +0.5; t test over 2 conversations: sums (2, 0), residuals (1, -1), se^2 = 2 * 2 / 16 -> se 0.5,
-    # t = 1 on 1 df: p = 1 - 2 atan(1) / pi = 0.5 (one pair: Holm p = p); CI 0.5 +- 12.706 * 0.5 = [-5.8531, +6.8531]:
+    # t = 1 on 1 df: p = 1 - 2 atan(1) / pi = 0.5 (one pair: Holm p = p); CI 0.5 +- 12.706 * 0.5 = [-5.853, 6.853]:
     # it contains 0 as p >= 0.05 says (on 7255a18 a bootstrap CI [+0.0000, +1.0000] stood beside a permutation p)
-    assert ("| ds | thr | emb / sA @ 0.30 | emb / sB @ 0.50 | 2 | 4 | 0.7500 | 0.2500 | +0.5000 [-5.8531, +6.8531] | 0.5 | 0.5 |  "
+    assert ("| ds | thr | emb / sA @ 0.30 | emb / sB @ 0.50 | 2 | 4 | 0.750 | 0.250 | 0.500 [-5.853, 6.853] | 0.5000 | 0.5000 | no "
             "| 2/2/0 |") in out
     assert f"A = {a}" in out and "Holm p adjusts p for the 1 pairs" in out and "excludes 0 exactly when p < 0.05" in out
 
@@ -79,7 +79,7 @@ def test_one_conversation_has_no_interval_and_no_test(tmp_path, capsys):
     rows("sB", {0.3: [0, 0, 1, 0]}).assign(conversation_id="c1").to_parquet(b / "questions.parquet")
     assert compare_cli.main([str(a), str(b)]) == 0
     out = capsys.readouterr().out
-    assert "| 1 | 4 | 0.7500 | 0.2500 | +0.5000 (no interval with 1 conversation) | — | — |  | 2/2/0 |" in out
+    assert "| 1 | 4 | 0.750 | 0.250 | 0.500 (no interval with 1 conversation) | n/a | n/a | no | 2/2/0 |" in out
     assert "nan" not in out
 
 

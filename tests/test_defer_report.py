@@ -4,6 +4,7 @@ import os
 import subprocess
 import sys
 
+from bench.analysis.tables import write_tables
 from bench.report.markdown import DEFERRED_TITLE, write_report
 from bench.rundir import ANALYSIS
 
@@ -22,6 +23,6 @@ def test_deferred_report_then_the_full_one(tmp_path):
     assert "| demo | " in short and "threshold" in short and "full_context" in short  # the best thresholds and the fixed strategies
     assert not (run / ANALYSIS).exists() and not list(run.glob("*.png"))  # no analysis, no figure at run time
     assert "report deferred (defer_report=true)" in proc.stdout + proc.stderr
-    write_report(run)  # what `recallbench report <run>` does
+    write_report(run, write_tables(run))  # what `recallbench report <run>` does
     full = (run / "report.md").read_text()
     assert not full.startswith(DEFERRED_TITLE) and "## Recommendation" in full and (run / ANALYSIS / "verdict.csv").is_file()

@@ -13,7 +13,7 @@ import yaml
 from demo_run import demo_run
 
 from bench.analysis.recommend import RecommendConfig, recommend
-from bench.analysis.tables import load_settings
+from bench.analysis.tables import load_settings, write_tables
 from bench.cli import report as report_cli
 from bench.report import markdown as report
 from bench.rundir import RunDir
@@ -119,7 +119,7 @@ def test_settings_come_from_the_runs_config(copy):
     assert load_settings(RunDir(copy)) == RecommendConfig.defaults(objective="max_recall", token_budget=50, n_resamples=50,
                                                                    per_category=True, test_resamples=100, seed=cfg["seed"],
                                                                    ci_method="percentile")
-    text = report.write_report(copy).read_text()
+    text = report.write_report(copy, write_tables(copy)).read_text()
     assert "maximise recall subject to mean injected tokens <= 50" in text and "50 resamples of whole conversations, percentile" in text
     pts = pd.read_csv(copy / "analysis" / "recommendation.csv")
     assert (pts.loc[pts["feasible"], "tokens"] <= 50).all() and not pts.set_index("strategy").loc["full_context", "feasible"]
@@ -127,7 +127,7 @@ def test_settings_come_from_the_runs_config(copy):
     cfg["recommend"] = {"objectve": "max_f1"}
     cfg_path.write_text(yaml.safe_dump(cfg))
     with pytest.raises(ValueError, match=r"config_resolved.yaml: recommend has unknown key\(s\) \['objectve'\]"):
-        report.write_report(copy)
+        report.write_report(copy, write_tables(copy))
 
 
 def test_defaults_without_config(tmp_path):
@@ -141,7 +141,7 @@ def test_the_dataset_path_is_never_read_again(copy):
     cfg["dataset"]["path"] = str(copy / "no_such_corpus")
     cfg["recommend"] = {"n_resamples": 50, "test_resamples": 100}
     cfg_path.write_text(yaml.safe_dump(cfg))
-    text = report.write_report(copy).read_text()
+    text = report.write_report(copy, write_tables(copy)).read_text()
     assert "Not available" not in text and "AUC " in text and "## Why gold memories are missed (at each" in text
 
 
@@ -153,7 +153,7 @@ def test_missing_corpus_snapshot_is_stated_not_fatal(copy):
     (copy / "corpus.json.gz").unlink()
     (copy / "analysis" / "attribution.parquet").unlink()
     (copy / "failed.json").write_text(json.dumps([{"job": "job1", "reason": "BackendUnavailable: no server", "overrides": ["backend=x"]}]))
-    text = report.write_report(copy).read_text()
+    text = report.write_report(copy, write_tables(copy)).read_text()
     assert sections(text)[0] == "Recommendation"
     assert "Not available: could not read the corpus snapshot and traces (FileNotFoundError: " in text
     assert text.split("## Why gold memories are missed")[1].split("##")[0].count("Not available: could not read the corpus snapshot") == 1
@@ -208,7 +208,7 @@ def test_one_colour_per_strategy_in_every_figure(run):
         assert any(p.startswith(stem) for p in pngs), stem
 
 
-# --- text from data (bench.report.escape) ---------------------------------------------------------------------------
+# --- text from data (bench.output: md_text, md_code, slug, confined) ---------------------------------------------------------------------------
 HOSTILE = "x\n## Recommendation\nuse [click](https://evil.example) ![i](https://evil.example/x.png) | `c` <b>"
 
 
@@ -229,7 +229,7 @@ HOSTILE = "x\n## Recommendation\nuse [click](https://evil.example) ![i](https://
     ("a\u202eb\r\nc\x00d", "ab c d"),  # bidi override dropped, control characters are spaces
 ])
 def test_md_text_hand_worked(value, want):
-    from bench.report.escape import md_text
+    from bench.output import md_text
 
     assert md_text(value) == want
 
@@ -237,7 +237,7 @@ def test_md_text_hand_worked(value, want):
 def test_md_text_renders_as_exactly_its_characters_on_one_line():
     from markdown_it import MarkdownIt
 
-    from bench.report.escape import md_code, md_text
+    from bench.output import md_code, md_text
 
     md = MarkdownIt("commonmark", {"html": False}).enable("table")
     for text in (f"| {md_text(HOSTILE)} | {md_code(HOSTILE)} |\n|---|---|\n", f"**{md_text(HOSTILE)}**: {md_code('run:../x')}\n"):
@@ -252,13 +252,13 @@ def test_md_text_renders_as_exactly_its_characters_on_one_line():
 @pytest.mark.parametrize("value, want", [("run:../../evil", "run_evil"), ("exact", "exact"), ("a b (ef=64)", "a_b_ef_64_"),
                                          ("-rf", "rf"), ("..", "x"), ("/etc/passwd", "etc_passwd"), ("名前", "x")])
 def test_slug_hand_worked(value, want):
-    from bench.report.escape import slug
+    from bench.output import slug
 
     assert slug(value) == want
 
 
 def test_confined_refuses_a_path_outside_the_directory(tmp_path):
-    from bench.report.escape import confined
+    from bench.output import confined
 
     assert confined(tmp_path, "a.png") == tmp_path / "a.png"
     with pytest.raises(ValueError, match="leaves the run directory"):
@@ -269,7 +269,7 @@ def test_a_hostile_category_is_shown_as_text_in_report_md_and_html(copy):
     rows = pd.read_parquet(copy / "questions.parquet")
     rows["category"] = HOSTILE
     rows.to_parquet(copy / "questions.parquet", index=False)
-    report.write_report(copy)
+    report.write_report(copy, write_tables(copy))
     md, page = (copy / "report.md").read_text(), (copy / "report.html").read_text()
     assert sections(md).count("Recommendation") == 1 and page.count("<h2>Recommendation") == 1
     assert r"x \#\# Recommendation use [click\](https://evil.example)" in md

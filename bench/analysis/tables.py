@@ -5,9 +5,11 @@
 and strategies; it returns an ``Analysis``: the recommendation (``bench.analysis.recommend``), the
 significance of the recommendation against every other configuration, the Pareto frontier, score
 calibration per (dataset, embedder, store, role filter), the attributed misses with their counts, the
-embedders compared (``bench.analysis.embedders``) and the thresholds that transfer (``bench.analysis.transfer``).
-``save`` writes its tables into the run's ``analysis/`` folder. Rendering (markdown, HTML, figures)
-is ``bench.report``'s; nothing here draws or formats.
+embedders compared (``bench.analysis.embedders``), the thresholds that transfer (``bench.analysis.transfer``),
+what would help most (``bench.analysis.nextknob``) and how far the recommendation moves between two label releases
+(``bench.analysis.releases``). ``save`` writes its tables into the run's ``analysis/`` folder; ``write_tables``
+is the stage the CLI runs before the report (``analyse`` then ``save``). Rendering (markdown, HTML, figures) is
+``bench.report``'s; nothing here draws.
 """
 
 from __future__ import annotations
@@ -15,11 +17,13 @@ from __future__ import annotations
 import json
 import logging
 import math
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
 
 import pandas as pd
 
-from bench.analysis import attribution, calibration, embedders, stats
+from bench.analysis import attribution, calibration, embedders, nextknob, releases, stats
 from bench.analysis import transfer as transfer_
 from bench.analysis.recommend import (
     CONFIG_KEYS,
@@ -30,7 +34,8 @@ from bench.analysis.recommend import (
     recommend,
 )
 from bench.analysis.verdict import verdict_table
-from bench.rundir import QUESTIONS, RunDir
+from bench.embedders.names import shorten
+from bench.rundir import META, QUESTIONS, RunDir, strategy_names
 
 log = logging.getLogger(__name__)
 
@@ -72,6 +77,9 @@ class Analysis:
     embedders: pd.DataFrame | None = None  # embedders.table: per embedder and strategy, operating point and score bands
     transfer: pd.DataFrame | None = None  # transfer.transfer: each family's F1 regret (LOCO; across embedders)
     transfer_folds: pd.DataFrame | None = None  # its LOCO folds
+    short: Mapping[str, str] = field(default_factory=dict)  # the run's embedders' short names (bench.embedders.names.shorten)
+    next_knob: tuple[tuple[str, tuple[str, ...]], ...] = ()  # per recommendation: (dataset, nextknob.next_knob's lines)
+    releases: pd.DataFrame | None = None  # releases.moves over the run's label releases of one corpus (empty: none)
 
     @property
     def multi_embedder(self) -> bool:
@@ -185,11 +193,48 @@ def analyse(run: RunDir, settings: RecommendConfig | None = None) -> Analysis | 
     cals = tuple(calibrations(jobs, best, not_similarity))
     moved, folds = transfer_.transfer(rows, transfer_.families(records), confidence=cfg.confidence)
     sig = significance(rows, rec)
-    verdicts = verdict_table(rec.points, sig, cfg, metric=ROW_METRIC[cfg.primary], shortlist=rec.shortlist)
+    short = shorten(summary["embedder"])
+    verdicts = verdict_table(rec.points, sig, cfg, metric=ROW_METRIC[cfg.primary], shortlist=rec.shortlist, short=short)
     return Analysis(cfg=cfg, rows=rows, summary=summary, rec=rec, significance=sig, pareto=pareto(summary),
                     calibrations=cals, misses=misses, misses_by_strategy=by_strategy,
                     misses_by_category=by_category, verdicts=verdicts, inputs_note=inputs_note, attribution_note=attr_note,
-                    embedders=embedders.table(rec.points, cals, flags), transfer=moved, transfer_folds=folds)
+                    embedders=embedders.table(rec.points, cals, flags), transfer=moved, transfer_folds=folds, short=short,
+                    next_knob=next_knobs(run, rec, summary, by_strategy, records),
+                    releases=releases.moves(releases.release_pairs(release_digests(run)), best, summary))
+
+
+def next_knobs(run: RunDir, rec: Recommendation, summary: pd.DataFrame, by_strategy: pd.DataFrame | None,
+               records: list[dict]) -> tuple[tuple[str, tuple[str, ...]], ...]:
+    """What would help most at each dataset's recommendation (``nextknob.next_knob``): its misses by cause, the
+    summary, and the offline embedders the run did not use. Nothing without the summary's recall and token savings."""
+    if not {"recall", "token_savings"} <= set(summary.columns):
+        return ()
+    used = {str((j.settings().get("embedder") or {}).get("_target_", "")) for j in run.job_dirs() if j.settings_file()}
+    offline = nextknob.offline_embedders(exclude_targets=sorted(used))
+    out = []
+    for _, b in rec.best().iterrows():
+        causes = {}
+        if by_strategy is not None and len(by_strategy):
+            m = by_strategy[(by_strategy[CONFIG_KEYS] == b[CONFIG_KEYS]).all(axis=1)]
+            if len(m):
+                causes = {c[: -len(" miss")]: int(m.iloc[0][c]) for c in m.columns if c.endswith(" miss")}
+        body = nextknob.next_knob(causes=causes, point=b.to_dict(), summary=summary,
+                                  full_context=strategy_names(records, "full_context"), usable_recall=rec.cfg.usable_recall,
+                                  embedders=offline, min_n=rec.cfg.min_n)
+        out.append((str(b["dataset"]), tuple(body)))
+    return tuple(out)
+
+
+def release_digests(run: RunDir) -> dict[str, tuple[str, str]]:
+    """dataset -> (turns digest, labels digest) of the run's jobs, for ``releases.release_pairs``."""
+    digests = {}
+    for job in run.job_dirs():
+        ds = job.meta().get("dataset") if job.has(META) else None
+        if ds and ds not in digests:
+            turns, labels = job.digest("turns"), job.digest("labels")
+            if turns and labels:
+                digests[ds] = (turns, labels)
+    return digests
 
 
 def save(run: RunDir, a: Analysis) -> None:
@@ -210,3 +255,15 @@ def save(run: RunDir, a: Analysis) -> None:
         run.write_misses(a.misses)
         if len(a.misses):
             run.write_table("attribution_counts", a.misses_by_category)
+    if a.releases is not None and not a.releases.empty:
+        run.write_table("releases", a.releases)
+
+
+def write_tables(run_dir: Path | RunDir, settings: RecommendConfig | None = None) -> Analysis | None:
+    """The analysis stage of a finished run: ``analyse`` it and ``save`` every table into its ``analysis/`` folder;
+    the report then renders what this returns (None: the run has no per-question rows)."""
+    run = run_dir if isinstance(run_dir, RunDir) else RunDir(run_dir)
+    a = analyse(run, settings)
+    if a is not None:
+        save(run, a)
+    return a

@@ -31,6 +31,9 @@ from dataclasses import asdict, dataclass
 
 import pandas as pd
 
+from bench.embedders.names import short_name, shorten
+from bench.output import md_code, md_text
+
 CAP = 1_000_000  # conversations: beyond this the power estimate says "more than a million"
 
 
@@ -107,25 +110,21 @@ def setting_name(record: Mapping | None, threshold: float | None = None) -> str:
 
 def configured(p: Mapping) -> str:
     """The configured name of ``p``'s strategy, with its threshold unless its ``setting`` already says it."""
-    from bench.report.escape import md_code
-
     t = p.get("threshold")
     said = _nan(t) or _num(float(t)) in str(p.get("setting") or "").replace("top-1", "")
     return md_code(p["strategy"]) + ("" if said else f" at {_num(float(t))}")
 
 
-def point_label(p: Mapping, like: Mapping | None = None) -> str:
-    """What it does (`strategy` at t) on `store` / `embedder`; the store and embedder only where they differ from ``like``'s."""
-    from bench.report.escape import md_code, md_text  # names come from data: a code span they cannot leave
-
+def point_label(p: Mapping, like: Mapping | None = None, short: Mapping[str, str] | None = None) -> str:
+    """What it does (`strategy` at t) on `store` / `embedder`; the store and embedder only where they differ from ``like``'s
+    (the embedder by its short name, ``short``: a ``bench.embedders.names.shorten`` mapping; the report's legend maps it
+    back to the full identity). Names come from data: in a code span they cannot leave."""
     setting = p.get("setting")
     if isinstance(setting, str) and setting:  # what it does, then its configured name
         what = f"{md_text(setting)} ({configured(p)})"
     else:
         what = md_code(p["strategy"]) + ("" if _nan(p.get("threshold")) else f" at {p['threshold']:.2f}")
-    from bench.report.names import short_embedder  # the report's legend maps it back to the full identity
-
-    where = [md_code(short_embedder(p[k]) if k == "embedder" else p[k]) for k in ("backend", "embedder")
+    where = [md_code(short_name(p[k], short) if k == "embedder" else p[k]) for k in ("backend", "embedder")
              if like is None or p.get(k) != like.get(k)]
     return what + (f" on {' / '.join(where)}" if where else "")
 
@@ -203,10 +202,10 @@ def more_data(r: Mapping, *, n_conversations: int, n_questions: int, min_convers
             f"needed: {'; '.join(why)}")
 
 
-def versus(r: Mapping, best: Mapping, *, metric: str, alpha: float) -> str:
+def versus(r: Mapping, best: Mapping, *, metric: str, alpha: float, short: Mapping[str, str] | None = None) -> str:
     """The runner-up comparison in words: the difference with its interval, the test's p and Holm p."""
     d, g = r.get("diff"), _n(r.get("n_conversations"))
-    who = f"the runner-up {point_label(r['b'], best)}"
+    who = f"the runner-up {point_label(r['b'], best, short)}"
     if _nan(d):
         return f"{who} could not be compared (no common questions)"
     if g < 2 or _nan(r.get("p")):
@@ -221,15 +220,13 @@ def _ms(x) -> str:
     return "n/a" if _nan(x) else (f"{x:.2f}" if x < 10 else f"{x:,.0f}" if x >= 100 else f"{x:.1f}")
 
 
-def tie_sentence(best: Mapping, ties: list[Mapping], n: int) -> str:
+def tie_sentence(best: Mapping, ties: list[Mapping], n: int, short: Mapping[str, str] | None = None) -> str:
     """``best`` and the configurations ``ties`` that score the same on all ``n`` questions, in words, with the store
     latency (p50 / p99 of every query) that then decides."""
-    names = ", ".join(point_label(t, best) for t in ties)
+    names = ", ".join(point_label(t, best, short) for t in ties)
     stores = list(dict.fromkeys([best.get("backend"), *(t.get("backend") for t in ties)]))
     if len(stores) < 2:
         return f"it ties with {names} on every one of the {_plural(n, 'question')} (same store: either)"
-    from bench.report.escape import md_code
-
     lat = {}
     for p in (best, *ties):
         lat.setdefault(p.get("backend"), (p.get("latency_p50_ms"), p.get("latency_p99_ms")))
@@ -242,16 +239,17 @@ def tie_sentence(best: Mapping, ties: list[Mapping], n: int) -> str:
 
 def verdict(best: Mapping | None, runner_up: Mapping | None, *, min_stable_share: float, alpha: float, metric: str,
             min_conversations: int, min_untied: int, ties: list[Mapping] = (), n_tied: int = 0, goal: str = "",
-            closest: Mapping | None = None) -> Verdict:
+            closest: Mapping | None = None, short: Mapping[str, str] | None = None) -> Verdict:
     """``best``: the recommended point (recommendation.csv row); ``runner_up``: its ``stats.compare_pairs`` row against
     the closest configuration that does not tie with it (``a`` = best, ``b`` = runner-up), or None; ``ties``: the points
     of the configurations that score the same as ``best`` on all ``n_tied`` questions (said as a tie, with the latency
     that decides); ``goal``: the objective in words; ``closest``: the highest-recall setting when none reaches the recall
-    target (a ``shortlist`` row). The rule is the module docstring's."""
+    target (a ``shortlist`` row); ``short``: the run's embedders' short names (``bench.embedders.names.shorten``). The
+    rule is the module docstring's."""
     if best is None:
         if closest is not None and not _nan(closest.get("target_recall")):
             return Verdict("none", f"no tried setting reaches recall {closest['target_recall']:.2f}; the closest is "
-                                   f"{point_label(closest)}: recall {closest['recall']:.3f} at {closest['tokens']:,.0f} tokens "
+                                   f"{point_label(closest, short=short)}: recall {closest['recall']:.3f} at {closest['tokens']:,.0f} tokens "
                                    "(lower `recommend.min_recall`, or try other settings)")
         return Verdict("none", "no configuration meets the constraints: relax them")
     g = _n(best.get("n_conversations"))
@@ -264,21 +262,21 @@ def verdict(best: Mapping | None, runner_up: Mapping | None, *, min_stable_share
     if runner_up is not None:
         untied = _n(runner_up.get("wins")) + _n(runner_up.get("losses"))
         if few or not bool(runner_up.get("significant")):
-            reasons.append(versus(runner_up, best, metric=metric, alpha=alpha))
+            reasons.append(versus(runner_up, best, metric=metric, alpha=alpha, short=short))
             close = not bool(runner_up.get("significant"))
         if untied < min_untied:
             reasons.append(f"only {untied} of {_plural(_n(runner_up.get('n')), 'question')} score differently between them "
                            f"(a choice needs at least {min_untied}: `recommend.min_untied`)")
             close = True
-    tie = f"; {tie_sentence(best, list(ties), n_tied)}" if ties else ""
+    tie = f"; {tie_sentence(best, list(ties), n_tied, short)}" if ties else ""
     if not reasons:
-        return Verdict("use", f"use {point_label(best)}" + (f" ({goal})" if goal else "") + tie)
+        return Verdict("use", f"use {point_label(best, short=short)}" + (f" ({goal})" if goal else "") + tie)
     if few:
-        head = f"{_plural(g, 'conversation')}: too few to choose; best so far {point_label(best)}"
+        head = f"{_plural(g, 'conversation')}: too few to choose; best so far {point_label(best, short=short)}"
     elif close:
-        head = f"too little data to choose between {point_label(best)} and {point_label(runner_up['b'], best)}"
+        head = f"too little data to choose between {point_label(best, short=short)} and {point_label(runner_up['b'], best, short)}"
     else:
-        head = f"too little data to be sure of the threshold of {point_label(best)}"
+        head = f"too little data to be sure of the threshold of {point_label(best, short=short)}"
     head += tie
     more_c, more_q, text = more_data(runner_up, n_conversations=g, n_questions=_n(best.get("n_questions")),
                                      min_conversations=min_conversations, min_untied=min_untied, alpha=alpha)
@@ -327,11 +325,13 @@ def runner_up(sig: pd.DataFrame) -> Mapping | None:
     return sig.loc[sig["mean_b"].sub(sig["mean_a"]).abs().sort_values(kind="stable").index[0]].to_dict()
 
 
-def verdict_table(points: pd.DataFrame, sig: pd.DataFrame, cfg, *, metric: str, shortlist: pd.DataFrame | None = None) -> pd.DataFrame:
+def verdict_table(points: pd.DataFrame, sig: pd.DataFrame, cfg, *, metric: str, shortlist: pd.DataFrame | None = None,
+                  short: Mapping[str, str] | None = None) -> pd.DataFrame:
     """One verdict per dataset of ``points`` (recommendation rows with ``best``) and ``sig`` (significance rows
     with ``dataset``) under ``cfg`` (a ``RecommendConfig``; ``shortlist``: ``recommend.shortlist``'s rows, for the
     setting closest to the recall target when none reaches it): columns dataset, kind, headline, reasons (joined
-    with "; "), more_conversations, more_questions, tied_with (the tied configurations' stores, "; "-joined)."""
+    with "; "), more_conversations, more_questions, tied_with (the tied configurations' stores, "; "-joined). ``short``:
+    the run's embedders' short names (``bench.embedders.names.shorten``; None: each name shortened alone)."""
     out = []
     for ds, pts in points.groupby("dataset", sort=False):
         best = pts[pts["best"]]
@@ -346,7 +346,7 @@ def verdict_table(points: pd.DataFrame, sig: pd.DataFrame, cfg, *, metric: str, 
         v = verdict(b, runner_up(rest),
                     min_stable_share=cfg.min_stable_share, alpha=cfg.alpha, metric=metric, min_conversations=cfg.min_conversations,
                     min_untied=cfg.min_untied, ties=ties, n_tied=n_tied, goal=cfg.short(),
-                    closest=sl.iloc[0].to_dict() if sl is not None and len(sl) else None)
+                    closest=sl.iloc[0].to_dict() if sl is not None and len(sl) else None, short=short)
         out.append({"dataset": ds, **asdict(v), "reasons": "; ".join(v.reasons),
                     "tied_with": json.dumps([[str(t[k]) for k in ("embedder", "backend", "strategy")] for t in ties]) if ties else ""})
     return pd.DataFrame(out, columns=["dataset", "kind", "headline", "reasons", "more_conversations", "more_questions", "tied_with"])
@@ -379,9 +379,6 @@ def first_screen(v: Mapping, shortlist: pd.DataFrame, points: pd.DataFrame, cfg)
     rows; ``points``: recommendation.csv; ``cfg``: the ``RecommendConfig``): the shortlist's rows (recommended, fewest tokens
     at the recall target, best F1, or the highest recall when nothing reaches the target) and the configurations that
     tie with the recommendation, each with recall and tokens with their prediction interval, F1 and the store latency."""
-    from bench.report.escape import md_code, md_text
-    from bench.report.names import shorten
-
     ds = v["dataset"]
     sl = shortlist[shortlist["dataset"] == ds] if shortlist is not None and len(shortlist) else pd.DataFrame()
     pts = points[points["dataset"] == ds]

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from bench.cli.common import fail, parser, reports_dir, setup_logging
+from bench.cli.common import add_run_dir, fail, finished_run, parser, setup_logging
 from bench.rundir import ANALYSIS, REPORT_MD, RunDir
 
 ANSWERS = "answers"
@@ -54,7 +54,7 @@ def main(argv: list[str] | None = None) -> int:
                 examples=["recallbench answer reports/latest --dry-run           # calls, tokens and dollars; nothing sent",
                           "OPENROUTER_API_KEY=... recallbench answer reports/latest --sample 200",
                           "recallbench answer RUN --points hybrid5@0.3,limit5,full_context --llm my_endpoint.yaml"])
-    ap.add_argument("run_dir", nargs="?", default=str(reports_dir("latest")), help="a finished run (default reports/latest)")
+    add_run_dir(ap)
     ap.add_argument("--llm", default="qwen3_max_openrouter",
                     help=f"an LLM config: a shipped name ({', '.join(llm.shipped_configs())}) or a YAML path")
     ap.add_argument("--points", help="strategy@threshold,... (full_context = full context); default: each dataset's "
@@ -69,9 +69,10 @@ def main(argv: list[str] | None = None) -> int:
     setup_logging(logging.WARNING)
     if args.sample < 1:
         return fail("--sample must be >= 1")
-    run = RunDir(args.run_dir)
-    if not run.finished():
-        return fail(f"{run.file('summary.csv')} not found (run `recallbench sweep` first)")
+    try:
+        run = finished_run(args.run_dir)
+    except ValueError as e:
+        return fail(str(e))
     cfg = llm.load_config(args.llm)
     asked = qa.parse_points(args.points) if args.points else None
     items = []

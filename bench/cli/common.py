@@ -62,6 +62,21 @@ def setup_logging(level: int = logging.INFO, *, verbose: bool = False) -> None:
     quiet_third_party(verbose)
 
 
+def add_run_dir(ap: argparse.ArgumentParser, help: str = "a finished run (default reports/latest)") -> None:
+    """The optional RUN_DIR argument of every command that reads a finished run (default reports/latest)."""
+    ap.add_argument("run_dir", nargs="?", default=str(reports_dir("latest")), help=help)
+
+
+def finished_run(path):
+    """The finished run at ``path`` (a ``bench.rundir.RunDir``); ValueError with the line to show when it has no summary."""
+    from bench.rundir import SUMMARY, RunDir
+
+    run = RunDir(path)
+    if not run.finished():
+        raise ValueError(f"{run.file(SUMMARY)} not found (run `recallbench sweep` first)")
+    return run
+
+
 def fail(message: str, code: int = 2) -> int:
     """Print the one ``error:`` line on stderr; returns the exit code (2: bad input or usage)."""
     print(f"error: {message}", file=sys.stderr)

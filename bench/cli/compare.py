@@ -1,12 +1,12 @@
 """``recallbench compare RUN_A RUN_B``: the paired significance table of two finished runs, on the console.
 
-The comparison itself (which pairs, which tests) is ``bench.analysis.compare``; this module renders it.
+The comparison itself (which pairs, which tests) is ``bench.analysis.compare``; this module renders it with the report's
+significance table (``bench.report.significance``).
 """
 
 from __future__ import annotations
 
 import logging
-import math
 from pathlib import Path
 
 import pandas as pd
@@ -15,38 +15,20 @@ from bench.analysis.compare import METRIC_CHOICES, compare_runs
 from bench.analysis.recommend import RecommendConfig
 from bench.analysis.verdict import test_description
 from bench.cli.common import fail, parser, setup_logging
-from bench.report.escape import md_text as E
+from bench.output import md_text as E
+from bench.report.significance import significance_table, threshold
 
 
-def _thr(t) -> str:
-    return "—" if t is None or (isinstance(t, float) and math.isnan(t)) else f"{t:.2f}"
-
-
-def _p(p: float) -> str:
-    return "—" if math.isnan(p) else f"{p:.4g}"
-
-
-def _diff(r) -> str:
-    if math.isnan(r["diff"]):
-        return "n/a"
-    if math.isnan(r["ci_low"]):
-        return f"{r['diff']:+.4f} (no interval with 1 conversation)"
-    return f"{r['diff']:+.4f} [{r['ci_low']:+.4f}, {r['ci_high']:+.4f}]"
+def _side(d) -> str:
+    return f"{E(d['embedder'])} / {E(d['backend'])} @ {threshold(d['threshold'])}"
 
 
 def format_table(res: pd.DataFrame, cfg: RecommendConfig, run_a: Path, run_b: Path) -> str:
     metric = res["metric"].iloc[0] if len(res) else "?"
     lines = [f"**WARNING: {w}**" for w in res.attrs.get("warnings", [])]
-    lines += [f"A = {run_a}", f"B = {run_b}", "",
-              test_description(cfg, metric, f"{len(res)} pairs") + " * = significant.", "",
-              "| dataset | strategy | A (embedder / store @ threshold) | B (embedder / store @ threshold) | conversations | n | mean A | mean B | A − B [CI] | p | Holm p | sig | W/T/L |",
-              "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
-    for _, r in res.iterrows():
-        a, b = r["a"], r["b"]
-        lines.append(f"| {E(a['dataset'])} | {E(a['strategy'])} | {E(a['embedder'])} / {E(a['backend'])} @ {_thr(a['threshold'])} | "
-                     f"{E(b['embedder'])} / {E(b['backend'])} @ {_thr(b['threshold'])} | {r['n_conversations']} | {r['n']} | {r['mean_a']:.4f} | "
-                     f"{r['mean_b']:.4f} | {_diff(r)} | {_p(r['p'])} | {_p(r['p_holm'])} | {'*' if r['significant'] else ''} | "
-                     f"{r['wins']}/{r['ties']}/{r['losses']} |")
+    lines += [f"A = {run_a}", f"B = {run_b}", "", test_description(cfg, metric, f"{len(res)} pairs"), ""]
+    lines += significance_table(res, ("dataset", "strategy", "A (embedder / store @ threshold)", "B (embedder / store @ threshold)"),
+                                lambda r: (E(r["a"]["dataset"]), E(r["a"]["strategy"]), _side(r["a"]), _side(r["b"])))
     return "\n".join(lines)
 
 

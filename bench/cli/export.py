@@ -7,8 +7,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from bench.cli.common import fail, parser, reports_dir, setup_logging
-from bench.rundir import SUMMARY, RunDir
+from bench.cli.common import add_run_dir, fail, finished_run, parser, setup_logging
 
 FORMATS = ("trec", "json", "json-sessions")
 
@@ -35,14 +34,15 @@ def main(argv: list[str] | None = None) -> int:
                 examples=["recallbench export                                  # reports/latest -> reports/latest/trec/",
                           "recallbench export reports/latest --out /tmp/trec   # trace.run, trace.qrels (job<N>/ for a multirun)",
                           "recallbench export reports/latest --format json     # reports/latest/json/trace.json"])
-    ap.add_argument("run_dir", nargs="?", default=str(reports_dir("latest")), help="a finished run (default reports/latest)")
+    add_run_dir(ap)
     ap.add_argument("--out", default=None, help="output directory (default RUN/trec, RUN/json for the JSON formats)")
     ap.add_argument("--format", choices=FORMATS, default="trec", help="trec (default), json (turn ids) or json-sessions (session ids)")
     args = ap.parse_args(argv)
     setup_logging()
-    run = RunDir(args.run_dir)
-    if not run.finished():
-        return fail(f"{run.file(SUMMARY)} not found (run `recallbench sweep` first)")
+    try:
+        run = finished_run(args.run_dir)
+    except ValueError as e:
+        return fail(str(e))
     from bench.output import write_atomic
     from bench.trec import export_trace
 

@@ -4,8 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from bench.cli.common import fail, parser, reports_dir, setup_logging
-from bench.rundir import SUMMARY, RunDir
+from bench.cli.common import add_run_dir, fail, finished_run, parser, setup_logging
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -17,16 +16,17 @@ def main(argv: list[str] | None = None) -> int:
                 examples=["recallbench score reports/latest mine.json                 # beside the latest run",
                           "recallbench score RUN a.json b.run --name a --name b       # two systems, named",
                           "recallbench export RUN --format json --out /tmp/x && recallbench score RUN /tmp/x/trace.json"])
-    ap.add_argument("run_dir", nargs="?", default=str(reports_dir("latest")), help="a finished run (default reports/latest)")
+    add_run_dir(ap)
     ap.add_argument("files", nargs="+", help="ranking files (JSON, JSON lines or TREC run)")
     ap.add_argument("--name", action="append", default=None, help="a name per file (default: the file's stem, a TREC run's tag)")
     ap.add_argument("--job", type=int, default=None, help="a multirun's job<N> whose corpus the files rank (default: the first)")
     ap.add_argument("--no-report", action="store_true", help="write the CSVs only, do not rebuild the report")
     args = ap.parse_args(argv)
     setup_logging()
-    run = RunDir(args.run_dir)
-    if not run.finished():
-        return fail(f"{run.file(SUMMARY)} not found (run `recallbench sweep` first)")
+    try:
+        run = finished_run(args.run_dir)
+    except ValueError as e:
+        return fail(str(e))
     if args.name and len(args.name) != len(args.files):
         return fail(f"--name given {len(args.name)} times for {len(args.files)} files (one name per file, or none)")
     from bench.analysis import systems
@@ -58,7 +58,8 @@ def main(argv: list[str] | None = None) -> int:
 
     print("\n".join(text_table(table)))
     if not args.no_report:
+        from bench.analysis.tables import write_tables
         from bench.report.markdown import write_report
 
-        print(write_report(run.path))
+        print(write_report(run.path, write_tables(run)))
     return 0

@@ -426,9 +426,10 @@ def _record_failure(cfg: DictConfig, out_dir: Path, key: run.Key | None, reason:
 def finish_run(run_dir: Path, latest: Path | None, *, defer: bool = False) -> None:
     """The run's report (``defer``: the short one, ``bench.report.markdown.write_deferred_report``), ``latest`` updated,
     the verdict and the corpus's label defects on the console."""
+    from bench.analysis.tables import write_tables
     from bench.report.markdown import write_deferred_report, write_report
 
-    report = write_deferred_report(run_dir) if defer else write_report(run_dir)
+    report = write_deferred_report(run_dir) if defer else write_report(run_dir, write_tables(run_dir))
     if latest is not None:
         run.publish_latest(run_dir, latest)
     if defer:

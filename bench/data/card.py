@@ -60,13 +60,13 @@ def _chars4(texts: Sequence[str]) -> int:
 
 
 def _cell(text: str) -> str:
-    from bench.report.escape import md_text
+    from bench.output import md_text
 
     return md_text(text)
 
 
 def _code(text: str) -> str:
-    from bench.report.escape import md_code
+    from bench.output import md_code
 
     return md_code(text)
 

@@ -4,12 +4,13 @@ threshold, where the two disagree, and a plot of answer coverage vs injected tok
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from pathlib import Path
 
 import pandas as pd
 
 from bench.metrics import scored
-from bench.report.escape import confined, md_text, one_line
+from bench.output import confined, md_text, one_line
 from bench.report import names
 from bench.report.plots import NEUTRAL, _figure, _figure_legend, _grid, _save, _side_legend, _style, _tokens_axis, styles
 from bench.rundir import RunDir
@@ -66,7 +67,8 @@ def disagreements(rows: pd.DataFrame) -> pd.DataFrame:
     return out.groupby(keys, dropna=False, sort=False)[["evidence_missed_answer_in", "evidence_all_answer_out"]].sum().reset_index()
 
 
-def section(run: RunDir, summary: pd.DataFrame, best: pd.DataFrame, *, styles_: dict | None = None) -> list[str]:
+def section(run: RunDir, summary: pd.DataFrame, best: pd.DataFrame, *, styles_: dict | None = None,
+            short: Mapping[str, str] | None = None) -> list[str]:
     """Markdown lines (and the plots, written into the run directory); [] when no question has an answer."""
     if not has_answers(summary):
         return []
@@ -77,7 +79,7 @@ def section(run: RunDir, summary: pd.DataFrame, best: pd.DataFrame, *, styles_: 
         d = disagreements(rows)
         chosen = chosen.merge(d, on=[k for k in CONFIG if k in d and k in chosen], how="left")
     multi = summary["embedder"].nunique() > 1
-    chosen["configuration"] = [names.config(e, b, multi_embedder=multi) for e, b in zip(chosen["embedder"], chosen["backend"])]
+    chosen["configuration"] = [names.config(e, b, multi_embedder=multi, short=short) for e, b in zip(chosen["embedder"], chosen["backend"])]
     cols = ["dataset", "configuration", "strategy", "threshold", "n_answer", "recall", "answer_recall", "answer_contained",
             "evidence_missed_answer_in", "evidence_all_answer_out", "tokens_injected_mean"]
     note = ("Over the scored questions with a gold answer (`n_answer`), at each strategy's best threshold by F1. "
@@ -95,7 +97,7 @@ def section(run: RunDir, summary: pd.DataFrame, best: pd.DataFrame, *, styles_: 
     lines.append("")
     twins = names.identical_stores(summary)
     for i, (ds, d) in enumerate(summary.groupby("dataset", sort=False)):
-        panels = [(names.config(emb, be, multi_embedder=multi), g) for (emb, be), g in d.groupby(["embedder", "backend"], sort=False)
+        panels = [(names.config(emb, be, multi_embedder=multi, short=short), g) for (emb, be), g in d.groupby(["embedder", "backend"], sort=False)
                   if has_answers(g) and (ds, emb, be) not in twins]
         if not panels:
             continue

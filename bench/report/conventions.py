@@ -10,8 +10,8 @@ import pandas as pd
 
 from bench.conventions import FILE, OVERALL
 from bench.output import read_csv
-from bench.report.escape import md_code as C
-from bench.report.escape import md_text as E
+from bench.output import md_code as C
+from bench.output import md_text as E
 from bench.rundir import RunDir
 
 TITLE = "## Retrieval as published (LongMemEval's conventions and arithmetic)"

@@ -136,7 +136,7 @@ def _box_recommendation(body: str) -> str:
 
 def _collapse_appendix(body: str) -> str:
     """Every ``<h2>`` section after the appendix heading inside a closed ``<details>``, its heading as the summary.
-    The heading is the renderer's own (data never makes a heading: ``bench.report.escape``)."""
+    The heading is the renderer's own (data never makes a heading: ``bench.output.md_text``)."""
     start = body.find(APPENDIX_H1)
     if start < 0:
         return body

@@ -1,9 +1,9 @@
 """Markdown + HTML report and plots from a finished run directory (never reopens a store).
 
-``write_report`` renders what ``bench.analysis.tables.analyse`` computed from the run directory
-(recommendation, operating points, Pareto frontier, significance, LOCO stability, categories, calibration, miss
-attribution) plus the summary tables: ``report.md``, the self-contained ``report.html`` and PNG
-figures, with the analysis tables saved in ``analysis/``. It starts with the recommendation. Everything
+``write_report`` renders what the analysis stage (``bench.analysis.tables.write_tables``, run before it) computed and
+saved in ``analysis/`` (recommendation, operating points, Pareto frontier, significance, LOCO stability, categories,
+calibration, miss attribution, what would help most, label releases) plus the summary tables: ``report.md``, the
+self-contained ``report.html`` and PNG figures. It computes and writes no table. It starts with the recommendation. Everything
 comes from the run directory (``bench.rundir.RunDir``): calibration and attribution read each job's
 corpus snapshot and traces, so the report works after the dataset files moved. Strategies are found
 by what they are (``kind`` and ``params`` in strategies.json), rows labelled with their configured
@@ -14,21 +14,25 @@ from __future__ import annotations
 
 import logging
 import math
+from collections.abc import Mapping
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
 from bench.analysis.recommend import CONFIG_KEYS, Recommendation, neighbours
-from bench.analysis.tables import Analysis, analyse, save
+from bench.analysis.tables import Analysis
 from bench.analysis.verdict import runner_up, split_ties, test_description
+from bench.embedders.names import short_name, shorten
 from bench.report import conventions, names, plots
-from bench.report.escape import md_code as C
-from bench.report.escape import md_text as E
-from bench.report.escape import confined, slug
+from bench.output import md_code as C
+from bench.output import md_text as E
+from bench.output import confined, slug
+from bench.report.significance import significance_table
+from bench.report.significance import threshold as _thr
 from bench.report.strategies import strategy_sections
 from bench.report.systems import section as systems_section
-from bench.rundir import ANALYSIS, META, QUESTIONS, REPORT_MD, RunDir, strategy_names
+from bench.rundir import ANALYSIS, QUESTIONS, REPORT_MD, RunDir, strategy_names
 
 log = logging.getLogger(__name__)
 
@@ -60,7 +64,7 @@ def best_by_f1(summary: pd.DataFrame) -> pd.DataFrame:
 CLAIMS_TITLE = "Claims from popular articles, measured on your data"
 
 
-def seed_claims(summary: pd.DataFrame, strategies: list[dict]) -> str:
+def seed_claims(summary: pd.DataFrame, strategies: list[dict], short: Mapping[str, str] | None = None) -> str:
     """Settings quoted by popular agent-memory articles, measured on this run's data: the limit strategy with k=5 and
     the plain threshold strategy at the quoted thresholds (``strategies``: the run's strategies.json records); one table,
     one row per configuration and claim."""
@@ -70,7 +74,7 @@ def seed_claims(summary: pd.DataFrame, strategies: list[dict]) -> str:
     rows = ["| dataset | configuration | claim | setting | token savings vs full context | recall | precision | F1 | empty rate |",
             "|---|---|---|---|---|---|---|---|---|"]
     for (ds, emb, be), g in summary.groupby(["dataset", "embedder", "backend"], sort=False):
-        where = f"| {E(ds)} | {E(names.config(emb, be, multi_embedder=multi))} "
+        where = f"| {E(ds)} | {E(names.config(emb, be, multi_embedder=multi, short=short))} "
         lim = g[g["strategy"].isin(limits)]
         thr = g[g["strategy"].isin(thresholds) & g["threshold"].round(2).isin(SEED_THRESHOLDS)]
         for _, r in lim.iterrows():
@@ -80,9 +84,9 @@ def seed_claims(summary: pd.DataFrame, strategies: list[dict]) -> str:
     return "\n".join(rows)
 
 
-def _label(r, multi_embedder: bool) -> str:
+def _label(r, multi_embedder: bool, short: Mapping[str, str] | None = None) -> str:
     """A row's short name (``bench.report.names``): ``MiniLM · seekdb · threshold``; the legend has the full identities."""
-    return names.label(r, multi_embedder)
+    return names.label(r, multi_embedder, short)
 
 
 def _ci(v, lo, hi, digits: int = 3) -> str:
@@ -109,13 +113,6 @@ def intervals_sentence(cfg) -> str:
             "1-2 df). Clipped to each metric's range (F1, recall, precision in [0, 1]; tokens ≥ 0).")
 
 
-def _thr(t) -> str:
-    """A threshold: two decimals, three when the grid is finer (a calibrated p of 0.015)."""
-    if t is None or (isinstance(t, float) and math.isnan(t)):
-        return "—"
-    return f"{t:.2f}" if math.isclose(t, round(t, 2), abs_tol=1e-9) else f"{t:.3f}"
-
-
 THRESHOLD_PHRASE = {"similarity": " with similarity ≥ {t}", "probability": " with calibrated P(relevant) ≥ {t}",
                     "delta": " with similarity ≥ (best similarity − {t})", "ratio": " with similarity ≥ {t} × best similarity"}
 
@@ -139,41 +136,20 @@ def threshold_phrase(strategies: list[dict], name: str, t: float) -> str:
 METRIC_NAMES = {"f1": "F1", "f1_abstain": "F1 (abstention credited)", "recall": "recall", "tokens": "injected tokens"}
 
 
-def next_knob_section(run: RunDir, a: Analysis, strategies: list[dict]) -> list[str]:
-    """What would help most, per dataset (``bench.analysis.nextknob``)."""
-    from bench.analysis.nextknob import next_knob, offline_embedders
-
+def next_knob_section(a: Analysis) -> list[str]:
+    """What would help most, per dataset (computed by the analysis: ``bench.analysis.nextknob``)."""
     lines = ["## What would help most", ""]
-    by = a.misses_by_strategy
-    used = {str((j.settings().get("embedder") or {}).get("_target_", "")) for j in run.job_dirs() if j.settings_file()}
-    embedders = offline_embedders(exclude_targets=sorted(used))
-    for _, b in a.rec.best().iterrows():
-        causes = {}
-        if by is not None and len(by):
-            m = by[(by[CONFIG_KEYS] == b[CONFIG_KEYS]).all(axis=1)]
-            if len(m):
-                causes = {c[: -len(" miss")]: int(m.iloc[0][c]) for c in m.columns if c.endswith(" miss")}
-        body = next_knob(causes=causes, point=b.to_dict(), summary=a.summary, full_context=strategy_names(strategies, "full_context"),
-                         usable_recall=a.cfg.usable_recall, embedders=embedders, min_n=a.cfg.min_n)
-        lines += [f"**{E(b['dataset'])}** (at the recommendation):", "", *(body or ["- Nothing to suggest: no misses were attributed."]), ""]
+    for ds, body in a.next_knob:
+        lines += [f"**{E(ds)}** (at the recommendation):", "", *(body or ["- Nothing to suggest: no misses were attributed."]), ""]
     return lines if len(lines) > 2 else []
 
 
-def releases_section(run: RunDir, a: Analysis) -> list[str]:
-    """Two label releases of one corpus in the run (``bench.analysis.releases``): how far the recommendation moves."""
-    from bench.analysis.releases import moves, release_pairs
-
-    digests = {}
-    for job in run.job_dirs():
-        ds = job.meta().get("dataset") if job.has(META) else None
-        if ds and ds not in digests:
-            turns, labels = job.digest("turns"), job.digest("labels")
-            if turns and labels:
-                digests[ds] = (turns, labels)
-    table = moves(release_pairs(digests), a.rec.best(), a.summary)
-    if table.empty:
+def releases_section(a: Analysis) -> list[str]:
+    """Two label releases of one corpus in the run (``bench.analysis.releases``, saved as ``analysis/releases.csv``):
+    how far the recommendation moves."""
+    table = a.releases
+    if table is None or table.empty:
         return []
-    run.write_table("releases", table)
     lines = ["## Label releases compared", "",
              "The run holds two label releases of the same conversations (identical turns, different questions or gold). "
              "Label noise moves the recommendation this far; `A's choice on B` scores release A's recommended setting "
@@ -287,7 +263,7 @@ def recommendation_section(a: Analysis, strategies: list[dict]) -> list[str]:
     return lines
 
 
-def points_section(rec: Recommendation, sig: pd.DataFrame, multi_embedder: bool) -> list[str]:
+def points_section(rec: Recommendation, sig: pd.DataFrame, multi_embedder: bool, short: Mapping[str, str] | None = None) -> list[str]:
     name = METRIC_NAMES[rec.cfg.primary]
     lines = ["## Operating points (every configuration at its chosen threshold)", "",
              f"† = differs from the recommendation ({name}, paired t test over conversations, Holm-corrected, alpha {rec.cfg.alpha:g}). "
@@ -306,7 +282,7 @@ def points_section(rec: Recommendation, sig: pd.DataFrame, multi_embedder: bool)
         rng = f"{r['threshold_lo']:.2f}–{r['threshold_hi']:.2f}" if not math.isnan(r["threshold_lo"]) else "—"
         does = r.get("setting")
         does = E(does) if isinstance(does, str) and does else "—"  # what it does (top-1, top-5, similarity ≥ t)
-        lines.append(f"| {E(r['dataset'])} | {E(_label(r, multi_embedder))}{mark} | {does} | {_thr(r['threshold'])} | {_ci(r['f1'], r['f1_lo'], r['f1_hi'])} | "
+        lines.append(f"| {E(r['dataset'])} | {E(_label(r, multi_embedder, short))}{mark} | {does} | {_thr(r['threshold'])} | {_ci(r['f1'], r['f1_lo'], r['f1_hi'])} | "
                      f"{_ci(r['recall'], r['recall_lo'], r['recall_hi'])} | {_ci(r['precision'], r['precision_lo'], r['precision_hi'])} | "
                      f"{_ci(r['tokens'], r['tokens_lo'], r['tokens_hi'], 0)} | {_fmt(r['latency_p99_ms'], 1)} | "
                      f"{_fmt(r['threshold_share'], 2)} | {rng} | {E(r['note'])} |")
@@ -314,7 +290,7 @@ def points_section(rec: Recommendation, sig: pd.DataFrame, multi_embedder: bool)
     for _, b in rec.best().iterrows():
         nb = neighbours(rec, b)
         if len(nb) > 1:
-            lines += [f"Around the recommendation ({E(b['dataset'])}, {E(_label(b, multi_embedder))}):", "",
+            lines += [f"Around the recommendation ({E(b['dataset'])}, {E(_label(b, multi_embedder, short))}):", "",
                       "| threshold | F1 [CI] | recall [CI] | tokens [CI] | adversarial abstained |", "|---|---|---|---|---|"]
             for _, r in nb.iterrows():
                 lines.append(f"| {_thr(r['threshold'])}{' ★' if r['chosen'] else ''} | {_ci(r['f1'], r['f1_lo'], r['f1_hi'])} | "
@@ -334,29 +310,19 @@ def test_phrase(r, alpha: float) -> str:
             f"p = {r['p']:.3g}, Holm p = {r['p_holm']:.3g}: {'significant' if r['significant'] else 'not significant'} at {alpha:g}")
 
 
-def _diff_ci(r) -> str:
-    if math.isnan(r["diff"]) or not math.isnan(r["ci_low"]):
-        return _ci(r["diff"], r["ci_low"], r["ci_high"])
-    return f"{r['diff']:.3f} (no interval with 1 conversation)"
-
-
-def significance_section(sig: pd.DataFrame, rec: Recommendation, multi_embedder: bool) -> list[str]:
+def significance_section(sig: pd.DataFrame, rec: Recommendation, multi_embedder: bool, short: Mapping[str, str] | None = None) -> list[str]:
     if sig.empty:
         return []
     cfg = rec.cfg
     lines = ["## Significance: recommendation vs every other configuration", "",
-             "A = the recommendation. " + test_description(cfg, METRIC_NAMES[cfg.primary], "comparisons of each dataset"), "",
-             "| dataset | recommendation | vs | conversations | n | mean A | mean B | A − B [CI] | p | Holm p | significant | W/T/L |",
-             "|---|---|---|---|---|---|---|---|---|---|---|---|"]
-    for _, r in sig.iterrows():
-        a, b = r["a"], r["b"]
-        lines.append(f"| {E(r['dataset'])} | {E(_label(a, multi_embedder))} @ {_thr(a['threshold'])} | {E(_label(b, multi_embedder))} @ {_thr(b['threshold'])} | "
-                     f"{r['n_conversations']} | {r['n']} | {_fmt(r['mean_a'])} | {_fmt(r['mean_b'])} | {_diff_ci(r)} | "
-                     f"{_fmt(r['p'], 4)} | {_fmt(r['p_holm'], 4)} | {'**yes**' if r['significant'] else 'no'} | {r['wins']}/{r['ties']}/{r['losses']} |")
+             "A = the recommendation. " + test_description(cfg, METRIC_NAMES[cfg.primary], "comparisons of each dataset"), ""]
+    lines += significance_table(sig, ("dataset", "recommendation", "vs"), lambda r: (
+        E(r["dataset"]), f"{E(_label(r['a'], multi_embedder, short))} @ {_thr(r['a']['threshold'])}",
+        f"{E(_label(r['b'], multi_embedder, short))} @ {_thr(r['b']['threshold'])}"))
     return lines + [""]
 
 
-def transfer_section(rec: Recommendation, multi_embedder: bool) -> list[str]:
+def transfer_section(rec: Recommendation, multi_embedder: bool, short: Mapping[str, str] | None = None) -> list[str]:
     name = METRIC_NAMES[rec.cfg.primary]
     lines = []
     if len(rec.loco):
@@ -372,7 +338,7 @@ def transfer_section(rec: Recommendation, multi_embedder: bool) -> list[str]:
         for _, r in rec.loco.iterrows():
             rng = f"{r['threshold_min']:.2f}–{r['threshold_max']:.2f}" if not math.isnan(r["threshold_min"]) else "—"
             gr = f"{r['gap_min']:+.3f} … {r['gap_max']:+.3f}" if not math.isnan(r["gap_min"]) else "n/a"
-            lines.append(f"| {E(r['dataset'])} | {E(_label(r, multi_embedder))} | {r['n_folds']} | {rng} | {_fmt(r['threshold_std'])} | "
+            lines.append(f"| {E(r['dataset'])} | {E(_label(r, multi_embedder, short))} | {r['n_folds']} | {rng} | {_fmt(r['threshold_std'])} | "
                          f"{_fmt(r['share_same_as_full'], 2)} | {_fmt(r['mean_gap'])} | {gr} | {_fmt(r['mean_regret'])} | "
                          f"{_fmt(r['pooled_held_out'])} | {_fmt(r['in_sample'])} | {_fmt(r['optimism'])} |")
         lines.append("")
@@ -385,13 +351,13 @@ def transfer_section(rec: Recommendation, multi_embedder: bool) -> list[str]:
                   "| source → target | relation | configuration | source threshold | target at source threshold | target's own threshold | target own | gap |",
                   "|---|---|---|---|---|---|---|---|"]
         for _, r in rec.transfer.iterrows():
-            lines.append(f"| {E(r['source'])} → {E(r['target'])} | {E(r['relation'])} | {E(_label(r, multi_embedder))} | {_thr(r['source_threshold'])} | "
+            lines.append(f"| {E(r['source'])} → {E(r['target'])} | {E(r['relation'])} | {E(_label(r, multi_embedder, short))} | {_thr(r['source_threshold'])} | "
                          f"{_fmt(r[f'target_{p}_at_source_threshold'])} | {_thr(r['target_threshold'])} | {_fmt(r[f'target_{p}_own'])} | {_fmt(r['gap'])} |")
         lines.append("")
     return lines
 
 
-def category_section(rec: Recommendation, multi_embedder: bool) -> list[str]:
+def category_section(rec: Recommendation, multi_embedder: bool, short: Mapping[str, str] | None = None) -> list[str]:
     if rec.categories.empty:
         return []
     cats = rec.categories
@@ -412,7 +378,7 @@ def category_section(rec: Recommendation, multi_embedder: bool) -> list[str]:
             small = r["n"] < rec.cfg.min_n
             f1 = "n too small" if small else _ci(r["f1"], r["f1_lo"], r["f1_hi"])
             recall = "n too small" if small else _ci(r["recall"], r["recall_lo"], r["recall_hi"])
-            line = (f"| {E(r['dataset'])} | {E(_label(r, multi_embedder))} | {E(r['category'])} | {r['n']} | {_thr(r['threshold'])} | "
+            line = (f"| {E(r['dataset'])} | {E(_label(r, multi_embedder, short))} | {E(r['category'])} | {r['n']} | {_thr(r['threshold'])} | "
                     f"{f1} | {recall} | "
                     f"{_fmt(r['tokens'], 1)} | {_fmt(r['abstained'])} |")
             if own:
@@ -444,12 +410,12 @@ def attribution_section(a: Analysis, run_dir: Path) -> tuple[list[str], list[str
     by_strategy = a.misses_by_strategy.copy()
     used = [c for c in causes if by_strategy[c].sum() > 0]
     cols = ["dataset", "configuration", "threshold", "missed", *used]
-    by_strategy["configuration"] = [_label(r, a.multi_embedder) for _, r in by_strategy.iterrows()]
+    by_strategy["configuration"] = [_label(r, a.multi_embedder, a.short) for _, r in by_strategy.iterrows()]
     table = ["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
     for _, r in by_strategy.iterrows():
         table.append("| " + " | ".join(_thr(r[c]) if c == "threshold" else E(r[c]) for c in cols) + " |")
     by_cat = a.misses_by_category.copy()
-    by_cat["configuration"] = [_label(r, a.multi_embedder) for _, r in by_cat.iterrows()]
+    by_cat["configuration"] = [_label(r, a.multi_embedder, a.short) for _, r in by_cat.iterrows()]
     cols = ["dataset", "configuration", "threshold", "category", "missed", *used]
     cat_table = ["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
     for _, r in by_cat.iterrows():
@@ -478,7 +444,7 @@ def calibration_section(a: Analysis, out: Path) -> list[str]:
     for c in a.calibrations:
         if (c.dataset, c.embedder, c.backend) in twins:  # the same scores as its twin's: said once, in the legend
             continue
-        title = f"{c.dataset} / {names.config(c.embedder, c.backend, multi_embedder=a.multi_embedder)} / roles {c.roles}"
+        title = f"{c.dataset} / {names.config(c.embedder, c.backend, multi_embedder=a.multi_embedder, short=a.short)} / roles {c.roles}"
         fig = plots.calibration(c.split.gold, c.split.nongold, c.cal.overlap, c.marks, title,
                                 confined(out, f"calibration_{slug(c.job)}_{slug(c.trace)}_{slug(c.backend)}.png"))
         lines += [f"### {E(title)}", "", c.text, "",
@@ -511,7 +477,7 @@ def embedders_section(a: Analysis, strategies: list[dict], out: Path) -> tuple[l
     twins = names.identical_stores(a.summary)
     e = e[[(d, m, b) not in twins for d, m, b in zip(e["dataset"], e["embedder"], e["backend"])]]
     for _, r in e.drop_duplicates(["dataset", "backend", "embedder"]).iterrows():
-        lines.append(f"| {E(r['dataset'])} | {E(r['backend'])} | {E(_emb(names.short_embedder(r['embedder']), not r['for_results']))} | "
+        lines.append(f"| {E(r['dataset'])} | {E(r['backend'])} | {E(_emb(short_name(r['embedder'], a.short), not r['for_results']))} | "
                      f"{_fmt(r['gold_p10'], 2)} / {_fmt(r['gold_p50'], 2)} / {_fmt(r['gold_p90'], 2)} | "
                      f"{_fmt(r['nongold_p10'], 2)} / {_fmt(r['nongold_p50'], 2)} / {_fmt(r['nongold_p90'], 2)} | {_fmt(r['auc'])} | "
                      f"{_fmt(r[f'gold_pass_{ref}'])} | {_fmt(r[f'nongold_pass_{ref}'])} | {_fmt(r[f'gold_share_above_{ref}'])} |")
@@ -521,7 +487,7 @@ def embedders_section(a: Analysis, strategies: list[dict], out: Path) -> tuple[l
                 "| dataset | store | strategy | embedder | threshold | F1 [CI] | recall [CI] | tokens [CI] |", "|---|---|---|---|---|---|---|---|"]
     store_free = {r["name"] for r in strategies if r.get("uses_store") is False}  # the same for every embedder: left out
     for _, r in e[~e["strategy"].isin(store_free)].sort_values(["dataset", "backend", "strategy"], kind="stable").iterrows():
-        appendix.append(f"| {E(r['dataset'])} | {E(r['backend'])} | {E(r['strategy'])} | {E(_emb(names.short_embedder(r['embedder']), not r['for_results']))} | {_thr(r['threshold'])} | "
+        appendix.append(f"| {E(r['dataset'])} | {E(r['backend'])} | {E(r['strategy'])} | {E(_emb(short_name(r['embedder'], a.short), not r['for_results']))} | {_thr(r['threshold'])} | "
                         f"{_ci(r['f1'], r['f1_lo'], r['f1_hi'])} | {_ci(r['recall'], r['recall_lo'], r['recall_hi'])} | "
                         f"{_ci(r['tokens'], r['tokens_lo'], r['tokens_hi'], 0)} |")
     appendix.append("")
@@ -533,7 +499,7 @@ def embedders_section(a: Analysis, strategies: list[dict], out: Path) -> tuple[l
     curves = curves[[(d, m, b) not in twins for d, m, b in zip(curves["dataset"], curves["embedder"], curves["backend"])]]
     st = plots.styles([*(x["name"] for x in strategies), *a.summary["strategy"]])
     for i, ((ds, be), c) in enumerate(curves.groupby(["dataset", "backend"], sort=False)):
-        c = c.assign(label=[_emb(names.short_embedder(x), x in plumbing) for x in c["embedder"]])
+        c = c.assign(label=[_emb(short_name(x, a.short), x in plumbing) for x in c["embedder"]])
         fig = plots.embedder_curves(c, SEED_THRESHOLDS, f"{ds} / {be}: F1 vs threshold per embedder", confined(out, f"embedders_{i}_{slug(be)}.png"),
                                     styles_=st)
         lines += [f"![{fig.stem}]({ANALYSIS}/{fig.name})", ""]
@@ -657,9 +623,9 @@ def pareto_section(a: Analysis, strategies: list[dict], out: Path) -> list[str]:
         keep = [(ds, e, b) not in twins for e, b in zip(s["embedder"], s["backend"])]
         dropped = sorted({f"{b} (= {twins[(ds, e, b)]})" for e, b in zip(s["embedder"], s["backend"]) if (ds, e, b) in twins})
         note = f"drawn once: {', '.join(dropped)}, identical results on every setting" if dropped else ""
-        s = s[keep].assign(_emb=[names.short_embedder(e) for e in s.loc[keep, "embedder"]])
+        s = s[keep].assign(_emb=[short_name(e, a.short) for e in s.loc[keep, "embedder"]])
         b = best[best["dataset"] == ds]
-        b = b.assign(_emb=[names.short_embedder(e) for e in b["embedder"]])
+        b = b.assign(_emb=[short_name(e, a.short) for e in b["embedder"]])
         fig = plots.pareto(s, s["frontier"], b, f"{ds}: recall vs injected tokens", out / f"pareto_{i}.png", styles_=st,
                            panel_col="_emb" if multi else None, line_col="backend" if s["backend"].nunique() > 1 else None, note=note)
         lines += [f"![{fig.stem}]({ANALYSIS}/{fig.name})", ""]
@@ -678,7 +644,7 @@ def ci_section(a: Analysis, strategies: list[dict], out: Path) -> list[str]:
     for i, (ds, c) in enumerate(rec.curves.groupby("dataset", sort=False)):
         c = c[c["threshold"].notna().to_numpy() & np.array([(ds, e, b) not in twins for e, b in zip(c["embedder"], c["backend"])], dtype=bool)]
         if len(c):
-            c = c.assign(_cfg=[names.config(e, b, multi_embedder=multi) for e, b in zip(c["embedder"], c["backend"])])
+            c = c.assign(_cfg=[names.config(e, b, multi_embedder=multi, short=a.short) for e, b in zip(c["embedder"], c["backend"])])
             fig = plots.ci_curves(c, cfg.primary if cfg.primary in ("f1", "f1_abstain") else "f1", f"{ds}: {METRIC_NAMES[cfg.primary]} and recall vs threshold",
                                   confined(out, f"ci_{i}.png"), xlabels=axis_labels(strategies), styles_=st,
                                   panel_col="_cfg" if c["_cfg"].nunique() > 1 else None)
@@ -696,22 +662,22 @@ def analysis_sections(run: RunDir, a: Analysis | None, strategies: list[dict]) -
     out = run_dir / ANALYSIS
     best = rec.best()
     lines = recommendation_section(a, strategies)
-    lines += next_knob_section(run, a, strategies)
-    lines += releases_section(run, a)
-    lines += points_section(rec, a.significance, multi)
-    lines += names.legend_section(a.summary, run.jobs(), multi)
+    lines += next_knob_section(a)
+    lines += releases_section(a)
+    lines += points_section(rec, a.significance, multi, a.short)
+    lines += names.legend_section(a.summary, run.jobs(), multi, a.short)
     lines += pareto_section(a, strategies, out)
     emb_main, emb_appendix = embedders_section(a, strategies, out)
     lines += emb_main
-    lines += category_section(rec, multi)
-    appendix = significance_section(a.significance, rec, multi)
-    appendix += transfer_section(rec, multi)
+    lines += category_section(rec, multi, a.short)
+    appendix = significance_section(a.significance, rec, multi, a.short)
+    appendix += transfer_section(rec, multi, a.short)
     loco_figs = []
     for i, (_, b) in enumerate(best.iterrows()):
         f = rec.loco_folds
         f = f[(f[CONFIG_KEYS] == b[CONFIG_KEYS]).all(axis=1)] if len(f) else f
         if len(f):
-            fig = plots.loco(f.reset_index(drop=True), METRIC_NAMES[cfg.primary], f"Stability across conversations (LOCO): {b['dataset']} / {_label(b, multi)}",
+            fig = plots.loco(f.reset_index(drop=True), METRIC_NAMES[cfg.primary], f"Stability across conversations (LOCO): {b['dataset']} / {_label(b, multi, a.short)}",
                              out / f"loco_{i}.png")
             loco_figs += [f"![{fig.stem}]({ANALYSIS}/{fig.name})", ""]
     if loco_figs:
@@ -779,7 +745,8 @@ def ranked_section(run: RunDir) -> list[str]:
 APPENDIX = "# Appendix"
 
 
-def config_figures(run_dir: Path, summary: pd.DataFrame, strategies: list[dict], multi_embedder: bool) -> list[str]:
+def config_figures(run_dir: Path, summary: pd.DataFrame, strategies: list[dict], multi_embedder: bool,
+                   short: Mapping[str, str] | None = None) -> list[str]:
     """Per dataset: precision / recall / F1 vs threshold (a row of panels per configuration) and injected tokens vs
     threshold (a panel per configuration); a store whose results repeat another's is drawn once."""
     st = plots.styles([*(s["name"] for s in strategies), *summary["strategy"]])  # one colour per strategy, every figure
@@ -787,9 +754,9 @@ def config_figures(run_dir: Path, summary: pd.DataFrame, strategies: list[dict],
     xl = axis_labels(strategies)
     lines = []
     for i, (ds, d) in enumerate(summary.groupby("dataset", sort=False)):
-        panels = [(names.config(emb, be, multi_embedder=multi_embedder) if d[["embedder", "backend"]].drop_duplicates().shape[0] > 1 else "", g)
+        panels = [(names.config(emb, be, multi_embedder=multi_embedder, short=short) if d[["embedder", "backend"]].drop_duplicates().shape[0] > 1 else "", g)
                   for (emb, be), g in d.groupby(["embedder", "backend"], sort=False) if (ds, emb, be) not in twins]
-        dropped = [f"{names.config(e, b, multi_embedder=multi_embedder)} (= {twins[(ds, e, b)]})" for (dd, e, b) in twins if dd == ds]
+        dropped = [f"{names.config(e, b, multi_embedder=multi_embedder, short=short)} (= {twins[(ds, e, b)]})" for (dd, e, b) in twins if dd == ds]
         q = plots.quality_grid(panels, f"{ds}: precision, recall and F1 vs threshold", confined(run_dir, f"quality_vs_threshold_{i}.png"),
                                xlabels=xl, styles_=st)
         t = plots.tokens_vs_threshold(d, f"{ds}: injected tokens vs threshold", confined(run_dir, f"tokens_vs_threshold_{i}.png"),
@@ -828,27 +795,24 @@ def write_deferred_report(run_dir: Path) -> Path:
     return write_atomic(run.path / REPORT_MD, lambda p: p.write_text("\n".join(lines)))
 
 
-def write_report(run_dir: Path, settings=None) -> Path:
-    """Write report.md, report.html, the analysis tables (CSV) and every figure into ``run_dir``
-    (``settings``: a RecommendConfig instead of the run's ``recommend:`` block)."""
+def write_report(run_dir: Path, a: Analysis | None) -> Path:
+    """Write report.md, report.html and every figure into ``run_dir``, rendered from ``a``: what the analysis stage
+    (``bench.analysis.tables.write_tables``) computed and saved; None when the run has no per-question rows."""
     from bench.report import answers as answer_coverage
     from bench.report import html as html_report
 
     run = RunDir(run_dir)
     run_dir = run.path
     summary = run.summary()
-    names.register(summary["embedder"])  # distinct short names for this run's embedders
+    short = shorten(summary["embedder"])  # distinct short names for this run's embedders
     jobs, card, failed, strategies = run.jobs(), run.card(), run.failed(), run.strategies()
-    a = analyse(run, settings)
-    if a is not None:
-        save(run, a)
 
     best = best_by_f1(summary[summary["threshold"].notna()])
     multi_emb = summary["embedder"].nunique() > 1  # one row per (store, embedder): name the embedder, else two rows look alike
     main_cols = ["configuration", "strategy", "threshold", "n_questions", "precision", "recall", "f1", "micro_f1", "hit_rate", "empty_rate", "tokens_injected_mean", "token_savings"]
 
     def named(df: pd.DataFrame) -> pd.DataFrame:
-        return df.assign(configuration=[names.config(e, b, multi_embedder=multi_emb) for e, b in zip(df["embedder"], df["backend"])])
+        return df.assign(configuration=[names.config(e, b, multi_embedder=multi_emb, short=short) for e, b in zip(df["embedder"], df["backend"])])
 
     lines = ["# recallbench report", ""]
     flags = summary.get("for_results", pd.Series([True] * len(summary), dtype=bool)).astype(bool)
@@ -879,10 +843,10 @@ def write_report(run_dir: Path, settings=None) -> Path:
     fixed = summary[summary["threshold"].isna()]
     if len(fixed):
         app += ["## Strategies without a threshold", "", _table(named(fixed), main_cols), ""]
-    app += answer_coverage.section(run, summary, best, styles_=plots.styles([*(s["name"] for s in strategies), *summary["strategy"]]))
+    app += answer_coverage.section(run, summary, best, short=short, styles_=plots.styles([*(s["name"] for s in strategies), *summary["strategy"]]))
     app += [f"## {CLAIMS_TITLE}", "",
             "Settings that agent-memory articles recommend (top-5 retrieval; similarity thresholds 0.75, 0.65 and 0.30), "
-            "measured on this run's data.", "", seed_claims(summary, strategies), ""]
+            "measured on this run's data.", "", seed_claims(summary, strategies, short), ""]
     app += strategy_sections(summary, jobs, strategies)
     app += appendix
     traces = [(j, t) for j in jobs for t in j.get("traces", [j])]
@@ -892,17 +856,17 @@ def write_report(run_dir: Path, settings=None) -> Path:
                 "|---|---|---|---|---|---|---|---|---|---|"]
         for j, t in traces:
             mb = t.get("index_bytes")
-            app.append(f"| {E(names.config(j.get('embedder'), t['backend'], multi_embedder=multi_emb))} | {','.join(t['roles']) if t.get('roles') else 'all'} | {t['n_memories']} | "
+            app.append(f"| {E(names.config(j.get('embedder'), t['backend'], multi_embedder=multi_emb, short=short))} | {','.join(t['roles']) if t.get('roles') else 'all'} | {t['n_memories']} | "
                        f"{_fmt(t.get('ingest_per_second'), 0)} | {_fmt(t.get('ready_seconds'), 2)} | {_fmt(t.get('fidelity_at_10'))} | "
                        f"{_fmt(t.get('short_result_rate'))} ({t.get('short_results', 'n/a')}) | {_fmt(t.get('score_max_abs_diff'), 6)} | "
                        f"{t.get('score_mismatches_1e4', 'n/a')} of {t.get('score_pairs', 'n/a')} | {_fmt(mb / 1e6, 1) if mb else 'n/a'} |")
         app.append("")
-        short = [(j, t) for j, t in traces if t.get("short_results")]
-        if short:  # a store that returned fewer hits than it was asked for is a finding, not noise: main body
+        short_lists = [(j, t) for j, t in traces if t.get("short_results")]
+        if short_lists:  # a store that returned fewer hits than it was asked for is a finding, not noise: main body
             lines += ["## Stores that returned short lists", "",
-                      *(f"- {E(names.config(j.get('embedder'), t['backend'], multi_embedder=multi_emb))}: {t['short_results']} questions "
+                      *(f"- {E(names.config(j.get('embedder'), t['backend'], multi_embedder=multi_emb, short=short))}: {t['short_results']} questions "
                         f"({_fmt(t.get('short_result_rate'))} of them) got fewer hits than min(depth, eligible memories)"
-                        + (f", e.g. {E(t['short_example'])}" if t.get('short_example') else "") for j, t in short),
+                        + (f", e.g. {E(t['short_example'])}" if t.get('short_example') else "") for j, t in short_lists),
                       "", "Recall and fidelity of these stores are lower than the exact store's for that reason "
                       "(README, short lists); see Store metrics in the appendix.", ""]
     app += ranked_section(run)
@@ -913,7 +877,7 @@ def write_report(run_dir: Path, settings=None) -> Path:
         app += ["## Adversarial questions (correct recall = nothing)", "",
                 _table(best_by_f1(adv[adv["threshold"].notna()]) if adv["threshold"].notna().any() else adv,
                        ["configuration", "strategy", "threshold", "n_adversarial", "adversarial_abstain_rate"]), ""]
-    app += config_figures(run_dir, summary, strategies, multi_emb)
+    app += config_figures(run_dir, summary, strategies, multi_emb, short)
     app += ["## Runs", ""]
     for j in jobs:
         reuse = f"; trace reused from {E(j['reused_from'])}" if j.get("reused_from") else ""

@@ -1,9 +1,9 @@
-"""Short names for what a report compares, one place: an embedder's short name, a configuration's label
-(embedder · store · strategy) and the legend that maps every short name back to its full identity.
+"""Short names for what a report compares, one place: a configuration's label (embedder · store · strategy) and
+the legend that maps every short name back to its full identity.
 
 Full identities such as ``all-MiniLM-L6-v2-int8-onnx/max256-meanpool-l2`` wrap every table cell; the report
-shows ``MiniLM`` and lists the full name once, in the legend (``legend_section``). A name is shortened by what
-it contains (``KNOWN``), else cut before its first ``/``; the same full name always gets the same short name.
+shows ``MiniLM`` and lists the full name once, in the legend (``legend_section``). The short names are a
+``bench.embedders.names.shorten`` mapping of the run's embedders, passed to every renderer as ``short``.
 ``identical_stores`` finds stores whose results equal another store's on every setting (same embedder and
 dataset): figures draw those once and say so.
 """
@@ -11,67 +11,25 @@ dataset): figures draw those once and say so.
 from __future__ import annotations
 
 import math
-import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 
 import pandas as pd
 
-from bench.report.escape import md_text as E
+from bench.embedders.names import short_name
+from bench.output import md_text as E
 
 SEP = " · "
-KNOWN = ((r"minilm", "MiniLM"), (r"multilingual-e5-small|e5[-_]small", "e5-small"), (r"e5[-_]base", "e5-base"),
-         (r"e5[-_]large", "e5-large"), (r"bge-m3", "bge-m3"), (r"text-embedding-3-small", "openai-3-small"),
-         (r"text-embedding-3-large", "openai-3-large"), (r"qwen3", "Qwen3"), (r"^hashing", "hashing"), (r"^synthetic", "synthetic"))
-MAX_LEN = 18
 
 
-_RUN: dict[str, str] = {}  # full name -> short name for the run being reported (``register``)
+def config(embedder, backend, *, multi_embedder: bool, short: Mapping[str, str] | None = None) -> str:
+    """A configuration's label: ``MiniLM · seekdb`` (the store alone when the run has one embedder; ``short``: the run's
+    ``bench.embedders.names.shorten`` mapping)."""
+    return f"{short_name(embedder, short)}{SEP}{backend}" if multi_embedder else str(backend)
 
 
-def register(embedders: Iterable) -> dict[str, str]:
-    """``shorten(embedders)``, used by ``short_embedder`` until the next call."""
-    out = shorten(embedders)
-    _RUN.clear()
-    _RUN.update(out)
-    return out
-
-
-def shorten(embedders: Iterable) -> dict[str, str]:
-    """Short names for a run's embedders, distinct: two that shorten alike (two hashing dimensions) keep the last
-    part of the name where they differ (``hashing 128``, ``hashing 256``), else their full names."""
-    full = [str(e) for e in dict.fromkeys(embedders)]
-    base = {f: _short(f) for f in full}
-    out = {}
-    for f in full:
-        same = [g for g in full if base[g] == base[f]]
-        tails = {g.rsplit("/", 1)[-1] for g in same}
-        out[f] = base[f] if len(same) == 1 else (f"{base[f]} {f.rsplit('/', 1)[-1]}" if len(tails) == len(same) else f)
-    return out
-
-
-def short_embedder(name) -> str:
-    """``MiniLM`` for ``all-MiniLM-L6-v2-int8-onnx/max256-meanpool-l2``; an unknown name: its part before the
-    first ``/``, at most ``MAX_LEN`` characters (cut with ``…``); distinct within a run (``register``)."""
-    return _RUN.get(str(name)) or _short(name)
-
-
-def _short(name) -> str:
-    text = str(name)
-    for pattern, short in KNOWN:
-        if re.search(pattern, text, flags=re.I):
-            return short
-    head = text.split("/", 1)[0] or text
-    return head if len(head) <= MAX_LEN else head[: MAX_LEN - 1] + "…"
-
-
-def config(embedder, backend, *, multi_embedder: bool) -> str:
-    """A configuration's label: ``MiniLM · seekdb`` (the store alone when the run has one embedder)."""
-    return f"{short_embedder(embedder)}{SEP}{backend}" if multi_embedder else str(backend)
-
-
-def label(r, multi_embedder: bool) -> str:
+def label(r, multi_embedder: bool, short: Mapping[str, str] | None = None) -> str:
     """A row's label (``r``: embedder, backend, strategy): ``MiniLM · seekdb · relative_delta``."""
-    return f"{config(r['embedder'], r['backend'], multi_embedder=multi_embedder)}{SEP}{r['strategy']}"
+    return f"{config(r['embedder'], r['backend'], multi_embedder=multi_embedder, short=short)}{SEP}{r['strategy']}"
 
 
 def _isnan(x) -> bool:
@@ -99,7 +57,7 @@ def identical_stores(summary: pd.DataFrame, cols: Iterable[str] = ("recall", "to
     return out
 
 
-def legend_section(summary: pd.DataFrame, jobs: list[dict], multi_embedder: bool) -> list[str]:
+def legend_section(summary: pd.DataFrame, jobs: list[dict], multi_embedder: bool, short: Mapping[str, str] | None = None) -> list[str]:
     """``## Names used in this report``: short name -> embedder, store and layout in full, and which stores repeat
     another's results (drawn once in the figures)."""
     if summary.empty:
@@ -109,12 +67,12 @@ def legend_section(summary: pd.DataFrame, jobs: list[dict], multi_embedder: bool
     rows = ["| short name | embedder (full) | store | layout | note |", "|---|---|---|---|---|"]
     seen = set()
     for _, r in summary.drop_duplicates(["dataset", "embedder", "backend"]).iterrows():
-        name = config(r["embedder"], r["backend"], multi_embedder=multi_embedder)
+        name = config(r["embedder"], r["backend"], multi_embedder=multi_embedder, short=short)
         if name in seen:
             continue
         seen.add(name)
         twin = same.get((r["dataset"], r["embedder"], r["backend"]))
-        note = f"identical results to {E(config(r['embedder'], twin, multi_embedder=multi_embedder))} on every setting: drawn once" if twin else ""
+        note = f"identical results to {E(config(r['embedder'], twin, multi_embedder=multi_embedder, short=short))} on every setting: drawn once" if twin else ""
         lay = layouts.get((r["dataset"], r["embedder"], r["backend"]))
         rows.append(f"| {E(name)} | {E(r['embedder'])} | {E(r['backend'])} | {E(lay) if not _isnan(lay) and lay else '—'} | {note} |")
     return ["## Names used in this report", "",

@@ -10,7 +10,7 @@ from pathlib import Path
 import pandas as pd
 
 from bench.output import write_atomic
-from bench.report.escape import one_line
+from bench.output import one_line
 
 
 def _figure():

@@ -17,7 +17,7 @@ from collections.abc import Sequence
 
 import pandas as pd
 
-from bench.report.escape import md_text as E
+from bench.output import md_text as E
 from bench.rundir import strategy_names
 
 GROUP = ["dataset", "embedder", "backend"]

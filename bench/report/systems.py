@@ -6,7 +6,7 @@ import math
 
 import pandas as pd
 
-from bench.report.escape import md_text
+from bench.output import md_text
 
 METRICS = ("recall_any", "recall_all", "ndcg")
 KS = (5, 10)  # the cut-offs shown (every one in systems.csv); a table without them shows its own
