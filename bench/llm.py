@@ -34,7 +34,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, fields
 from pathlib import Path
 
-from bench.embedders.http import _error_message, _public_url, join_url, post_json
+from bench.embedders.endpoint import error_message, join_url, post_json, public_url
 from bench.output import check_env_name, write_atomic
 
 log = logging.getLogger(__name__)
@@ -68,7 +68,7 @@ class LLMConfig:
     def __post_init__(self) -> None:
         where = f"llm config {self.name}"
         if not str(self.base_url).startswith(("http://", "https://")):
-            raise ValueError(f"{where}: field base_url must start with http:// or https:// (got {_public_url(str(self.base_url))!r})")
+            raise ValueError(f"{where}: field base_url must start with http:// or https:// (got {public_url(str(self.base_url))!r})")
         if "@" in str(self.base_url).split("//", 1)[-1].split("/", 1)[0]:
             raise ValueError(f"{where}: field base_url must not carry user:password; name the key's variable in api_key_env")
         check_env_name(f"{where}: field api_key_env", self.api_key_env)
@@ -148,7 +148,7 @@ class Cache:
 
     @staticmethod
     def key(cfg: LLMConfig, version: str, messages: Sequence[Mapping[str, str]], max_tokens: int) -> str:
-        ident = {"model": cfg.model, "base_url": _public_url(cfg.base_url), "template": version,
+        ident = {"model": cfg.model, "base_url": public_url(cfg.base_url), "template": version,
                  "messages": list(messages), "max_tokens": max_tokens, "temperature": cfg.temperature}
         query = urllib.parse.urlsplit(str(cfg.base_url)).query
         if query:  # two deployments behind one URL (?deployment=, ?api-version=) answer differently; hashed: may hold a key
@@ -241,12 +241,12 @@ class ChatClient:
         return self._parse(raw, messages, latency)
 
     def _parse(self, raw: bytes, messages: Sequence[Mapping[str, str]], latency: float) -> Reply:
-        who = f"llm {self.cfg.name} (POST {_public_url(self.cfg.endpoint)})"
+        who = f"llm {self.cfg.name} (POST {public_url(self.cfg.endpoint)})"
         try:
             data = json.loads(raw)
             text = data["choices"][0]["message"]["content"]
         except (ValueError, KeyError, IndexError, TypeError):
-            raise ValueError(f"{who}: reply has no choices[0].message.content: {_error_message(raw, self._scrub)}") from None
+            raise ValueError(f"{who}: reply has no choices[0].message.content: {error_message(raw, self._scrub)}") from None
         text = self._scrub("" if text is None else str(text))  # a reply quoting the request's header: never stored
         usage = data.get("usage") if isinstance(data, dict) else None
         try:

@@ -411,15 +411,17 @@ def plan_points(run, asked: Sequence[Point] | None) -> list[tuple[object, list[P
 def build_items(job_dir, points: Sequence[Point], *, sample: int, seed: int, fmt: str = "A") -> list[Item]:
     """The (point, question) items of one finished job: its selections replayed, rendered in ``fmt``."""
     from bench import formats, tokens
-    from bench.analysis.attribution import load_job, replay
+    from bench.analysis.attribution import replay
+    from bench.rundir import STRATEGIES, load_job
+    from bench.strategies.spec import load_specs
     from bench.visibility import Visibility
 
     job = load_job(job_dir)
     meta = job_dir.meta()
     corpus = job.corpus
     by_key = {t.key: t for t in corpus.turns()}
-    specs = {s.name: s for s in job.strategies}
-    full_names = [s.name for s in job.strategies if s.kind == FULL]
+    specs = {s.name: s for s in load_specs(job.strategies, job.job_dir / STRATEGIES)}
+    full_names = [s.name for s in specs.values() if s.kind == FULL]
     traced = {q for tr in job.traces for q in tr.table["question_id"]}
     qs = sample_questions([q for q in corpus.questions if q.question_id in traced], sample, seed)
     token_counts = None

@@ -7,7 +7,7 @@ A **job** directory (a single run, or ``job<N>/`` of a multirun) holds what one 
     questions.parquet    one row per question and configuration (no text)
     meta.json            the job's metadata: traces, caches, corpus_sha256, embedder identity, ...
     corpus.json.gz       the loaded corpus, every field (``bench.data.snapshot``), checked against corpus_sha256
-    strategies.json      each strategy: name, kind, roles, params and its plain config (``load_spec`` rebuilds it)
+    strategies.json      each strategy: name, kind, roles, params and its plain config (``load_specs`` rebuilds it)
     dataset_card.md      the corpus's card (sizes, label defects)
     trace[_<roles>]/     the trace of each role filter (``bench.trace.Trace``)
     config_resolved.yaml the command's resolved config, secrets redacted: report-time settings (recommend, regress)
@@ -213,9 +213,9 @@ class RunDir:
         return {d: (None if None in v else "|".join(sorted(v))) for d, v in found.items()}
 
     def strategies(self) -> list[dict]:
-        """strategies.json of this job, or the union over a multirun's jobs (by name, first wins).
-
-        A run written before strategies.json existed: the same records, rebuilt from config_resolved.yaml's ``strategy:``."""
+        """strategies.json of this job, or the union over a multirun's jobs (by name, first wins): what the job wrote,
+        never rebuilt (``bench.strategies.spec.load_specs`` rebuilds the specs from these records). A job written before
+        strategies.json existed: none."""
         if self.job_dirs() != [self]:
             seen: dict[str, dict] = {}
             for j in self.job_dirs():
@@ -224,27 +224,12 @@ class RunDir:
             return list(seen.values())
         if self.has(STRATEGIES):
             return json.loads(self.file(STRATEGIES).read_text())
-        from bench.strategies.spec import load_spec
-
-        nodes = (self.settings().get("strategy") or {}).values()
-        return [strategy_record(load_spec(n), n) for n in nodes]
+        log.warning("%s not found (a run written before strategies.json existed): its strategies are unknown", self.file(STRATEGIES))
+        return []
 
     def strategy_names(self, kind: str, *, roles: Sequence[str] | None = None, **params) -> list[str]:
         """Names of this run's strategies of ``kind`` (see :func:`strategy_names`)."""
         return strategy_names(self.strategies(), kind, roles=roles, **params)
-
-    def strategy_specs(self) -> list:
-        """This job's StrategySpecs, rebuilt from their plain configs (no Hydra). One that no longer builds
-        (its code changed since the run) is skipped with a warning."""
-        from bench.strategies.spec import load_spec
-
-        out = []
-        for s in self.strategies():
-            try:
-                out.append(load_spec(s["config"]))
-            except Exception as e:  # noqa: BLE001  (one strategy we cannot rebuild must not hide the others)
-                log.warning("%s: cannot rebuild strategy %s (%s: %s); skipped", self.file(STRATEGIES), s.get("name"), type(e).__name__, e)
-        return out
 
     def trace_dirs(self) -> list[Path]:
         return sorted(p for p in self.path.glob(f"{TRACE}*") if p.is_dir() and re.fullmatch(rf"{TRACE}(_\w+)?", p.name))
@@ -313,6 +298,34 @@ class RunDir:
 
 
 # --- a multirun ---------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class JobInputs:
+    """What replaying a finished job needs, as the job wrote it: its corpus snapshot, traces and strategies.json records."""
+
+    job_dir: Path
+    corpus: Corpus
+    traces: tuple  # bench.trace.Trace, one per role filter
+    strategies: tuple[dict, ...]  # strategies.json records (``bench.strategies.spec.load_specs`` rebuilds the specs)
+    embedder: str
+    token_encoding: str
+
+
+def load_job(job: RunDir | Path, memo: dict | None = None) -> JobInputs:
+    """Everything calibration, miss attribution and the LLM evaluation read from one finished job directory (a
+    ``RunDir`` or a path): the corpus from its snapshot, its traces, its strategies.json records.
+
+    ``memo`` (a dict the caller keeps) shares one corpus between jobs that measured the same content.
+    """
+    job = job if isinstance(job, RunDir) else RunDir(job)
+    meta = job.meta()
+    memo = {} if memo is None else memo
+    key = ("corpus", meta.get("corpus_sha256") or str(job.path))
+    corpus = memo[key] if key in memo else memo.setdefault(key, job.corpus())
+    settings = job.settings()
+    return JobInputs(job.path, corpus, tuple(job.traces()), tuple(job.strategies()), str(meta["embedder"]),
+                     str(meta.get("tokens_encoding") or (settings.get("tokens") or {}).get("encoding")))
+
 
 def collect_jobs(sweep_dir: Path) -> bool:
     """Merge the finished ``job<N>/`` of a multirun into ``sweep_dir`` (summary, questions, jobs.json, card)

@@ -196,7 +196,7 @@ def build_trace(
     lat, loop_ns, store_ns = timed.latency_ns, timed.loop_ns, timed.store_ns
 
     t_exact = time.perf_counter()
-    exact, gold_ids, gold_ranks, store = _exact_pass(corpus, tv, qv, hit_ids, hit_scores, roles=roles, k=fidelity_k,
+    exact, gold_ids, gold_ranks, store = exact_pass(corpus, tv, qv, hit_ids, hit_scores, roles=roles, k=fidelity_k,
                                                      depth=depth, progress=progress)
     if store["short_results"]:
         log.warning("store %s returned fewer hits than asked on %d of %d questions (%s); fidelity@%d vs exact %.3f: "
@@ -301,7 +301,7 @@ def contract_violations(corpus: Corpus, hit_ids: Sequence[Sequence[str]], hit_sc
     return f"on {bad_questions} of {len(corpus.questions)} questions ({counts}): " + "; ".join(shown)
 
 
-def _exact_pass(corpus: Corpus, tv: np.ndarray, qv: np.ndarray, hit_ids: Sequence[Sequence[str]],
+def exact_pass(corpus: Corpus, tv: np.ndarray, qv: np.ndarray, hit_ids: Sequence[Sequence[str]],
                 hit_scores: Sequence[Sequence[float]], *, roles, k: int, depth: int,
                 progress: bool = False) -> tuple[list[list[float]], list[list[str]], list[list[int]], dict]:
     """One pass over the questions, one matrix product per question over its conversation: the exact cosine of
@@ -398,7 +398,7 @@ def store_metrics(table: pd.DataFrame, corpus: Corpus, tv: np.ndarray, qv: np.nd
     returned fewer than min(depth, matching) rows; score disagreement = |store sim - exact cos|.
     ``table`` rows are in ``corpus.questions`` order.
     """
-    return _exact_pass(corpus, tv, qv, table["hit_ids"].tolist(), table["hit_scores"].tolist(), roles=roles, k=k, depth=depth)[-1]
+    return exact_pass(corpus, tv, qv, table["hit_ids"].tolist(), table["hit_scores"].tolist(), roles=roles, k=k, depth=depth)[-1]
 
 
 def disk_bytes(path) -> int | None:

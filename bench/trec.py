@@ -176,7 +176,7 @@ def trace_from_run(path: Path, corpus: Corpus, *, roles: Sequence[str] | None = 
                    embedder: str = "", fidelity_k: int = 10):
     """A ``bench.trace.Trace`` whose hits are a TREC run's (see the module docstring). ``vectors`` = (turn vectors,
     question vectors) in corpus order, for the exact cosines, gold exact ranks and fidelity (as ``build_trace``)."""
-    from bench.trace import TRACE_COLUMNS, Trace, _exact_pass
+    from bench.trace import TRACE_COLUMNS, Trace, exact_pass
 
     run, tag = read_run(path, corpus)
     roles = tuple(roles) if roles else None
@@ -202,7 +202,7 @@ def trace_from_run(path: Path, corpus: Corpus, *, roles: Sequence[str] | None = 
         log.warning("%s: %d of %d questions have no line (no hits)", path, missing, len(corpus.questions))
     depth = max([len(h) for h in hit_ids] + [1])
     if vectors is not None:
-        exact, gold_ids, gold_ranks, store = _exact_pass(corpus, vectors[0], vectors[1], hit_ids, hit_scores, roles=roles,
+        exact, gold_ids, gold_ranks, store = exact_pass(corpus, vectors[0], vectors[1], hit_ids, hit_scores, roles=roles,
                                                          k=fidelity_k, depth=depth)
     else:
         exact = [[float("nan")] * len(h) for h in hit_ids]

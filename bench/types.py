@@ -1,4 +1,5 @@
-"""Frozen data that crosses modules: turns, questions, corpora, defects, hits, filters, batches.
+"""Frozen data that crosses modules: turns, questions, corpora, defects, hits, filters, batches; and the marker
+that a synthetic corpus writes into its texts and the synthetic embedder reads (``synthetic_mark``).
 
 Owns no behaviour beyond trivial derived properties; imports nothing from the package.
 Ids are strings. Times are POSIX seconds (UTC) as floats, or None when the source has none.
@@ -6,12 +7,23 @@ Ids are strings. Times are POSIX seconds (UTC) as floats, or None when the sourc
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
 
 ROLES = ("user", "assistant")
+
+
+# ``[topic T]`` on every text of a synthetic corpus, ``[fact F]`` after it on a planted gold turn and its question: written
+# by ``bench.data.synthetic``, read by ``bench.embedders.synthetic`` (group 1: T, group 2: F or None).
+SYNTHETIC_MARK = re.compile(r"\[topic (\d+)\](?:\[fact (\d+)\])?")
+
+
+def synthetic_mark(topic: int, fact: int | None = None) -> str:
+    """The marker of a synthetic text: ``[topic 3]``, ``[topic 3][fact 9]`` (``SYNTHETIC_MARK`` reads it back)."""
+    return f"[topic {topic}]" + ("" if fact is None else f"[fact {fact}]")
 
 
 def memory_key(conversation_id: str, turn_id: str) -> str:

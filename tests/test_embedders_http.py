@@ -8,12 +8,8 @@ import threading
 import numpy as np
 import pytest
 
-from bench.embedders.http import (
-    EmbeddingHTTPError,
-    HTTPEmbedder,
-    _public_url,
-    _retry_after_seconds,
-)
+from bench.embedders.endpoint import _retry_after_seconds, public_url
+from bench.embedders.http import EmbeddingHTTPError, HTTPEmbedder
 from loopback import json_server
 
 SECRET = "sk-test-SECRET123"
@@ -190,7 +186,7 @@ def test_config_validation():
 
 
 def test_helpers():
-    assert _public_url("https://user:pw@api.example.com:8443/v1/embeddings?key=abc#f") == "https://api.example.com:8443/v1/embeddings"
+    assert public_url("https://user:pw@api.example.com:8443/v1/embeddings?key=abc#f") == "https://api.example.com:8443/v1/embeddings"
     assert _retry_after_seconds("3") == 3.0
     assert _retry_after_seconds(None) is None
     assert _retry_after_seconds("Wed, 21 Oct 2015 07:28:00 GMT") == 0.0  # a date in the past
@@ -271,7 +267,7 @@ def test_cost_estimate_counts_uncached_model_inputs(server, key, tmp_path):
 # --- issue 28: query strings in base URLs, redirects --------------------------------------------------
 
 def test_join_url_keeps_the_query_string_at_the_end():
-    from bench.embedders.http import join_url
+    from bench.embedders.endpoint import join_url
 
     assert join_url("https://h/v1?api-version=2024-02-01", "embeddings") == "https://h/v1/embeddings?api-version=2024-02-01"
     assert join_url("https://h/openai/deployments/m/?api-version=2&x=1", "chat/completions") == \

@@ -24,7 +24,7 @@ from bench.data import snapshot
 from bench.data.own import load_own
 from bench.run import corpus_digest, labels_digest
 from bench.rundir import RunDir, collect_jobs, strategy_record
-from bench.strategies.spec import load_spec
+from bench.strategies.spec import load_spec, load_specs
 from bench.trace import Trace
 from bench.types import Conversation, Corpus, Defect, Hit, Question, Turn
 
@@ -130,7 +130,7 @@ def test_a_job_written_through_rundir_reads_back(tmp_path):
         ("top3", "limit", None, {"k": 3}, False), ("cosine", "threshold", ["user"], {}, True)]
     assert run.strategy_names("limit", k=3) == ["top3"] and run.strategy_names("limit", k=5) == []
     assert run.strategy_names("threshold") == [] and run.strategy_names("threshold", roles=["user"]) == ["cosine"]
-    specs = run.strategy_specs()  # rebuilt from the plain configs, no Hydra
+    specs = load_specs(run.strategies())  # rebuilt from the plain configs strategies.json keeps, no Hydra
     assert [(x.name, x.kind, x.params, x.roles) for x in specs] == [("top3", "limit", {"k": 3}, None), ("cosine", "threshold", {}, ("user",))]
     hits = tuple(Hit(f"c1|t{i}", 1 - i / 10) for i in range(5))
     assert [h.id for h in specs[0].fn(hits, question=TINY.questions[0], eligible=(), threshold=None)] == ["c1|t0", "c1|t1", "c1|t2"]
@@ -141,10 +141,19 @@ def test_a_job_written_through_rundir_reads_back(tmp_path):
     assert run.faults() == ["cache not written", "second"]
 
 
-def test_a_run_written_before_strategies_json_finds_them_in_its_config(tmp_path):
+def test_a_run_written_before_strategies_json_has_no_strategies_and_says_so(tmp_path, caplog):
     run = write_tiny_job(tmp_path / "old")
     run.file(rundir.STRATEGIES).unlink()
-    assert [(x["name"], x["kind"], x["params"]) for x in run.strategies()] == [("top3", "limit", {"k": 3})]
+    assert run.strategies() == []  # read what was written: nothing is rebuilt from the config
+    assert "strategies.json not found" in caplog.text
+
+
+def test_load_job_reads_what_the_job_wrote(tmp_path):
+    run = write_tiny_job(tmp_path / "job")
+    job = rundir.load_job(run.path, memo := {})
+    assert job.corpus == TINY and job.embedder == "e" and job.strategies == tuple(run.strategies())
+    assert [t.meta["roles"] for t in job.traces] == [["user"]]
+    assert rundir.load_job(run, memo).corpus is job.corpus  # one corpus per content digest, shared through memo
 
 
 def test_a_failed_single_run_has_no_results(tmp_path):

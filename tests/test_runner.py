@@ -204,11 +204,11 @@ def test_exact_top_breaks_ties_by_key():
 
 
 def test_hits_outside_the_corpus_get_nan_exact_scores():
-    from bench.trace import _exact_pass
+    from bench.trace import exact_pass
 
     tv = np.array([VEC[x.text] for x in CORPUS.turns()], dtype=np.float32)
     qv = np.array([VEC[q.text] for q in CORPUS.questions], dtype=np.float32)
-    exact = _exact_pass(CORPUS, tv, qv, [["ghost|t9", "a|t0"], [], []], [[0.5, 1.0], [], []], roles=None, k=1, depth=2)[0]
+    exact = exact_pass(CORPUS, tv, qv, [["ghost|t9", "a|t0"], [], []], [[0.5, 1.0], [], []], roles=None, k=1, depth=2)[0]
     assert np.isnan(exact[0][0]) and exact[0][1] == pytest.approx(1.0)
 
 

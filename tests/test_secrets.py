@@ -244,10 +244,10 @@ def test_a_key_typed_into_an_env_setting_is_refused_without_echo_in_every_case()
 
 
 def test_error_text_is_scrubbed_before_it_is_cut():
-    from bench.embedders.http import _error_message
+    from bench.embedders.endpoint import error_message
 
     body = json.dumps({"error": {"message": "x" * 280 + " " + KEY}}).encode()
-    msg = _error_message(body, lambda t: _only(t))
+    msg = error_message(body, lambda t: _only(t))
     assert KEY[:8] not in msg and len(msg) <= 300
     assert KEY[:8] in " ".join(("x" * 280 + " " + KEY).split())[:300]  # the old cut-then-scrub kept the key's start
 

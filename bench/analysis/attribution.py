@@ -21,9 +21,8 @@ Selections are re-derived by replaying the run's own strategies through ``bench.
 (pure) with a recorder around each strategy function, at one threshold per strategy (the
 recommended one), so nothing here re-implements a strategy; who may see a memory is
 ``bench.visibility``'s rule and exact ranks come from the trace. ``classify``/``attribute`` are pure;
-``load_job`` reads one finished job directory through ``bench.rundir.RunDir`` (its corpus snapshot,
-traces and strategies.json: never the dataset files, never a config to instantiate) and
-``attribute_job`` attributes its misses.
+``attribute_job`` attributes the misses of one finished job as ``bench.rundir.load_job`` read it (its corpus
+snapshot, traces and strategies.json: never the dataset files, never a config to instantiate).
 """
 
 from __future__ import annotations
@@ -32,12 +31,12 @@ import dataclasses
 import logging
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
-from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
+from bench.rundir import STRATEGIES, JobInputs
+from bench.strategies.spec import load_specs
 from bench.strategies.vector import passes
 from bench.trace import Trace
 from bench.types import Corpus, memory_key
@@ -169,39 +168,12 @@ def replay(trace: Trace, corpus: Corpus, specs: Sequence, thresholds: Sequence[f
 
 # --------------------------------------------------------------------------- run directories
 
-@dataclass(frozen=True)
-class JobInputs:
-    job_dir: Path
-    corpus: Corpus
-    traces: tuple[Trace, ...]
-    strategies: tuple
-    embedder: str
-    token_encoding: str
-
-
-def load_job(job, memo: dict | None = None) -> JobInputs:
-    """Everything attribution and calibration need from one finished job directory (a ``RunDir`` or a
-    path): the corpus from its snapshot, its traces, its strategies rebuilt from strategies.json.
-
-    ``memo`` (a dict the caller keeps) shares one corpus between jobs that measured the same content.
-    """
-    from bench.rundir import RunDir
-
-    job = job if isinstance(job, RunDir) else RunDir(job)
-    meta = job.meta()
-    memo = {} if memo is None else memo
-    key = ("corpus", meta.get("corpus_sha256") or str(job.path))
-    corpus = memo[key] if key in memo else memo.setdefault(key, job.corpus())
-    settings = job.settings()
-    return JobInputs(job.path, corpus, tuple(job.traces()), tuple(job.strategy_specs()), str(meta["embedder"]),
-                     str(meta.get("tokens_encoding") or (settings.get("tokens") or {}).get("encoding")))
-
-
 def attribute_job(job: JobInputs, chosen: Mapping[tuple[str, str, str, str], float], *, top_n: int = 10,
                   memo: dict | None = None) -> pd.DataFrame:
     """Misses of every strategy of one job at its chosen threshold (``chosen`` maps
     (dataset, embedder, backend, strategy) -> threshold, NaN for strategies without one); exact ranks
-    come from each trace. ``memo`` shares token counts between jobs on the same corpus."""
+    come from each trace; the strategies are rebuilt from the job's strategies.json records. ``memo`` shares token
+    counts between jobs on the same corpus."""
     from bench import tokens
 
     memo = {} if memo is None else memo
@@ -211,11 +183,12 @@ def attribute_job(job: JobInputs, chosen: Mapping[tuple[str, str, str, str], flo
         counts_ = tokens.count_tokens_many([tokens.format_memory(t.role, t.text) for t in turns], job.token_encoding)
         memo[key] = {t.key: n for t, n in zip(turns, counts_)}
     token_counts = memo[key]
+    built = load_specs(job.strategies, job.job_dir / STRATEGIES)
     parts = []
     for trace in job.traces:
         roles = tuple(trace.meta["roles"]) if trace.meta.get("roles") else None
         # strategies that ignore the store are not replayed: every miss of theirs is "filter" or "policy"
-        specs = [s for s in job.strategies if (tuple(s.roles) if s.roles else None) == roles and s.uses_store]
+        specs = [s for s in built if (tuple(s.roles) if s.roles else None) == roles and s.uses_store]
         want = {}
         for s in specs:
             t = chosen.get((trace.meta["dataset"], job.embedder, trace.meta["backend"], s.name))

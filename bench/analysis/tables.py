@@ -35,7 +35,7 @@ from bench.analysis.recommend import (
 )
 from bench.analysis.verdict import verdict_table
 from bench.embedders.names import shorten
-from bench.rundir import META, QUESTIONS, RunDir, strategy_names
+from bench.rundir import META, QUESTIONS, RunDir, load_job, strategy_names
 
 log = logging.getLogger(__name__)
 
@@ -130,7 +130,7 @@ def pareto(summary: pd.DataFrame) -> pd.DataFrame:
 
 
 def calibrations(jobs, best: pd.DataFrame, not_similarity: frozenset = frozenset()) -> list[ScoreCalibration]:
-    """Score calibration of every trace of ``jobs`` (``attribution.JobInputs``); jobs of a multirun share
+    """Score calibration of every trace of ``jobs`` (``bench.rundir.JobInputs``); jobs of a multirun share
     traces: one per (dataset, embedder, store, role filter). The recommended threshold is marked, unless
     the recommended strategy is in ``not_similarity`` (its threshold is a delta, an alpha or a probability)."""
     out, done = [], set()
@@ -175,7 +175,7 @@ def analyse(run: RunDir, settings: RecommendConfig | None = None) -> Analysis | 
     inputs_note, attr_note, misses, by_strategy, by_category = "", "", None, None, None
     try:
         memo: dict = {}
-        jobs = [attribution.load_job(j, memo) for j in run.job_dirs()]
+        jobs = [load_job(j, memo) for j in run.job_dirs()]
     except Exception as e:  # noqa: BLE001  (the rest of the analysis must not depend on the corpus snapshot)
         log.warning("calibration/attribution skipped: %s: %s", type(e).__name__, e)
         jobs, inputs_note = [], f"Not available: could not read the corpus snapshot and traces ({type(e).__name__}: {e})."

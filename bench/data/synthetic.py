@@ -8,7 +8,7 @@ the whole pipeline (``python -m bench dataset=synthetic embedder=synthetic``) ru
 memories without running a model. Plumbing and performance only: ``for_results = False``.
 
 How the vectors are clustered. Every turn text carries ``[topic T]``; a planted gold turn and its
-question also carry ``[fact F]``. The embedder maps a text to
+question also carry ``[fact F]`` (``bench.types.synthetic_mark``, the marker both sides share). The embedder maps a text to
 ``normalise(centre[T] + fact_weight * direction[F] + noise * jitter(text))`` where the three are
 unit vectors drawn from fixed tables (``seed``) and ``jitter`` is picked by a crc32 of the whole
 text. With the defaults (noise 0.8, fact weight 1.0) a question's cosine is ~0.76 to its gold
@@ -25,11 +25,10 @@ evidence, ``adversarial=True``). Everything is a pure function of the arguments 
 from __future__ import annotations
 
 import logging
-import re
 
 import numpy as np
 
-from bench.types import Conversation, Corpus, Question, Turn
+from bench.types import Conversation, Corpus, Question, Turn, synthetic_mark
 
 log = logging.getLogger(__name__)
 
@@ -37,7 +36,6 @@ SIZES = (14_726, 100_000, 1_000_000)  # the seed article's memory count, and the
 START = 1_672_531_200.0  # 2023-01-01T00:00:00Z: first session of the first conversation
 TURN_GAP_S = 60.0
 SESSION_GAP_S = 86_400.0
-MARK = re.compile(r"\[topic (\d+)\](?:\[fact (\d+)\])?")
 _WORDS = ("plans", "weekend", "work", "family", "trip", "book", "music", "food", "garden", "game", "class", "move")
 
 
@@ -124,7 +122,7 @@ def generate(
         for p in range(hi - lo):
             role = "user" if p % 2 == 0 else "assistant"
             row = lo + p
-            mark = f"[topic {topic_of[row]}]" + (f"[fact {fact_of[row]}]" if fact_of[row] >= 0 else "")
+            mark = synthetic_mark(topic_of[row], fact_of[row] if fact_of[row] >= 0 else None)
             text = f"{mark} {role} turn {p} of {cid} about {_WORDS[row % len(_WORDS)]}"
             turns.append(Turn(cid, f"t{p}", role, role, text, _ts(ci, p, per_session), p, p // per_session))
         conversations.append(Conversation(cid, tuple(turns)))
@@ -132,7 +130,7 @@ def generate(
     qs = []
     for qid, ci, asked_at, rows, topic, f, adversarial in questions:
         category = "adversarial" if adversarial else ("single-hop" if len(rows) == 1 else "multi-hop")
-        qs.append(Question(qid, f"s{ci:07d}", f"[topic {topic}][fact {f}] what was said about fact {f}?", asked_at,
+        qs.append(Question(qid, f"s{ci:07d}", f"{synthetic_mark(topic, f)} what was said about fact {f}?", asked_at,
                            tuple(f"t{r}" for r in rows), category, adversarial))
     log.info("synthetic corpus %s: %d memories in %d conversations, %d questions", name, n, n_conv, len(qs))
     return Corpus(name=name, conversations=tuple(conversations), questions=tuple(qs), source=f"synthetic:{params}")

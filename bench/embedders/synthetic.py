@@ -11,8 +11,8 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from bench.data.synthetic import MARK
 from bench.embedders.base import TwoSided, sides_identity
+from bench.types import SYNTHETIC_MARK
 
 _TABLE = 1024  # rows per random table; a jitter/fact vector mixes one row of each of two tables
 
@@ -66,7 +66,7 @@ class SyntheticEmbedder(TwoSided):
                 raise ValueError(f"synthetic embedder: texts[{i}] is {type(t).__name__}, expected str")
             h = zlib.crc32(t.encode("utf-8"))
             jitter[i] = h
-            m = MARK.match(t)
+            m = SYNTHETIC_MARK.match(t)
             if m is None:
                 topic[i] = h % self.topics
             else:

@@ -25,12 +25,15 @@ the run's ``thresholds``).
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from decimal import Decimal
 from typing import Any
 
 from bench.types import ROLES, Hit
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -220,3 +223,16 @@ def load_spec(node: Mapping) -> StrategySpec:
     if not isinstance(fn, Mapping) or "_target_" not in fn:
         raise ValueError(f"strategy {node.get('name') if isinstance(node, Mapping) else node!r}: field 'fn' must be a mapping with a _target_")
     return spec_from_config(node, instantiate(fn))
+
+
+def load_specs(records: Sequence[Mapping], where: object = "strategies.json") -> list[StrategySpec]:
+    """StrategySpecs rebuilt from a run's strategies.json records (``bench.rundir.strategy_record``: their plain
+    configs, no Hydra), for replaying its selections. One that no longer builds (its code changed since the run) is
+    skipped with a warning naming ``where``."""
+    out = []
+    for s in records:
+        try:
+            out.append(load_spec(s["config"]))
+        except Exception as e:  # noqa: BLE001  (one strategy we cannot rebuild must not hide the others)
+            log.warning("%s: cannot rebuild strategy %s (%s: %s); skipped", where, s.get("name"), type(e).__name__, e)
+    return out
