@@ -28,17 +28,11 @@ from bench.resources import configs_dir
 
 
 log = logging.getLogger("bench.tools.perf")
-
 REPO = work_dir()  # where the command runs (the sweep's paths.root): reports/ and caches go there, never into the package
-
 CONFIGS = configs_dir()
-
 SEARCH_DEPTH = 1000  # k of the P2 and P4 searches (LoCoMo's largest conversation holds ~700 turns)
-
 MAIN_STRATEGIES = "[limit,threshold,hybrid,full_context]"
-
 OPS: dict[str, Callable[[float, float], bool]] = {"<=": lambda a, b: a <= b, "<": lambda a, b: a < b, ">=": lambda a, b: a >= b}
-
 
 
 @dataclass(frozen=True)
@@ -63,13 +57,11 @@ class Ratio:
         return format_line(self)
 
 
-
 def check(value: float, op: str, limit: float) -> bool:
     """value <op> limit; a NaN (not measured) never passes."""
     if op not in OPS:
         raise ValueError(f"perfbench: unknown comparison {op!r} (use one of {sorted(OPS)})")
     return value == value and OPS[op](value, limit)
-
 
 
 def _fmt(value: float, unit: str) -> str:
@@ -84,7 +76,6 @@ def _fmt(value: float, unit: str) -> str:
     return f"{value:.3f}"
 
 
-
 def format_line(r: Ratio) -> str:
     if r.info:
         return f"{r.key:<14} {_fmt(r.value, r.unit):>10}   {'(information, no target)':<28}  {r.what}"
@@ -92,13 +83,11 @@ def format_line(r: Ratio) -> str:
     return f"{r.key:<14} {_fmt(r.value, r.unit):>10}   target {r.op} {_fmt(r.limit, r.unit):<9} {verdict:<5}  {r.what}"
 
 
-
 def compose(overrides: Sequence[str] = ()):
     """The config of ``python -m bench`` (``bench.cli.config.compose``; paths.root = repo)."""
     from bench.cli import config
 
     return config.compose([f"paths.root={REPO}", *overrides])
-
 
 
 def cached_embedder(overrides: Sequence[str], cache_dir: Path):
@@ -115,11 +104,9 @@ def cached_embedder(overrides: Sequence[str], cache_dir: Path):
     return corpus, emb
 
 
-
 def warm_embeddings(overrides: Sequence[str], cache_dir: Path) -> int:
     """Embed every text of the configured dataset into the embedding cache; returns texts embedded now."""
     return cached_embedder(overrides, cache_dir)[1].embedded
-
 
 
 @contextlib.contextmanager
@@ -132,7 +119,6 @@ def temp_cache(real_embeddings: Path | None):
             real_embeddings.mkdir(parents=True, exist_ok=True)
             (cache / "embeddings").symlink_to(real_embeddings.resolve(), target_is_directory=True)
         yield Path(tmp), cache
-
 
 
 def tree_rss_bytes(pid: int) -> int:
@@ -160,7 +146,6 @@ def tree_rss_bytes(pid: int) -> int:
     return total
 
 
-
 @dataclass(frozen=True)
 class Proc:
     returncode: int
@@ -170,7 +155,6 @@ class Proc:
     stderr_tail: str
     hwm_bytes: int = 0  # sampled VmHWM of the process: the kernel's peak RSS of its own address space since exec
     cpu_s: float = 0.0  # user + system CPU seconds of the process and its waited-for children (os.wait4)
-
 
 
 def vm_hwm_bytes(pid: int) -> int:
@@ -183,7 +167,6 @@ def vm_hwm_bytes(pid: int) -> int:
     except OSError:
         pass
     return 0
-
 
 
 def run_measured(cmd: Sequence[str], *, env: dict | None = None, cwd: Path = REPO, sample_s: float = 0.2,
@@ -221,16 +204,13 @@ def run_measured(cmd: Sequence[str], *, env: dict | None = None, cwd: Path = REP
     return Proc(proc.returncode, wall, usage.ru_maxrss * 1024, peak[0], tail, hwm[0], usage.ru_utime + usage.ru_stime)
 
 
-
 def bench_cmd(*overrides: str, multirun: bool = False, trace_cache: bool = False) -> list[str]:
     return [sys.executable, "-m", "bench", *(["-m"] if multirun else []), "progress=false", "publish_latest=false",
             "resume=false", f"trace_cache={str(trace_cache).lower()}", *overrides]
 
 
-
 def _failed(proc: Proc, what: str) -> str:
     return f"{what} exited {proc.returncode}: {proc.stderr_tail.strip().splitlines()[-1] if proc.stderr_tail.strip() else ''}"
-
 
 
 def alternate(adapter: Callable[[int], int], raw: Callable[[int], int], n: int, *, warmup: int = 10) -> tuple[list[int], list[int]]:
@@ -250,13 +230,11 @@ def alternate(adapter: Callable[[int], int], raw: Callable[[int], int], n: int, 
     return a, b
 
 
-
 def best_ratio(ours: Sequence[float], base: Sequence[float]) -> float:
     """Best (smallest) of ``ours`` / best of ``base``: each side's least disturbed repeat (NaN when either is empty)."""
     if not len(ours) or not len(base):
         return float("nan")
     return min(ours) / min(base)
-
 
 
 class RawOnnx:
@@ -291,22 +269,17 @@ class RawOnnx:
         return out
 
 
-
 WARM_RUN = ("dataset=locomo", "backend=exact")  # the default strategies (limit5, threshold, hybrid5, full_context), 17 thresholds
-
 PS_STRATEGIES = MAIN_STRATEGIES
-
 
 
 def ps_overrides(dataset: str) -> list[str]:
     return [f"dataset={dataset}", "embedder=minilm", "backend=exact", f"strategy={PS_STRATEGIES}"]
 
 
-
 _WORDS = ("the memory agent recalls what user said about work family travel plans music books weekend hiking city "
           "garden dinner project deadline meeting doctor school friend birthday movie coffee morning evening because "
           "really think maybe later yesterday tomorrow important remember favourite new old small large quiet").split()
-
 
 
 @dataclass(frozen=True)

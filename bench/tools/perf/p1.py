@@ -24,7 +24,6 @@ def all_strategies() -> str:
     return "[" + ",".join(sorted(p.stem for p in (CONFIGS / "strategy").glob("*.yaml"))) + "]"
 
 
-
 def _timed_job(cfg, out_dir: Path) -> tuple[float, float]:
     """(wall s, CPU s of this process) of one in-process job: ``run_job`` + its report (``finish_run``)."""
     from bench.cli.sweep import finish_run, run_job
@@ -34,7 +33,6 @@ def _timed_job(cfg, out_dir: Path) -> tuple[float, float]:
     finish_run(out_dir, None)
     ru1 = resource.getrusage(resource.RUSAGE_SELF)
     return time.perf_counter() - t0, (ru1.ru_utime - ru0.ru_utime) + (ru1.ru_stime - ru0.ru_stime)
-
 
 
 def p1_threshold_sweep(*, backend: str | None, strategies: str, data: list[str], repeats: int = 1,
@@ -64,7 +62,6 @@ def p1_threshold_sweep(*, backend: str | None, strategies: str, data: list[str],
                           "cpu_grid17_s": min(c for _, c in rest["grid17"]), "cpu_single_s": min(c for _, c in rest["single"]),
                           "traces": len(metas), "store_search_s": sum(m.get("store_search_seconds") or 0 for m in metas),
                           "strategies": strategies, "backend": backend or "config default", "texts_embedded_to_warm": warmed})
-
 
 
 def run(args, ctx) -> list[Ratio]:

@@ -23,7 +23,6 @@ def harness_ratio(meta: dict, n_questions: int) -> tuple[float, float, float]:
     return meta["harness_ns_per_query"] / per_q_store, meta["postprocess_ns_per_query"] / per_q_store, per_q_store
 
 
-
 def p2_harness(n_memories: int = 14_726, *, depth: int = SEARCH_DEPTH, questions_per_conversation: int = 40) -> list[Ratio]:
     from bench.backends.exact import ExactBackend
     from bench.data.synthetic import generate
@@ -49,7 +48,6 @@ def p2_harness(n_memories: int = 14_726, *, depth: int = SEARCH_DEPTH, questions
                       "cannot be ~0"),
               details=details, info=True),
     ]
-
 
 
 def run(args, ctx) -> list[Ratio]:

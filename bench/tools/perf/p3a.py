@@ -52,13 +52,11 @@ def p3_locomo_sweep(*, stores: Sequence[str], n_jobs: int, data: list[str]) -> l
     ]
 
 
-
 def _report_seconds(sweep_dir: Path) -> float | None:
     """Seconds from the last job's results to the merged report (the launching process's share at the end)."""
     ends = [p.stat().st_mtime for p in sweep_dir.glob("job*/meta.json")]
     report = sweep_dir / "report.md"
     return round(report.stat().st_mtime - max(ends), 1) if ends and report.exists() else None
-
 
 
 def job_breakdown(sweep_dir: Path) -> list[dict]:
@@ -79,7 +77,6 @@ def job_breakdown(sweep_dir: Path) -> list[dict]:
     return out
 
 
-
 def _log_stamps(path: Path) -> tuple[float, float] | None:
     """(first, last) time of a Hydra job log's ``[YYYY-mm-dd HH:MM:SS,mmm]`` lines, in seconds."""
     import datetime as dt
@@ -94,7 +91,6 @@ def _log_stamps(path: Path) -> tuple[float, float] | None:
     return (min(times), max(times)) if times else None
 
 
-
 def _has_joblib_launcher() -> bool:
     """Is Hydra's joblib launcher installed (looked up, not imported: Hydra stays in bench/cli)?"""
     try:
@@ -103,13 +99,11 @@ def _has_joblib_launcher() -> bool:
         return False
 
 
-
 def embedded_stores() -> list[str]:
     """The embedded stores (no server to start), approximate ones first: the slowest, as joblib dispatches in order."""
     from bench.backends.catalog import EMBEDDED, capabilities, store_names
 
     return sorted(store_names(EMBEDDED), key=lambda n: (capabilities(n).exact, n))
-
 
 
 def run(args, ctx) -> list[Ratio]:

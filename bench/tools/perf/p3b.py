@@ -23,7 +23,6 @@ def throughput(embed: Callable[[Sequence[str]], object], texts: Sequence[str]) -
     return len(texts) / (time.perf_counter() - t0)
 
 
-
 def p3_embedding(texts: Sequence[str], *, repeats: int = 5) -> Ratio:
     from bench.embedders.cache import CachedEmbedder
     from bench.embedders.minilm import MiniLMEmbedder
@@ -52,7 +51,6 @@ def p3_embedding(texts: Sequence[str], *, repeats: int = 5) -> Ratio:
                  details={"ours_texts_per_s": max(ours), "raw_texts_per_s": max(base), "all_ours": ours, "all_raw": base})
 
 
-
 def locomo_texts(data_dir: Path, n: int) -> list[str] | None:
     path = data_dir / "locomo" / "locomo10.json"
     if not path.is_file():
@@ -62,7 +60,6 @@ def locomo_texts(data_dir: Path, n: int) -> list[str] | None:
     turns = load_locomo(path=path, name="locomo").turns()
     step = max(1, len(turns) // n)
     return [t.text for t in turns[::step][:n]]
-
 
 
 def run(args, ctx) -> list[Ratio]:

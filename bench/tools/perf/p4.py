@@ -47,7 +47,6 @@ def p4_adapter(name: str, corpus, tv: np.ndarray, qv: np.ndarray, *, stores_dir:
                           "queries": len(qs), "k": k, "same_result_sizes_of_20": same})
 
 
-
 def p4_all(stores: Sequence[str] | None = None, *, n_memories: int = 6000) -> list[Ratio]:
     """P4 for ``stores`` (default: every configured one); local servers are started, cloud stores skipped with the reason."""
     from bench.backends.catalog import split_runnable
@@ -73,7 +72,6 @@ def p4_all(stores: Sequence[str] | None = None, *, n_memories: int = 6000) -> li
                 out.append(Ratio(f"P4/{name}", f"{name} adapter search / its hand-written reference query on the same client",
                                  float("nan"), "<=", 1.2, details={"error": f"{type(exc).__name__}: {exc}"[:300]}))
     return out
-
 
 
 def run(args, ctx) -> list[Ratio]:

@@ -27,6 +27,5 @@ def p5_peak_rss(n_memories: int = 100_000, *, backend: str = "exact") -> Ratio:
                           "error": "" if proc.returncode == 0 else _failed(proc, "run")})
 
 
-
 def run(args, ctx) -> list[Ratio]:
     return [p5_peak_rss(args.p5_memories, backend=b) for b in [s for s in args.p5_backends.split(",") if s]]

@@ -38,7 +38,6 @@ from bench.tools.perf.p7 import p7_sweep_stage
 REPORT_LIBRARIES = ("numpy", "pandas", "pyarrow.parquet", "hydra", "tiktoken", "matplotlib.pyplot", "scipy.stats")
 
 
-
 def rows_max_diff(summary, minimal_rows: Sequence[dict]) -> float:
     """Largest |difference| between a run's format-A summary and the minimal script's rows over the compared columns
     (inf when the rows or their NaNs do not line up)."""
@@ -58,11 +57,9 @@ def rows_max_diff(summary, minimal_rows: Sequence[dict]) -> float:
     return worst
 
 
-
 def minimal_cmd(locomo: Path, emb, out_csv: Path, encoding: str = "cl100k_base") -> list[str]:
     return [sys.executable, "-m", "bench.tools.minimal", "--locomo", str(locomo), "--model-dir", str(emb.dir), "--encoding", encoding,
             "--query-prefix", emb.query_prefix, "--document-prefix", emb.document_prefix, "--out", str(out_csv)]
-
 
 
 def p6_p7(data_dir: Path, *, repeats: int = 3, sweep_repeats: int = 5, extra: Sequence[str] = ()) -> list[Ratio]:
@@ -116,7 +113,6 @@ def p6_p7(data_dir: Path, *, repeats: int = 3, sweep_repeats: int = 5, extra: Se
                   method="`python -c 'import ...'`, a child process, CPU; the floor no change to recallbench's own code lowers",
                   details={"cpu_s": [p.cpu_s for p in imports], "minimal_cpu_s": cpu_min}),
             p7]
-
 
 
 def run(args, ctx) -> list[Ratio]:

@@ -54,7 +54,6 @@ def pc_coverage() -> list[Ratio]:
                   100 * old.ci, ">=", 90.0, "%", method=method + "; recommend.ci_method=percentile", info=True)]
 
 
-
 def run(args, ctx) -> list[Ratio]:
     if not ctx.has_locomo:
         ctx.notes.append(f"PC not measured: no LoCoMo under {ctx.data_dir} (set BENCH_DATA_DIR)")

@@ -32,7 +32,6 @@ def long_texts(n: int, *, long_share: float = 0.35, seed: int = 0) -> list[str]:
     return [" ".join(words[rng.integers(0, len(words), k)]) + "." for k in sizes.tolist()]
 
 
-
 def embed_child(which: str, n: int) -> dict:
     """Run in a child process: embed ``long_texts(n)`` with ``which`` ("ours": ``CachedEmbedder(MiniLMEmbedder)`` through
     ``bench.trace.embed_texts`` on an empty cache, as a run does; "raw": ``RawOnnx``); texts/s and this process's VmHWM."""
@@ -61,14 +60,12 @@ def embed_child(which: str, n: int) -> dict:
     return {"texts": n, "texts_per_s": n / elapsed, "seconds": elapsed, "vm_hwm_bytes": vm_hwm_bytes(os.getpid())}
 
 
-
 def _embed_in_child(which: str, n: int) -> dict:
     code = f"import json; from bench.tools.perf.pe import embed_child; print(json.dumps(embed_child({which!r}, {int(n)})))"
     proc = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=7200)
     if proc.returncode != 0:
         raise RuntimeError(f"embedding child ({which}) exited {proc.returncode}: {proc.stderr.strip().splitlines()[-1:]}")
     return json.loads(proc.stdout.strip().splitlines()[-1])
-
 
 
 def pe_embedding_memory(n: int = 23_614) -> list[Ratio]:
@@ -84,7 +81,6 @@ def pe_embedding_memory(n: int = 23_614) -> list[Ratio]:
                   ours["texts_per_s"] / raw["texts_per_s"], ">=", 0.9, method=method, details=details),
             Ratio("PE/raw_rss", "peak RSS of the raw ONNX session on the same turns", raw["vm_hwm_bytes"] / 1e9, "<=", 1.5, "GB",
                   method=method, details=details, info=True)]
-
 
 
 def run(args, ctx) -> list[Ratio]:

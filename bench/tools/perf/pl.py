@@ -25,13 +25,11 @@ from bench.tools.perf.common import SEARCH_DEPTH, Ratio, alternate, log
 LAYOUT_STORES = ("seekdb", "chroma")
 
 
-
 def filtered_over_unfiltered(filtered_ns: Sequence[int], unfiltered_ns: Sequence[int]) -> float:
     """p50 of the conversation-filtered query times / p50 of the unfiltered query times (NaN when either is empty)."""
     if not len(filtered_ns) or not len(unfiltered_ns):
         return float("nan")
     return float(np.median(filtered_ns) / np.median(unfiltered_ns))
-
 
 
 def pl_layout(name: str, corpus, tv: np.ndarray, qv: np.ndarray, *, stores_dir: Path, k: int = SEARCH_DEPTH,
@@ -78,7 +76,6 @@ def pl_layout(name: str, corpus, tv: np.ndarray, qv: np.ndarray, *, stores_dir: 
                   filtered_over_unfiltered(shf, unf2), "<=", 1.3, info=True, method="same run, same queries, alternated")]
 
 
-
 def pl_all(stores: Sequence[str] = LAYOUT_STORES, *, n_memories: int = 6000, k: int = SEARCH_DEPTH) -> list[Ratio]:
     from bench.data.synthetic import generate
     from bench.embedders.synthetic import SyntheticEmbedder
@@ -97,7 +94,6 @@ def pl_all(stores: Sequence[str] = LAYOUT_STORES, *, n_memories: int = 6000, k: 
                 out.append(Ratio(f"PL/{name}", f"{name}: per-conversation layout query / unfiltered query on the same store",
                                  float("nan"), "<=", 1.3, details={"error": f"{type(exc).__name__}: {exc}"[:300]}))
     return out
-
 
 
 def run(args, ctx) -> list[Ratio]:

@@ -42,7 +42,6 @@ def distinct_texts(dataset: str) -> list[str]:
     return list(dict.fromkeys([t.text for t in corpus.turns()] + [q.text for q in corpus.questions]))
 
 
-
 def raw_distinct_child(dataset: str) -> dict:
     """Run in a child process: embed the distinct texts of ``dataset`` with the raw ONNX session (``RawOnnx``, all cores,
     the embedder's batches); seconds of the embedding alone (loading the corpus and the model excluded)."""
@@ -54,7 +53,6 @@ def raw_distinct_child(dataset: str) -> dict:
         raw.embed(texts[lo : lo + 16_384])
     elapsed = time.perf_counter() - t0
     return {"texts": len(texts), "seconds": elapsed, "texts_per_s": len(texts) / elapsed, "vm_hwm_bytes": vm_hwm_bytes(os.getpid())}
-
 
 
 def ps1_ps3(dataset: str, *, timeout_s: float = 6 * 3600.0) -> list[Ratio]:
@@ -95,7 +93,6 @@ def ps1_ps3(dataset: str, *, timeout_s: float = 6 * 3600.0) -> list[Ratio]:
     ]
 
 
-
 def _cache_lines(run_dir: Path) -> list[str]:
     """The embedding cache's progress and summary lines of a run's log (rate and ETA as the run printed them)."""
     path = run_dir / "cli.log"
@@ -103,7 +100,6 @@ def _cache_lines(run_dir: Path) -> list[str]:
         return []
     return [ln.strip()[-200:] for ln in path.read_text(errors="replace").splitlines()
             if "embedding cache" in ln or "bench.progress" in ln and "embed" in ln][-12:]
-
 
 
 def run(args, ctx) -> list[Ratio]:

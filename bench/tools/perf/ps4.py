@@ -63,7 +63,6 @@ def synthetic_trace(n_questions: int = 500, n_candidates: int = 500, *, seed: in
     return corpus, trace
 
 
-
 def sweep_pair(corpus, trace, *, repeats: int = 3, encoding: str = "cl100k_base") -> dict:
     """CPU seconds of our sweep stage (``sweep`` + ``format_tokens_table`` + ``summarise``, as ``run_job`` calls them) and of
     ``bench.tools.minimal_sweep`` (``rows`` + ``summary``) on one trace, best of interleaved repeats, and the largest difference
@@ -105,7 +104,6 @@ def sweep_pair(corpus, trace, *, repeats: int = 3, encoding: str = "cl100k_base"
             "questions": len(trace.table), "rows": len(a[0][1])}
 
 
-
 def rows_diff(ours, minimal: dict, corpus_order: list[str], trace_order: list[str]) -> float:
     """Largest |difference| between our format-A per-question rows and the minimal script's over n_selected, n_correct, n_gold,
     precision, recall, f1, tokens_injected, tokens_full (inf when the rows or their NaNs do not line up)."""
@@ -122,7 +120,6 @@ def rows_diff(ours, minimal: dict, corpus_order: list[str], trace_order: list[st
         ok = ~np.isnan(x)
         worst = max(worst, float(np.max(np.abs(x[ok] - y[ok]), initial=0.0)))
     return worst
-
 
 
 def ps4_sweep(dataset: str, *, repeats: int = 3, synthetic: tuple[int, int] | None = (500, 500)) -> list[Ratio]:
@@ -154,11 +151,9 @@ def ps4_sweep(dataset: str, *, repeats: int = 3, synthetic: tuple[int, int] | No
     return out
 
 
-
 def _ps4_ratio(key: str, what: str, got: dict, method: str) -> Ratio:
     value = best_ratio(got["ours_s"], got["minimal_s"]) if got["rows_max_abs_diff"] <= 1e-9 else float("nan")
     return Ratio(key, what, value, "<=", 2.0, method=method, details=got)
-
 
 
 def run(args, ctx) -> list[Ratio]:

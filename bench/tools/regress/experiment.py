@@ -29,7 +29,6 @@ def git_commit() -> str | None:
     return out.stdout.strip() or None if out.returncode == 0 else None
 
 
-
 def run_experiment(run_dir: Path, overrides: Sequence[str], log_path: Path) -> None:
     """``python -m bench -m experiment=regress`` into ``run_dir`` (replaced), output to ``log_path``."""
     run_dir = Path(run_dir)
@@ -46,7 +45,6 @@ def run_experiment(run_dir: Path, overrides: Sequence[str], log_path: Path) -> N
     if proc.returncode != 0 or not RunDir(run_dir).finished():
         tail = [ln.strip() for ln in log_path.read_text(errors="replace").splitlines() if ln.strip()][-1:] or ["no output"]
         raise RegressError(f"regress FAIL: the experiment did not run (exit {proc.returncode}): {tail[0][:300]} (log: {log_path})")
-
 
 
 def finish_run(run_dir: Path, overrides: Sequence[str], stores_dir: Path, slow: Sequence[str] = ()) -> GateConfig:
@@ -75,7 +73,6 @@ def finish_run(run_dir: Path, overrides: Sequence[str], stores_dir: Path, slow: 
     return cfg
 
 
-
 BASELINE_README = """# Regression baseline: {dataset}
 
 Written by `make baseline` (`python -m bench.tools.regress --write-baseline`) on {made_at}, commit {commit}.
@@ -89,7 +86,6 @@ Never written automatically: `make regress` only reads it. Review the diff and c
   settings and job metadata, the machine's load average), `latency.csv` (latency pass: per store, pass and query
   its search time and the exact store's right after it).
 """
-
 
 
 def write_baseline(run_dir: Path, baseline_root: Path) -> Path:

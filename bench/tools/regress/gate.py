@@ -26,7 +26,6 @@ class GateResult:
     skipped: bool = False
 
 
-
 def _fmt(x: float, digits: int = 3) -> str:
     if x is None or (isinstance(x, float) and math.isnan(x)):
         return "—"
@@ -35,12 +34,10 @@ def _fmt(x: float, digits: int = 3) -> str:
     return f"{x:.{digits}f}" if isinstance(x, float) else str(x)
 
 
-
 def _inside(verdict: str) -> str:
     """"FAIL (why)" -> "why"."""
     v = str(verdict)[len(FAIL):].strip()
     return v[1:-1] if v.startswith("(") and v.endswith(")") else v
-
 
 
 def _why(r: pd.Series) -> str:
@@ -58,12 +55,10 @@ def _why(r: pd.Series) -> str:
     return f"{r['metric']} {r['config']}: {r['baseline']} -> {r['current']} {r['verdict'][len(FAIL):].strip()}".strip()
 
 
-
 def _asked(run: RunData) -> set[str] | None:
     """The stores the run measured (its jobs' backends, from meta.json), or None when it does not say."""
     jobs = run.meta.get("jobs") or []
     return {str(j["backend"]) for j in jobs if isinstance(j, dict) and j.get("backend")} or None
-
 
 
 def gate(baseline: RunData, current: RunData, cfg: GateConfig, *, failed_jobs: Sequence[dict] = (),

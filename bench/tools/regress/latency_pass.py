@@ -63,7 +63,6 @@ def time_searches(backends: Mapping[str, object], questions: Sequence, vectors: 
     return pd.DataFrame(out, columns=LATENCY_COLUMNS)
 
 
-
 class _Slowed:
     """A store whose searches take ``factor`` x their time (busy-waits (factor - 1) x the measured search time
     after each): ``--fault-slow``, to show the latency gate failing on a real slowdown."""
@@ -83,7 +82,6 @@ class _Slowed:
         return hits
 
 
-
 def parse_fault_slow(specs: Sequence[str]) -> dict[str, float]:
     """``STORE=FACTOR`` strings -> {store: factor} (factor >= 1)."""
     out = {}
@@ -97,7 +95,6 @@ def parse_fault_slow(specs: Sequence[str]) -> dict[str, float]:
             raise ValueError(f"--fault-slow {spec!r}: expected STORE=FACTOR with FACTOR >= 1, e.g. sqlite_vec=2")
         out[store] = f
     return out
-
 
 
 def measure_latency(run_dir: Path, cfg: GateConfig, stores_dir: Path, slow: Mapping[str, float] | None = None) -> pd.DataFrame:
@@ -147,7 +144,6 @@ def measure_latency(run_dir: Path, cfg: GateConfig, stores_dir: Path, slow: Mapp
                                  queries=cfg.latency_queries, warmup=cfg.latency_warmup)
     finally:
         shutil.rmtree(stores_dir, ignore_errors=True)
-
 
 
 def latency_pass(run_dir: Path, stores_dir: Path, slow: Mapping[str, float] | None = None) -> Path:

@@ -18,7 +18,6 @@ def _load(meta: dict) -> str:
     return "?" if not la else "/".join(f"{x:.2f}" for x in la)
 
 
-
 def render_markdown(result: GateResult, cfg: GateConfig, baseline: RunData | None, current: RunData | None) -> str:
     lines = ["# recallbench regression gate", "", f"**{result.verdict}**", ""]
     if baseline is not None and current is not None:
@@ -66,7 +65,6 @@ def render_markdown(result: GateResult, cfg: GateConfig, baseline: RunData | Non
         v = f"**{r['verdict']}**" if str(r["verdict"]).startswith(FAIL) else r["verdict"]
         lines.append(f"| {r['check']} | {r['config']} | {r['metric']} | {b} | {c} | {d} | {_fmt(r['ratio'], 2)} | {lim} | {nc} | {pm} | {p} | {v} |")
     return "\n".join(lines) + "\n"
-
 
 
 def report(result: GateResult, cfg: GateConfig, baseline: RunData | None, current: RunData | None, out: Path) -> None:

@@ -33,7 +33,6 @@ class RunData:
         return str(self.rows["embedder"].iloc[0])
 
 
-
 def load_run(path: Path) -> RunData:
     """Read summary.csv, questions.parquet, meta.json and latency.csv (optional) of a run or baseline."""
     from bench.analysis.recommend import one_format
@@ -64,7 +63,6 @@ def load_run(path: Path) -> RunData:
     return RunData(path, summary, rows, meta, run.latency())
 
 
-
 def show(path: Path) -> str:
     """A path as the user should read it: relative to the repo when inside it."""
     path = Path(path)
@@ -76,16 +74,13 @@ def show(path: Path) -> str:
         return str(path)
 
 
-
 def question_set_id(rows: pd.DataFrame) -> str:
     ids = sorted(set(rows["question_id"].astype(str)))
     return hashlib.sha256("\n".join(ids).encode()).hexdigest()[:16]
 
 
-
 def job_dirs(run_dir: Path) -> list[Path]:
     return [j.path for j in RunDir(run_dir).all_job_dirs() if j.finished()]
-
 
 
 def load_job_config(job: Path) -> dict:

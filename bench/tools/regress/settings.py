@@ -13,35 +13,22 @@ from bench.rundir import LATENCY, META, QUESTIONS, SUMMARY, RunDir
 
 
 REPO = work_dir()  # where the command runs (the sweep's paths.root): reports/ and caches go there, never into the package
-
 REFERENCE = "exact"  # the store every latency is divided by
-
 RUN_FLAGS = ("trace_cache=false", "resume=false", "publish_latest=false", "progress=false")
-
 QUALITY_METRICS = ("recall", "f1", "precision", "hit")
-
 BASELINE_FILES = (SUMMARY, QUESTIONS, META, LATENCY)
-
 CHECK_COLUMNS = ["check", "config", "metric", "baseline", "current", "delta", "ratio", "limit", "n_changed", "p_min", "p_holm",
                  "rule", "verdict"]
-
 ALLOW = ("baseline", "embedder", "stores", "grid", "missing", "untestable")  # what --allow accepts
-
 EXACT_MAX = 16  # up to this many changed questions the sign-flip test enumerates all 2**n patterns
-
 TOO_NOISY = 2.0  # a latency noise limit at or above this skips the check (a 2x regression must not hide)
-
 FAIL, OK, SKIPPED = "FAIL", "ok", "skipped"
-
 SHIPPED = "experiment/regress.yaml"  # the experiment, and the only copy of the gate's defaults (its regress: block)
-
 NAN = float("nan")
-
 
 
 class RegressError(RuntimeError):
     """The gate could not run (bad input, the experiment failed): the message is the verdict."""
-
 
 
 @dataclass(frozen=True)
@@ -108,7 +95,6 @@ class GateConfig:
             return cls(**block)
         except ValueError as e:
             raise ValueError(f"{where}: {e}") from None
-
 
 
 def gate_config(run_dir: Path) -> GateConfig:

@@ -35,17 +35,14 @@ def operating_points(summary: pd.DataFrame, rows: pd.DataFrame) -> list[tuple[st
     return points
 
 
-
 def label(point: tuple[str, str, float]) -> str:
     backend, strategy, t = point
     return f"{backend} / {strategy}" if math.isnan(t) else f"{backend} / {strategy} @ {t:.2f}"
 
 
-
 def _where(point: tuple[str, str, float]) -> dict:
     backend, strategy, t = point
     return {"backend": backend, "strategy": strategy, "threshold": t}
-
 
 
 def _has(rows: pd.DataFrame, point: tuple[str, str, float]) -> bool:
@@ -55,12 +52,10 @@ def _has(rows: pd.DataFrame, point: tuple[str, str, float]) -> bool:
     return bool(m.any())
 
 
-
 def _check(check, config, metric, baseline, current, *, delta=NAN, ratio=NAN, limit=NAN, n_changed=NAN, p_min=NAN, p_holm=NAN,
            rule="", verdict=OK) -> dict:
     return {"check": check, "config": config, "metric": metric, "baseline": baseline, "current": current, "delta": delta,
             "ratio": ratio, "limit": limit, "n_changed": n_changed, "p_min": p_min, "p_holm": p_holm, "rule": rule, "verdict": verdict}
-
 
 
 def _cannot_tell(why: str, name: str, allow: frozenset) -> str:
@@ -68,13 +63,11 @@ def _cannot_tell(why: str, name: str, allow: frozenset) -> str:
     return f"{SKIPPED} ({why}; allowed by --allow {name})" if name in allow else f"{FAIL} ({why}; --allow {name} accepts it)"
 
 
-
 def _n_questions(rows: pd.DataFrame, point) -> int:
     backend, strategy, t = point
     m = (rows["backend"] == backend) & (rows["strategy"] == strategy)
     m &= rows["threshold"].isna() if math.isnan(t) else np.isclose(rows["threshold"], t, atol=1e-9)
     return int(rows.loc[m, "question_id"].nunique())
-
 
 
 def _mean(rows: pd.DataFrame, point, metric: str) -> float:

@@ -20,10 +20,8 @@ def _grid(rows: pd.DataFrame) -> dict[tuple[str, str], tuple[float, ...]]:
     return out
 
 
-
 def _grid_text(ts: tuple[float, ...]) -> str:
     return "none" if not ts else f"{len(ts)}: {ts[0]:g}..{ts[-1]:g}" if len(ts) > 3 else ", ".join(f"{t:g}" for t in ts)
-
 
 
 def coverage_checks(base: pd.DataFrame, cur: pd.DataFrame, points: Sequence[tuple[str, str, float]],

@@ -18,11 +18,9 @@ from bench.tools.regress.settings import CHECK_COLUMNS, FAIL, NAN, OK, REFERENCE
 LATENCY_COLUMNS = ["backend", "repeat", "query", "ms", "ref_ms"]
 
 
-
 def _ratio(s: np.ndarray, e: np.ndarray) -> float:
     """median over queries of per-query min over passes (store) / the same for the exact timings."""
     return float(np.median(s.min(axis=0)) / np.median(e.min(axis=0)))
-
 
 
 def latency_ratios(latency: pd.DataFrame, reference: str = REFERENCE) -> pd.DataFrame:
@@ -52,7 +50,6 @@ def latency_ratios(latency: pd.DataFrame, reference: str = REFERENCE) -> pd.Data
         out.append({"backend": backend, "p50_ms": float(np.median(s.min(axis=0))), "ref_p50_ms": float(np.median(e.min(axis=0))),
                     "ratio": ratio, "se": se, "repeats": r, "n": s.shape[1]})
     return pd.DataFrame(out, columns=["backend", "p50_ms", "ref_p50_ms", "ratio", "se", "repeats", "n"])
-
 
 
 def latency_checks(base: pd.DataFrame | None, cur: pd.DataFrame | None, cfg: GateConfig) -> pd.DataFrame:

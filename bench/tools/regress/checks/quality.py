@@ -40,7 +40,6 @@ def sign_flip_test(d: np.ndarray, *, n_resamples: int = 10000, seed: int = 0) ->
     return min(p, 1.0), n, max(2.0 / 2.0 ** n, 1.0 / (1.0 + n_resamples)), f"sign-flip, {n_resamples} random patterns"
 
 
-
 def quality_checks(base: pd.DataFrame, cur: pd.DataFrame, points: Sequence[tuple[str, str, float]], cfg: GateConfig,
                    *, allow: frozenset = frozenset()) -> pd.DataFrame:
     """Per point and metric: baseline and current macro means, and ``sign_flip_test`` of current vs baseline over
