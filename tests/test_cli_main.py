@@ -183,7 +183,7 @@ def test_entry_turns_an_unhandled_fault_into_one_line(capsys, monkeypatch):
 
 def test_tools_use_the_shared_entry():
     """Every tool's main builds its parser and logging with bench.cli.common (no argparse or basicConfig of its own)."""
-    files = ["bench/tools/regress.py", "bench/tools/perf.py", "bench/tools/stores.py", "bench/tools/tradeoff.py", "bench/tools/load.py",
+    files = ["bench/tools/regress/__init__.py", "bench/tools/perf/__init__.py", "bench/tools/stores.py", "bench/tools/tradeoff.py", "bench/tools/load.py",
              "bench/tools/harden/run.py", "bench/tools/ray_run.py", "bench/cli/report.py", "bench/cli/compare.py", "bench/cli/data.py",
              "bench/cli/export.py", "bench/cli/score.py", "bench/cli/answer.py"]
     for f in files:

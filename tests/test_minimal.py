@@ -10,7 +10,7 @@ from bench.cli.config import build
 from bench.cli.sweep import run_job
 from bench.embedders.cache import CachedEmbedder
 from bench.tools import minimal as M
-from bench.tools import perf as P
+from bench.tools.perf.common import REPO
 from bench.types import Conversation, Corpus, Question, Turn
 
 COMPARED = ["n_questions", "precision", "recall", "f1", "tokens_injected_mean", "tokens_full_mean"]
@@ -21,8 +21,8 @@ def _same(a: float, b: float) -> bool:
 
 
 def test_minimal_equals_the_run_on_the_demo_corpus(tmp_path):
-    demo = P.REPO / "datasets" / "demo"
-    cfg = config.compose([f"paths.root={P.REPO}", "dataset=own", f"dataset.path={demo}", "embedder=hashing", "backend=exact",
+    demo = REPO / "datasets" / "demo"
+    cfg = config.compose([f"paths.root={REPO}", "dataset=own", f"dataset.path={demo}", "embedder=hashing", "backend=exact",
                           f"paths.cache={tmp_path / 'cache'}", "progress=false", "publish_latest=false"])
     ours = run_job(cfg, tmp_path / "run")
     ours = ours[ours["format"] == "A"]

@@ -23,7 +23,7 @@ def test_hand_worked_rows():
 
 
 def test_same_rows_as_the_package_sweep_on_a_synthetic_trace():
-    from bench.tools.perf import synthetic_trace, sweep_pair
+    from bench.tools.perf.ps4 import synthetic_trace, sweep_pair
 
     corpus, trace = synthetic_trace(12, 30, seed=3)
     got = sweep_pair(corpus, trace, repeats=1)

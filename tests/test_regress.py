@@ -16,12 +16,22 @@ import pytest
 
 from bench.backends.exact import ExactBackend
 from bench.tools import regress as R
+from bench.tools.regress.checks.common import label, operating_points
+from bench.tools.regress.checks.coverage import coverage_checks
+from bench.tools.regress.checks.latency import LATENCY_COLUMNS, latency_checks, latency_ratios
+from bench.tools.regress.checks.quality import quality_checks, sign_flip_test
+from bench.tools.regress.checks.tokens import token_checks
+from bench.tools.regress.gate import gate
+from bench.tools.regress.latency_pass import _Slowed, parse_fault_slow, time_searches
+from bench.tools.regress.render import render_markdown
+from bench.tools.regress.runs import RunData, job_dirs
+from bench.tools.regress.settings import GateConfig, gate_config
 from bench.types import Conversation, Corpus, MemoryBatch, Question, Turn
 
 REPO = Path(__file__).resolve().parent.parent
 DEMO = REPO / "datasets" / "demo"
 NAN = float("nan")
-CFG = R.GateConfig.defaults()  # tolerance 0.02, alpha 0.05, 10000 resamples, budget 1.10, latency 1.4, noise z 3
+CFG = GateConfig.defaults()  # tolerance 0.02, alpha 0.05, 10000 resamples, budget 1.10, latency 1.4, noise z 3
 
 
 def qrows(backend: str, strategy: str, threshold: float, recall, *, tokens=100, embedder="emb", dataset="ds") -> pd.DataFrame:
@@ -38,46 +48,46 @@ def qrows(backend: str, strategy: str, threshold: float, recall, *, tokens=100, 
     })
 
 
-def run_of(rows: pd.DataFrame, latency: pd.DataFrame | None = None, path="run") -> R.RunData:
+def run_of(rows: pd.DataFrame, latency: pd.DataFrame | None = None, path="run") -> RunData:
     """A run (or baseline) of these rows; latency: one pass of one query, sqlite_vec at 2x exact, unless given."""
     from bench.sweep import summarise
 
     rows = rows.assign(depth_saturated=False)
     latency = lat([[2.0]], [[1.0]]) if latency is None else latency
-    return R.RunData(Path(path), summarise(rows), rows, {}, latency)
+    return RunData(Path(path), summarise(rows), rows, {}, latency)
 
 
 # --------------------------------------------------------------------------------------- settings
 
 def test_gate_config_rejects_unknown_and_mistyped_settings():
-    assert R.GateConfig.from_mapping({"tolerance": 0.05, "metrics": ["recall"]}).metrics == ("recall",)
+    assert GateConfig.from_mapping({"tolerance": 0.05, "metrics": ["recall"]}).metrics == ("recall",)
     with pytest.raises(ValueError, match=r"job0/config_resolved.yaml: regress: unknown regress setting\(s\) \['tolerence'\]"):
-        R.GateConfig.from_mapping({"tolerence": 0.05}, where="job0/config_resolved.yaml: regress")
+        GateConfig.from_mapping({"tolerence": 0.05}, where="job0/config_resolved.yaml: regress")
     with pytest.raises(ValueError, match="budget_ratio_max must be a number"):
-        R.GateConfig.from_mapping({"budget_ratio_max": "1.1"})
+        GateConfig.from_mapping({"budget_ratio_max": "1.1"})
     with pytest.raises(ValueError, match="latency_ratio_max must be a ratio >= 1"):
-        R.GateConfig.defaults(latency_ratio_max=0.5)
+        GateConfig.defaults(latency_ratio_max=0.5)
     with pytest.raises(ValueError, match="latency_noise_z must be > 0"):
-        R.GateConfig.defaults(latency_noise_z=0)
+        GateConfig.defaults(latency_noise_z=0)
     with pytest.raises(ValueError, match="metrics must be a non-empty subset"):
-        R.GateConfig.defaults(metrics=("tokens",))
+        GateConfig.defaults(metrics=("tokens",))
 
 
 def test_the_experiment_config_gate_block_is_the_only_copy_of_the_defaults(tmp_path, monkeypatch):
     import yaml
 
     y = yaml.safe_load((REPO / "configs" / "experiment" / "regress.yaml").read_text())
-    cfg = R.GateConfig.defaults()
+    cfg = GateConfig.defaults()
     assert (cfg.tolerance, cfg.alpha, cfg.budget_ratio_max, cfg.latency_ratio_max, cfg.latency_repeats, cfg.latency_noise_z) == \
         (0.02, 0.05, 1.10, 1.4, 7, 3.0)
-    assert cfg == R.GateConfig.from_mapping(y["regress"]) and cfg.metrics == ("recall", "f1", "precision")
+    assert cfg == GateConfig.from_mapping(y["regress"]) and cfg.metrics == ("recall", "f1", "precision")
     assert y["hydra"]["sweeper"]["params"]["backend"] == "exact,sqlite_vec,seekdb"
-    assert R.GateConfig.from_mapping({"tolerance": 0.1}) == R.GateConfig.defaults(tolerance=0.1)  # the rest from the YAML
+    assert GateConfig.from_mapping({"tolerance": 0.1}) == GateConfig.defaults(tolerance=0.1)  # the rest from the YAML
     conf = tmp_path / "configs"
     (conf / "experiment").mkdir(parents=True)
     (conf / "experiment" / "regress.yaml").write_text(yaml.safe_dump({**y, "regress": {**y["regress"], "tolerance": 0.07}}))
     monkeypatch.setattr("bench.resources.configs_dir", lambda: conf)
-    assert R.GateConfig.defaults().tolerance == 0.07  # an edited YAML is the new default: nothing repeats it
+    assert GateConfig.defaults().tolerance == 0.07  # an edited YAML is the new default: nothing repeats it
 
 
 def test_gate_config_is_read_from_the_first_finished_job(tmp_path):
@@ -88,9 +98,9 @@ def test_gate_config_is_read_from_the_first_finished_job(tmp_path):
         (run / f"job{i}" / "summary.csv").write_text("x\n1\n")
         (run / f"job{i}" / "config_resolved.yaml").write_text(f"seed: 0\nregress:\n  tolerance: {tol}\n")
     (run / "job0").mkdir()  # failed: no results, no config
-    assert R.gate_config(run) == R.GateConfig.defaults(tolerance=0.09)
-    assert R.job_dirs(run) == [run / "job1", run / "job10"]  # numeric order
-    assert R.gate_config(tmp_path / "empty") == R.GateConfig.defaults()
+    assert gate_config(run) == GateConfig.defaults(tolerance=0.09)
+    assert job_dirs(run) == [run / "job1", run / "job10"]  # numeric order
+    assert gate_config(tmp_path / "empty") == GateConfig.defaults()
 
 
 # ---------------------------------------------------------------------------------------- points
@@ -105,10 +115,10 @@ def test_operating_points_are_best_f1_thresholds_of_the_baseline_and_untresholde
         qrows("sqlite_vec", "threshold", 0.35, [0, 0, 0, 0]),
     ], ignore_index=True)
     base = run_of(rows)
-    pts = R.operating_points(base.summary, base.rows)
+    pts = operating_points(base.summary, base.rows)
     assert [(b, s) for b, s, _ in pts] == [("exact", "limit5"), ("exact", "threshold"), ("sqlite_vec", "threshold")]
     assert math.isnan(pts[0][2]) and pts[1][2] == 0.35 and pts[2][2] == 0.3
-    assert R.label(pts[1]) == "exact / threshold @ 0.35" and R.label(pts[0]) == "exact / limit5"
+    assert label(pts[1]) == "exact / threshold @ 0.35" and label(pts[0]) == "exact / limit5"
 
 
 # --------------------------------------------------------------------------------------- quality
@@ -116,19 +126,19 @@ def test_operating_points_are_best_f1_thresholds_of_the_baseline_and_untresholde
 def _quality(cur_recall, base_recall=None, allow=frozenset()):
     base = qrows("exact", "limit5", NAN, base_recall if base_recall is not None else [1.0] * 20)
     cur = qrows("exact", "limit5", NAN, cur_recall)
-    return R.quality_checks(base, cur, [("exact", "limit5", NAN)], CFG, allow=allow).set_index("metric")
+    return quality_checks(base, cur, [("exact", "limit5", NAN)], CFG, allow=allow).set_index("metric")
 
 
 def test_sign_flip_test_is_exact_over_the_changed_questions():
     # d = (-1, -0.5, -0.5) and two ties: of the 2**3 sign patterns of the changed three, only all-minus and
     # all-plus reach |sum| 2: p = 2/8 = the smallest p three changed questions allow
-    assert R.sign_flip_test(np.array([-1.0, -0.5, -0.5, 0.0, 0.0])) == (0.25, 3, 0.25, "exact sign-flip, all 8 patterns")
+    assert sign_flip_test(np.array([-1.0, -0.5, -0.5, 0.0, 0.0])) == (0.25, 3, 0.25, "exact sign-flip, all 8 patterns")
     # d = (-1, -1, +1): |sum| 1 is reached by 6 of 8 patterns (all but --- and +++ ... which reach 3): p = 8/8
-    assert R.sign_flip_test(np.array([-1.0, -1.0, 1.0]))[0] == 1.0
+    assert sign_flip_test(np.array([-1.0, -1.0, 1.0]))[0] == 1.0
     # d = (-1, -1, -1, +0.5): |sum| >= 2.5 for ---+, ---- and their mirrors: p = 4/16
-    assert R.sign_flip_test(np.array([-1.0, -1.0, -1.0, 0.5]))[:3] == (0.25, 4, 0.125)
-    assert R.sign_flip_test(np.zeros(4)) == (1.0, 0, 1.0, "nothing changed")
-    p, n, p_min, name = R.sign_flip_test(np.full(20, -0.5), n_resamples=1000)  # 20 > 16: random patterns
+    assert sign_flip_test(np.array([-1.0, -1.0, -1.0, 0.5]))[:3] == (0.25, 4, 0.125)
+    assert sign_flip_test(np.zeros(4)) == (1.0, 0, 1.0, "nothing changed")
+    p, n, p_min, name = sign_flip_test(np.full(20, -0.5), n_resamples=1000)  # 20 > 16: random patterns
     assert (n, name) == (20, "sign-flip, 1000 random patterns") and p == pytest.approx(1 / 1001) and p_min == pytest.approx(1 / 1001)
 
 
@@ -147,7 +157,7 @@ def test_a_large_consistent_drop_fails_and_names_the_metric():
     assert r["p_holm"] < 0.0005 and r["verdict"] == "FAIL"
     assert (q["p_holm"] == r["p_holm"]).all() and (q["verdict"] == "FAIL").all()
     base, cur = run_of(qrows("exact", "limit5", NAN, [1.0] * 20), path="base"), run_of(qrows("exact", "limit5", NAN, [0.5] * 20))
-    res = R.gate(base, cur, CFG)
+    res = gate(base, cur, CFG)
     assert res.failed and res.verdict.startswith("regress FAIL: 3 regression(s) vs base: ")
     assert "recall exact / limit5: 1.000 -> 0.500 (-0.500, Holm p" in res.verdict
 
@@ -159,9 +169,9 @@ def test_holm_counts_each_distinct_testable_check_once():
     cur = pd.concat([qrows("exact", "limit5", NAN, [0.5] * 20), qrows("sqlite_vec", "limit5", NAN, [0.5] * 20),
                      qrows("exact", "full_context", NAN, lost8)])
     pts = [("exact", "limit5", NAN), ("sqlite_vec", "limit5", NAN), ("exact", "full_context", NAN)]
-    q = R.quality_checks(base, cur, pts, R.GateConfig.defaults(metrics=("recall",)))
-    p20 = R.sign_flip_test(np.full(20, -0.5))[0]  # 1/10001
-    p8 = R.sign_flip_test(np.full(8, -0.5))[0]  # exact: 2/2**8
+    q = quality_checks(base, cur, pts, GateConfig.defaults(metrics=("recall",)))
+    p20 = sign_flip_test(np.full(20, -0.5))[0]  # 1/10001
+    p8 = sign_flip_test(np.full(8, -0.5))[0]  # exact: 2/2**8
     assert p20 == pytest.approx(1 / 10001) and p8 == 2 / 256
     # two distinct tests (exact and sqlite_vec limit5 are the same data): Holm = (2 * p20, max(2 * p20, p8))
     assert q["p_holm"].tolist() == pytest.approx([2 * p20, 2 * p20, max(2 * p20, p8)])
@@ -189,7 +199,7 @@ def test_a_drop_holm_could_never_find_is_untestable_too():
     """Two distinct drops of 6 questions each: m = 2, Holm's strictest level 0.025 < p_min 2/2**6: cannot tell."""
     base = pd.concat([qrows("exact", "limit5", NAN, [1.0] * 20), qrows("exact", "full_context", NAN, [1.0] * 20)])
     cur = pd.concat([qrows("exact", "limit5", NAN, [0.0] * 6 + [1.0] * 14), qrows("exact", "full_context", NAN, [0.5] * 6 + [1.0] * 14)])
-    q = R.quality_checks(base, cur, [("exact", "limit5", NAN), ("exact", "full_context", NAN)], R.GateConfig.defaults(metrics=("recall",)))
+    q = quality_checks(base, cur, [("exact", "limit5", NAN), ("exact", "full_context", NAN)], GateConfig.defaults(metrics=("recall",)))
     assert q["p_holm"].tolist() == [2 / 64 * 2, 2 / 64 * 2] and q["limit"].tolist() == [0.025, 0.025]
     assert q["verdict"].str.startswith("FAIL (cannot tell: 6 changed questions, smallest reachable p 0.0312 > 0.025").all()
 
@@ -226,7 +236,7 @@ def test_token_budget_ratio(base_tok, cur_tok, ratio, verdict):
     n = 2
     base = qrows("exact", "limit5", NAN, [1.0] * n, tokens=base_tok)
     cur = qrows("exact", "limit5", NAN, [1.0] * n, tokens=cur_tok)
-    t = R.token_checks(base, cur, [("exact", "limit5", NAN)], CFG).iloc[0]
+    t = token_checks(base, cur, [("exact", "limit5", NAN)], CFG).iloc[0]
     assert t["ratio"] == pytest.approx(ratio) and t["verdict"] == verdict
     assert t["metric"] == "tokens_injected_mean"
 
@@ -237,12 +247,12 @@ def lat(store_ms, ref_ms, backend="sqlite_vec") -> pd.DataFrame:
     """latency.csv rows of one store: ``store_ms`` and ``ref_ms`` are (passes, queries) arrays."""
     s, e = np.asarray(store_ms, float), np.asarray(ref_ms, float)
     return pd.DataFrame([(backend, r, q, s[r, q], e[r, q]) for r in range(s.shape[0]) for q in range(s.shape[1])],
-                        columns=R.LATENCY_COLUMNS)
+                        columns=LATENCY_COLUMNS)
 
 
 def test_latency_ratio_is_per_query_minima_over_passes_with_a_leave_one_pass_out_error():
     t = lat([[3, 5], [2, 6], [4, 4]], [[1, 1], [1, 2], [2, 1]])
-    r = R.latency_ratios(t).iloc[0]
+    r = latency_ratios(t).iloc[0]
     # per-query minima: store (2, 4) -> median 3; exact beside it (1, 1) -> median 1
     assert (r["backend"], r["p50_ms"], r["ref_p50_ms"], r["ratio"], r["repeats"], r["n"]) == ("sqlite_vec", 3.0, 1.0, 3.0, 3, 2)
     # leaving out pass 0, 1, 2: ratios 3, 3.5, 3.5; jackknife se of the logs = 2/3 * ln(3.5 / 3)
@@ -250,16 +260,16 @@ def test_latency_ratio_is_per_query_minima_over_passes_with_a_leave_one_pass_out
     # a second store whose exact timings (right after it) are slower, e.g. after a wait on a server process: the
     # reference of every store is the per-query minimum over ALL exact timings of the pass, here sqlite_vec's
     two = pd.concat([t, lat([[10, 10]] * 3, [[2, 2]] * 3, backend="seekdb")], ignore_index=True)
-    r2 = R.latency_ratios(two).set_index("backend")
+    r2 = latency_ratios(two).set_index("backend")
     assert r2.loc["seekdb", "ratio"] == 10.0 and r2.loc["seekdb", "ref_p50_ms"] == 1.0 and r2.loc["sqlite_vec", "ratio"] == 3.0
     with pytest.raises(ValueError, match=r"missing column\(s\) \['ms', 'query', 'ref_ms'\].*re-run make baseline"):
-        R.latency_ratios(pd.DataFrame({"backend": ["exact"], "repeat": [0], "p50_ms": [1.0]}))
+        latency_ratios(pd.DataFrame({"backend": ["exact"], "repeat": [0], "p50_ms": [1.0]}))
 
 
 def test_a_loaded_machine_alone_cannot_fail_the_latency_gate():
     quiet = lat([[2.0, 2.0]] * 3, [[1.0, 1.0]] * 3)
     busy = lat([[20.0, 2.0], [2.0, 30.0], [2.2, 2.4]], [[1.0, 9.0], [8.0, 1.0], [1.1, 1.2]])  # load hits both sides
-    c = R.latency_checks(quiet, busy, CFG).iloc[0]
+    c = latency_checks(quiet, busy, CFG).iloc[0]
     assert (c["config"], c["baseline"], c["current"], c["ratio"], c["limit"], c["verdict"]) == ("sqlite_vec", 2.0, 2.0, 1.0, 1.4, "ok")
 
 
@@ -267,27 +277,27 @@ def test_a_loaded_machine_alone_cannot_fail_the_latency_gate():
 def test_latency_fails_when_the_store_slows_relative_to_exact(store_ms, ratio, verdict):
     base = lat([[2.0, 2.0]] * 3, [[1.0, 1.0]] * 3)
     cur = lat([[store_ms, store_ms]] * 3, [[1.0, 1.0]] * 3)
-    c = R.latency_checks(base, cur, CFG).iloc[0]
+    c = latency_checks(base, cur, CFG).iloc[0]
     assert c["ratio"] == pytest.approx(ratio) and c["verdict"] == verdict
 
 
 def test_the_noise_floor_widens_the_limit_and_only_a_noise_limit_of_2_skips():
     base = lat([[2.0, 2.0]] * 3, [[1.0, 1.0]] * 3)  # se 0
     cur = lat([[3, 5], [2, 6], [4, 4]], [[1, 1], [1, 2], [2, 1]])  # ratio 3 (x1.5), se 2/3 ln(3.5/3)
-    c = R.latency_checks(base, cur, CFG).iloc[0]
+    c = latency_checks(base, cur, CFG).iloc[0]
     noise = math.exp(3.0 * 2 / 3 * math.log(3.5 / 3))  # 1.36: below 1.4, the floor stays 1.4
     assert c["limit"] == pytest.approx(1.4) and c["rule"] == f"fail if x > max(1.4, noise {noise:.2f})" and c["verdict"] == "FAIL"
-    c = R.latency_checks(base, cur, R.GateConfig.defaults(latency_noise_z=6.0)).iloc[0]  # noise limit 1.85 > x 1.5
+    c = latency_checks(base, cur, GateConfig.defaults(latency_noise_z=6.0)).iloc[0]  # noise limit 1.85 > x 1.5
     assert c["limit"] == pytest.approx(noise ** 2) and c["verdict"] == "ok"
-    c = R.latency_checks(base, cur, R.GateConfig.defaults(latency_noise_z=7.0)).iloc[0]  # noise limit 2.05 >= 2
+    c = latency_checks(base, cur, GateConfig.defaults(latency_noise_z=7.0)).iloc[0]  # noise limit 2.05 >= 2
     assert c["verdict"] == "skipped (too noisy: noise limit x2.05 >= 2)"
 
 
 def test_latency_checks_fail_when_they_cannot_run():
-    c = R.latency_checks(None, lat([[1.0]], [[1.0]]), CFG).iloc[0]
+    c = latency_checks(None, lat([[1.0]], [[1.0]]), CFG).iloc[0]
     assert c["verdict"] == "FAIL (no latency.csv in the baseline: re-run make baseline)"
     old = pd.DataFrame({"backend": ["exact"], "repeat": [0], "p50_ms": [1.0]})
-    assert R.latency_checks(old, lat([[1.0]], [[1.0]]), CFG).iloc[0]["verdict"].startswith("FAIL (latency table: missing column(s)")
+    assert latency_checks(old, lat([[1.0]], [[1.0]]), CFG).iloc[0]["verdict"].startswith("FAIL (latency table: missing column(s)")
 
 
 class _Slow(ExactBackend):
@@ -314,26 +324,26 @@ def _tiny_stores():
 
 def test_time_searches_times_each_store_and_exact_right_after_it_per_query_and_pass():
     corpus, v, stores = _tiny_stores()
-    t = R.time_searches(stores, corpus.questions, v[:4], depth=10, repeats=3, queries=3, warmup=1)
-    assert list(t.columns) == R.LATENCY_COLUMNS and set(t["backend"]) == {"slow"}  # exact is the reference column
+    t = time_searches(stores, corpus.questions, v[:4], depth=10, repeats=3, queries=3, warmup=1)
+    assert list(t.columns) == LATENCY_COLUMNS and set(t["backend"]) == {"slow"}  # exact is the reference column
     assert list(t["repeat"]) == [0] * 3 + [1] * 3 + [2] * 3 and list(t["query"]) == [0, 1, 2] * 3
-    assert len(R.time_searches(stores, corpus.questions, v[:4], depth=10, repeats=1, queries=10, warmup=0)) == 10  # cycled
+    assert len(time_searches(stores, corpus.questions, v[:4], depth=10, repeats=1, queries=10, warmup=0)) == 10  # cycled
     assert (t["ms"] >= 2.0).all() and (t["ref_ms"] < t["ms"]).all()  # the 2 ms sleep is inside the timed call
-    assert R.latency_ratios(t).iloc[0]["ratio"] > 1.0
+    assert latency_ratios(t).iloc[0]["ratio"] > 1.0
     with pytest.raises(ValueError, match="no 'exact' store"):
-        R.time_searches({"slow": stores["slow"]}, corpus.questions, v[:4], depth=10, repeats=1, queries=1, warmup=0)
+        time_searches({"slow": stores["slow"]}, corpus.questions, v[:4], depth=10, repeats=1, queries=1, warmup=0)
 
 
 def test_fault_slow_makes_a_store_factor_times_slower_inside_the_timed_call():
     corpus, v, stores = _tiny_stores()
-    slowed = {"exact": stores["exact"], "slow": R._Slowed(stores["slow"], 3.0)}
-    t = R.time_searches(slowed, corpus.questions, v[:4], depth=10, repeats=1, queries=2, warmup=0)
+    slowed = {"exact": stores["exact"], "slow": _Slowed(stores["slow"], 3.0)}
+    t = time_searches(slowed, corpus.questions, v[:4], depth=10, repeats=1, queries=2, warmup=0)
     assert (t["ms"] >= 6.0).all()  # 2 ms search, busy-waited to 3x
-    assert R._Slowed(stores["slow"], 2.0).capabilities == stores["slow"].capabilities
-    assert R.parse_fault_slow(["sqlite_vec=2", "seekdb=1.5"]) == {"sqlite_vec": 2.0, "seekdb": 1.5}
+    assert _Slowed(stores["slow"], 2.0).capabilities == stores["slow"].capabilities
+    assert parse_fault_slow(["sqlite_vec=2", "seekdb=1.5"]) == {"sqlite_vec": 2.0, "seekdb": 1.5}
     for bad in ("sqlite_vec", "sqlite_vec=0.5", "=2", "x=fast"):
         with pytest.raises(ValueError, match="expected STORE=FACTOR with FACTOR >= 1"):
-            R.parse_fault_slow([bad])
+            parse_fault_slow([bad])
 
 
 # ------------------------------------------------------------------------------------ whole gate
@@ -342,7 +352,7 @@ def test_a_store_missing_from_the_current_run_fails_coverage_with_the_job_failur
     base = run_of(pd.concat([qrows("exact", "limit5", NAN, [1.0] * 4), qrows("seekdb", "limit5", NAN, [1.0] * 4)]), path="base")
     cur = run_of(qrows("exact", "limit5", NAN, [1.0] * 4))
     failed = [{"reason": "BackendUnavailable: seekdb would not start", "overrides": ["backend=seekdb", "experiment=regress"]}]
-    res = R.gate(base, cur, CFG, failed_jobs=failed)
+    res = gate(base, cur, CFG, failed_jobs=failed)
     assert res.failed
     row = res.checks[res.checks["check"] == "coverage"].iloc[0]
     assert row["config"] == "seekdb / limit5" and row["verdict"] == "FAIL (BackendUnavailable: seekdb would not start)"
@@ -352,15 +362,15 @@ def test_a_store_missing_from_the_current_run_fails_coverage_with_the_job_failur
 def test_a_store_left_out_fails_unless_allowed_and_a_measured_store_without_rows_is_missing():
     base = run_of(pd.concat([qrows("exact", "limit5", NAN, [1.0] * 4), qrows("seekdb", "limit5", NAN, [1.0] * 4)]), path="base")
     cur = run_of(qrows("exact", "limit5", NAN, [1.0] * 4))  # e.g. make regress ARGS="hydra.sweeper.params.backend=exact"
-    res = R.gate(base, cur, CFG)
+    res = gate(base, cur, CFG)
     row = res.checks[res.checks["check"] == "coverage"].iloc[0]
     assert res.failed and (row["config"], row["verdict"]) == ("seekdb / limit5", "FAIL (store not in this run; --allow stores accepts it)")
-    res = R.gate(base, cur, CFG, allow=frozenset({"stores"}))
+    res = gate(base, cur, CFG, allow=frozenset({"stores"}))
     assert not res.failed
     assert res.checks[res.checks["check"] == "coverage"].iloc[0]["verdict"] == "skipped (store not in this run; allowed by --allow stores)"
     assert res.verdict.endswith("(ds, 1 operating points; 1 baseline points not in this run; 1 allowed by --allow)")
-    measured = R.RunData(cur.path, cur.summary, cur.rows, {"jobs": [{"backend": "exact"}, {"backend": "seekdb"}]}, cur.latency)
-    row = R.gate(base, measured, CFG).checks.iloc[0]
+    measured = RunData(cur.path, cur.summary, cur.rows, {"jobs": [{"backend": "exact"}, {"backend": "seekdb"}]}, cur.latency)
+    row = gate(base, measured, CFG).checks.iloc[0]
     assert row["verdict"] == "FAIL (no rows for this store, though the run measured it; --allow missing accepts it)"
 
 
@@ -368,49 +378,49 @@ def test_another_grid_missing_questions_or_an_extra_store_fail_unless_allowed():
     base = run_of(pd.concat([qrows("exact", "threshold", t, [1.0] * 4) for t in (0.3, 0.4, 0.5)]
                             + [qrows("exact", "limit5", NAN, [1.0] * 4)]), path="base")
     narrow = run_of(pd.concat([qrows("exact", "threshold", t, [1.0] * 4) for t in (0.3, 0.4)] + [qrows("exact", "limit5", NAN, [1.0] * 4)]))
-    c = R.coverage_checks(base.rows, narrow.rows, R.operating_points(base.summary, base.rows))
+    c = coverage_checks(base.rows, narrow.rows, operating_points(base.summary, base.rows))
     assert c[["config", "metric", "baseline", "current"]].values.tolist() == [["exact / threshold", "thresholds", "0.3, 0.4, 0.5", "0.3, 0.4"]]
     assert c.iloc[0]["verdict"] == "FAIL (another threshold grid; --allow grid accepts it)"
-    assert R.coverage_checks(base.rows, narrow.rows, [], allow=frozenset({"grid"})).iloc[0]["verdict"].startswith("skipped (another")
+    assert coverage_checks(base.rows, narrow.rows, [], allow=frozenset({"grid"})).iloc[0]["verdict"].startswith("skipped (another")
     lost = pd.concat([base.rows[base.rows["strategy"] == "threshold"], qrows("exact", "limit5", NAN, [1.0] * 4).iloc[:3]])
-    c = R.coverage_checks(base.rows, lost, [("exact", "limit5", NAN)]).iloc[0]
+    c = coverage_checks(base.rows, lost, [("exact", "limit5", NAN)]).iloc[0]
     assert (c["metric"], c["baseline"], c["current"], c["verdict"]) == \
         ("questions", 4.0, 3.0, "FAIL (rows of 1 of 4 questions missing; --allow missing accepts it)")
     extra = pd.concat([base.rows, qrows("chroma", "limit5", NAN, [1.0] * 4)])
-    c = R.coverage_checks(base.rows, extra, []).iloc[0]
+    c = coverage_checks(base.rows, extra, []).iloc[0]
     assert (c["config"], c["verdict"]) == ("chroma", "FAIL (store(s) not in the baseline: not gated; --allow stores accepts it)")
 
 
 def test_runs_on_other_embedders_or_question_sets_are_not_compared_silently():
     base = run_of(qrows("exact", "limit5", NAN, [1.0] * 4), path="base")
     other = run_of(qrows("exact", "limit5", NAN, [1.0] * 4, embedder="other"))
-    res = R.gate(base, other, CFG)
+    res = gate(base, other, CFG)
     assert res.failed and res.verdict == ("regress FAIL: cannot compare: baseline base was made with embedder 'emb', this run uses "
                                           "'other'; --allow embedder skips the comparison")
-    res = R.gate(base, other, CFG, allow=frozenset({"embedder"}))
+    res = gate(base, other, CFG, allow=frozenset({"embedder"}))
     assert res.skipped and not res.failed and res.verdict.endswith("this run uses 'other' (allowed by --allow embedder)")
     fewer = run_of(qrows("exact", "limit5", NAN, [1.0] * 3))
-    res = R.gate(base, fewer, CFG)
+    res = gate(base, fewer, CFG)
     assert res.failed and "questions dataset: 4.0 -> 3.0" in res.verdict
 
 
 def test_runs_scored_on_other_gold_labels_fail_the_gate():
     rows = qrows("exact", "limit5", NAN, [1.0] * 4)
     t = lat([[2.0]], [[1.0]])
-    base = R.RunData(Path("base"), run_of(rows).summary, rows, {"labels_sha256": "a" * 64}, t)
-    same = R.RunData(Path("cur"), base.summary, rows, {"labels_sha256": "a" * 64}, t)
-    relabelled = R.RunData(Path("cur"), base.summary, rows, {"labels_sha256": "b" * 64}, t)
-    unknown = R.RunData(Path("cur"), base.summary, rows, {}, t)  # a baseline or run made before labels were recorded
-    assert not R.gate(base, same, CFG).failed and not R.gate(base, unknown, CFG).failed
-    res = R.gate(base, relabelled, CFG)
+    base = RunData(Path("base"), run_of(rows).summary, rows, {"labels_sha256": "a" * 64}, t)
+    same = RunData(Path("cur"), base.summary, rows, {"labels_sha256": "a" * 64}, t)
+    relabelled = RunData(Path("cur"), base.summary, rows, {"labels_sha256": "b" * 64}, t)
+    unknown = RunData(Path("cur"), base.summary, rows, {}, t)  # a baseline or run made before labels were recorded
+    assert not gate(base, same, CFG).failed and not gate(base, unknown, CFG).failed
+    res = gate(base, relabelled, CFG)
     assert res.failed and "labels dataset: aaaaaaaaaaaa -> bbbbbbbbbbbb" in res.verdict
 
 
 def test_markdown_lists_failures_first_with_baseline_current_delta_and_verdict():
     base = run_of(qrows("exact", "limit5", NAN, [1.0] * 20), lat([[2.0]], [[1.0]]), path="base")
     cur = run_of(qrows("exact", "limit5", NAN, [0.5] * 20, tokens=150), lat([[2.2]], [[1.0]]))
-    res = R.gate(base, cur, CFG)
-    md = R.render_markdown(res, CFG, base, cur)
+    res = gate(base, cur, CFG)
+    md = render_markdown(res, CFG, base, cur)
     lines = md.splitlines()
     header = lines.index("| check | config | metric | baseline | current | delta | ratio | limit | changed | min p | Holm p | verdict |")
     body = lines[header + 2:]
@@ -485,7 +495,7 @@ def test_write_baseline_writes_the_demo_baseline_with_a_readme(demo_runs):
     assert meta["strategies"] == ["limit5", "threshold", "hybrid5", "full_context"] and meta["gate"]["budget_ratio_max"] == 1.1
     assert len(meta["load_average"]) == 3
     lat = pd.read_csv(base / "latency.csv")
-    assert list(lat.columns) == R.LATENCY_COLUMNS and set(lat["backend"]) == {"sqlite_vec"}  # exact: the ref_ms beside it
+    assert list(lat.columns) == LATENCY_COLUMNS and set(lat["backend"]) == {"sqlite_vec"}  # exact: the ref_ms beside it
     assert sorted(set(lat["repeat"])) == list(range(7)) and len(lat) == 7 * 200  # 25 questions cycled to 200 searches per pass
     assert "demo corpus ships in `datasets/demo/`" in (base / "README.md").read_text()
     assert not (tmp / "out1.step.md").exists()  # writing a baseline is not a gate run
@@ -520,7 +530,7 @@ def test_an_injected_regression_fails_and_names_the_metric(demo_runs, tmp_path, 
     table = F.token_table(corpus.turns(), lambda texts: tokens.count_tokens_many(texts, "cl100k_base"), F.FORMATS)
     rows = pd.read_parquet(broken / "questions.parquet")
     parts = [rows[rows["strategy"] != "limit5"]]
-    for job in R.job_dirs(broken):
+    for job in job_dirs(broken):
         trace = Trace.load(job / "trace")
         parts.append(sweep(trace, corpus, [StrategySpec("limit5", drop_best, thresholded=False)], (), dict(table.memory["A"]),
                            embedder=rows["embedder"].iloc[0]))

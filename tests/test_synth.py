@@ -115,7 +115,7 @@ def test_embedder_bad_input():
 
 
 def test_hydra_configs_compose_and_agree():
-    from bench.tools.perf import compose
+    from bench.tools.perf.common import compose
 
     cfg = compose(["dataset=synthetic", "embedder=synthetic", "dataset.n_memories=30", "dataset.conversation_size=10"])
     assert cfg.dataset.topics == cfg.embedder.topics

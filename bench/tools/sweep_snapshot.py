@@ -27,7 +27,7 @@ def main(argv: list[str] | None = None) -> int:
     from bench.cli.config import build, build_strategies
     from bench.strategies.spec import threshold_grid
     from bench.sweep import format_tokens_table, summarise, sweep
-    from bench.tools.perf import compose
+    from bench.tools.perf.common import compose
     from bench.trace import Trace
 
     cfg = compose([*overrides, f"strategy={strats}"])

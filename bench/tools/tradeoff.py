@@ -104,7 +104,7 @@ def cheapest(rows: pd.DataFrame, *, target: float = TARGET, cost: str = COST) ->
 def locomo_data(n_queries: int, *, seed: int = 0, overrides=("dataset=locomo", "embedder=minilm")):
     """The corpus's turn and question vectors from the embedding cache (``reports/cache/embeddings``), in the tuple
     ``bench.tools.stores.synthetic`` returns (ids are ``m<row>``); ``n_queries`` questions drawn with ``seed``."""
-    from bench.tools.perf import REPO, cached_embedder
+    from bench.tools.perf.common import REPO, cached_embedder
     from bench.trace import embed_corpus
 
     corpus, emb = cached_embedder(list(overrides), REPO / "reports" / "cache" / "embeddings")
