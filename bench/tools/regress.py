@@ -67,6 +67,7 @@ import numpy as np
 import pandas as pd
 
 from bench.cli.common import entry, parser, reports_dir, setup_logging, work_dir
+from bench.metrics import direction
 from bench.rundir import JOBS, LATENCY, META, QUESTIONS, SUMMARY, RunDir
 
 log = logging.getLogger(__name__)
@@ -427,7 +428,8 @@ def quality_checks(base: pd.DataFrame, cur: pd.DataFrame, points: Sequence[tuple
     df["p_holm"] = df["_key"].map(lambda k: adjusted.get(k, NAN)).astype(float)
     df["limit"] = level
     sig = df["p_holm"] < cfg.alpha
-    drop, gain = df["delta"] < -cfg.tolerance, df["delta"] > cfg.tolerance
+    better = df["delta"] * df["metric"].map(direction)  # > 0: improved, whichever way the metric points (bench.metrics)
+    drop, gain = better < -cfg.tolerance, better > cfg.tolerance
     blind = ~sig & (df["p_min"] > level)
     why = [f"cannot tell: {int(n)} changed {cfg.test_unit}s, smallest reachable p {pm:.3g} > {level:.3g}"
            for n, pm in zip(df["n_changed"], df["p_min"])]
