@@ -346,7 +346,7 @@ def build_grids(rows: pd.DataFrame, *, source: str = QUESTIONS) -> list[Grid]:
         main = ~adv[:, None]
         vals = np.stack([
             np.where(main, f1, NAN), np.where(main, rec, NAN), np.where(main, prec, NAN), np.where(main, tok, NAN),
-            np.where(main, NAN, empty), np.where(main, f1, empty),
+            np.where(main, NAN, empty), metrics.with_abstention(f1, empty, ~main),
         ], axis=1)
         grids.append(Grid(
             key=tuple(str(k) for k in key), thresholds=np.where(ts < 0, NAN, ts), question_ids=qids,
