@@ -36,15 +36,14 @@ import json
 import logging
 import math
 import re
-from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
 
-from bench.answers import normalise
 from bench.llm import Cache, ChatClient, LLMConfig, cached_call, message_tokens
+from bench.metrics.text import normalize_answer, token_f1  # noqa: F401  (qa.token_f1: re-exported)
 from bench.output import md_text
 from bench.types import Question
 
@@ -73,23 +72,6 @@ JUDGE_USER = "Question: {question}\nGold answer: {gold}\nGenerated answer: {answ
 
 
 # --------------------------------------------------------------------------- pure parts
-
-def normalize_answer(text: str) -> str:
-    """SQuAD's normalisation (``bench.answers.normalise``: lower case, no punctuation, no articles), single spaces."""
-    return " ".join(normalise(text))
-
-
-def token_f1(prediction: str, gold: str) -> float:
-    """SQuAD token F1 on normalised whitespace tokens (1.0 when both are empty, 0.0 when one is)."""
-    p, g = normalize_answer(prediction).split(), normalize_answer(gold).split()
-    if not p or not g:
-        return float(p == g)
-    same = sum((Counter(p) & Counter(g)).values())
-    if same == 0:
-        return 0.0
-    precision, recall = same / len(p), same / len(g)
-    return 2 * precision * recall / (precision + recall)
-
 
 def abstains(answer: str) -> bool:
     return normalize_answer(ABSTAIN) in normalize_answer(answer)

@@ -15,7 +15,7 @@ or a session:
 - a turn: its memory key ``<conversation_id>|<turn_id>`` (as TREC runs and exports carry it), or its bare turn id;
   for a LongMemEval corpus also LongMemEval's turn id ``<haystack_session_id>_<n>`` (n = 1-based position in the
   session, ``answer`` written ``noans`` for a turn without the answer, as ``run_retrieval.py`` names them);
-- a session: ``<conversation_id>|session<ordinal>`` (``bench.ranked.session_map``, what the export writes), or,
+- a session: ``<conversation_id>|session<ordinal>`` (``bench.metrics.ranked.session_map``, what the export writes), or,
   for a LongMemEval corpus, the source's ``haystack_session_ids`` entry (also with ``answer`` written ``noans``; read from the corpus's source files,
   only when an id needs it: the corpus keeps ordinals, never source ids, because those start with ``answer_``).
 

@@ -27,7 +27,7 @@ import numpy as np
 import pandas as pd
 
 from bench import metrics
-from bench.answers import AnswerIndex
+from bench.metrics.answers import AnswerIndex
 from bench.formats import TokenTable, check_formats
 from bench.strategies.spec import Selection, StrategySpec, threshold_grid  # noqa: F401  (threshold_grid: re-exported)
 from bench.strategies.vector import lowest_passing, passes

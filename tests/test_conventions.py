@@ -1,4 +1,4 @@
-"""The conventions table (bench/conventions.py): LongMemEval's arithmetic, checked by hand and against a transcription
+"""The conventions table (bench/metrics/conventions.py): LongMemEval's arithmetic, checked by hand and against a transcription
 of LongMemEval's own scorer on the 20-question _s slice; abstention exclusion; the report section and its CSV."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from bench import conventions as CV
+from bench.metrics import conventions as CV
 from bench.data.longmemeval import load_longmemeval
 from bench.data.units import UnitSpec, build_units
 from bench.types import Conversation, Corpus, Question, Turn

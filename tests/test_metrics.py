@@ -6,7 +6,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from bench import metrics as M
+from bench.metrics import setwise as M
 
 # gold = {g1, g2, g3}; selected = {g1, x, g2, y}: 2 correct
 SEL, GOLD = ["g1", "x", "g2", "y"], ["g1", "g2", "g3"]

@@ -8,7 +8,8 @@ import pandas as pd
 import pytest
 from demo_run import demo_run
 
-from bench import ranked, trec
+from bench import trec
+from bench.metrics import ranked
 from bench.analysis import systems
 from bench.rankings import read_ranking
 from bench.types import Conversation, Corpus, Question, Turn
@@ -200,7 +201,7 @@ def test_a_turn_said_after_the_question_is_dropped_not_credited(tmp_path):
 
 
 def _our_rows(hits: dict) -> pd.DataFrame:
-    """Our per-question rows (bench.ranked.per_question) of a trace whose hits are ``hits``."""
+    """Our per-question rows (bench.metrics.ranked.per_question) of a trace whose hits are ``hits``."""
     from types import SimpleNamespace
 
     qs = [q for q in CORPUS.questions]

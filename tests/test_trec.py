@@ -70,7 +70,7 @@ def _ranked_means(table) -> dict:
 def test_exported_run_and_qrels_score_like_ranked_csv_with_ir_measures(tmp_path):
     """The qrels hold the scored questions only (q2, adversarial with LoCoMo-style evidence, is left out as in
     ranked.csv); q3 (scored, no hits) counts 0 in both; q4's gold t1 ties with t3 and keeps the trace's order."""
-    from bench import ranked
+    from bench.metrics import ranked
 
     corpus = Corpus(name="tiny", conversations=(Conversation("c1", tuple(_turn("c1", i) for i in range(4))),),
                     questions=(Question("q1", "c1", "?", None, ("t2",)),

@@ -22,6 +22,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
+from bench.analysis.choose import setting_index
 from bench.analysis.recommend import CONFIG_KEYS, M, RecommendConfig, analyse, best_flags, build_grids, one_format
 from bench.analysis.stats import cluster_sums, ratio
 
@@ -83,7 +84,7 @@ def split_half(rows: pd.DataFrame, cfg: RecommendConfig | None = None, *, max_tr
             continue
         i = int(np.flatnonzero(best.to_numpy())[0])
         b, g = points.iloc[i], grids[i]
-        j = 0 if not g.thresholded else int(np.flatnonzero(np.isclose(g.thresholds, b["threshold"]))[0])
+        j = 0 if not g.thresholded else setting_index(g.thresholds, b["threshold"])  # A's choice, scored on B
         on_b = np.isin(g.conversations, test)
         _, s, n = cluster_sums(g.values[on_b][:, M[p], j], g.conversations[on_b])
         held = float(ratio(s.sum(), n.sum()))

@@ -29,6 +29,7 @@ import numpy as np
 import pandas as pd
 
 from bench import metrics
+from bench.analysis.choose import best, choose_and_score, setting_index
 from bench.analysis.stats import INTERVAL_METHODS, ClusterInterval, cluster_bootstrap, cluster_sums, mean_intervals, ratio
 from bench.rundir import QUESTIONS
 
@@ -39,14 +40,12 @@ CONFIG_KEYS = ["dataset", "embedder", "backend", "strategy"]
 METRICS = ("f1", "recall", "precision", "tokens", "abstained", "f1_abstain")
 M = {m: i for i, m in enumerate(METRICS)}
 CI_METRICS = ("f1", "recall", "precision", "tokens", "f1_abstain")
-OBJECTIVES = {  # name -> (metric, +1 maximise / -1 minimise)
-    "max_f1": ("f1", 1),
-    "max_f1_abstain": ("f1_abstain", 1),
-    "max_recall": ("recall", 1),
-    "min_tokens": ("tokens", -1),
-}
+# name -> (metric, +1 maximise / -1 minimise): max_f1, max_f1_abstain, max_recall, min_tokens; the direction is the
+# metric's own (``bench.metrics.METRICS``)
+OBJECTIVES = {("max_" if metrics.direction(m) > 0 else "min_") + m: (m, metrics.direction(m))
+              for m in ("f1", "f1_abstain", "recall", "tokens")}
 CI_METHODS = INTERVAL_METHODS  # t (default: small-sample, Student t with G-1 df) or a cluster-bootstrap method
-UPPER = np.array([np.inf if m == "tokens" else 1.0 for m in METRICS])  # every metric >= 0; all but tokens <= 1
+UPPER = np.array([metrics.METRICS[m].high for m in METRICS])  # every metric >= 0; all but tokens <= 1
 TIE = 1e-12
 
 
@@ -210,29 +209,38 @@ class RecommendConfig:
 
 # --------------------------------------------------------------------------- choosing
 
-def choose(means: np.ndarray, cfg: RecommendConfig) -> np.ndarray:
-    """Index of the chosen threshold along the last axis of ``means`` (..., len(METRICS), T); -1 if none.
-
-    Feasible: the objective's metric is defined and the token/recall constraints hold. Ties on the
-    objective (within 1e-12) go to fewer tokens (for max objectives) or more recall (min tokens),
-    then to the lowest threshold.
-    """
+def objective(means: np.ndarray, cfg: RecommendConfig) -> dict:
+    """``cfg``'s objective on ``means`` (..., len(METRICS), T) as the arguments of ``choose.best``: the primary metric,
+    its direction, the token/recall constraints and the tie-break (fewer tokens for max objectives, more recall for
+    min tokens)."""
     means = np.asarray(means, np.float64)
     primary = means[..., M[cfg.primary], :]
     tokens, recall = means[..., M["tokens"], :], means[..., M["recall"], :]
-    feasible = ~np.isnan(primary)
+    feasible = np.ones(primary.shape, bool)
     with np.errstate(invalid="ignore"):
         if cfg.token_budget is not None:
             feasible &= tokens <= cfg.token_budget
         if cfg.recall_floor is not None:
             feasible &= recall >= cfg.recall_floor
-    key = np.where(feasible, cfg.sign * primary, -np.inf)
-    best = key.max(axis=-1, keepdims=True)
-    cand = feasible & (key >= best - TIE)
-    tie_key = tokens if cfg.sign > 0 else -recall
-    tie_key = np.where(np.isnan(tie_key), np.inf, tie_key)
-    idx = np.where(cand, tie_key, np.inf).argmin(axis=-1)
-    return np.where(cand.any(axis=-1), idx, -1)
+    return {"primary": primary, "sign": cfg.sign, "feasible": feasible, "tie": tokens if cfg.sign > 0 else -recall}
+
+
+def choose(means: np.ndarray, cfg: RecommendConfig) -> np.ndarray:
+    """Index of the chosen threshold along the last axis of ``means`` (..., len(METRICS), T); -1 if none
+    (``choose.best`` of ``objective``).
+
+    Feasible: the objective's metric is defined and the token/recall constraints hold. Ties on the
+    objective (within 1e-12) go to fewer tokens (for max objectives) or more recall (min tokens),
+    then to the lowest threshold.
+    """
+    return best(**objective(means, cfg))
+
+
+def choose_on_score_on(choose_on: np.ndarray, score_on: np.ndarray, cfg: RecommendConfig) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """``choose.choose_and_score`` with ``cfg``'s objective: chosen on ``choose_on``, scored on ``score_on`` (both
+    (..., len(METRICS), T), thresholds lined up): (index, primary metric on A there, primary metric on B there)."""
+    obj = objective(choose_on, cfg)
+    return choose_and_score(obj.pop("primary"), np.asarray(score_on, np.float64)[..., M[cfg.primary], :], **obj)
 
 
 def pareto_front(cost: np.ndarray, benefit: np.ndarray) -> np.ndarray:
@@ -338,7 +346,7 @@ def build_grids(rows: pd.DataFrame, *, source: str = QUESTIONS) -> list[Grid]:
         main = ~adv[:, None]
         vals = np.stack([
             np.where(main, f1, NAN), np.where(main, rec, NAN), np.where(main, prec, NAN), np.where(main, tok, NAN),
-            np.where(main, NAN, empty), np.where(main, f1, empty),
+            np.where(main, NAN, empty), metrics.with_abstention(f1, empty, ~main),
         ], axis=1)
         grids.append(Grid(
             key=tuple(str(k) for k in key), thresholds=np.where(ts < 0, NAN, ts), question_ids=qids,
@@ -461,12 +469,10 @@ def loco(grid: Grid, cfg: RecommendConfig) -> tuple[dict, pd.DataFrame]:
     tot_s, tot_c = sums.sum(0), counts.sum(0)
     train = ratio(tot_s[None] - sums, tot_c[None] - counts)
     held = ratio(sums, counts)
-    idx = choose(train, cfg)
-    own = choose(held, cfg)
+    idx, tr, ho = choose_on_score_on(train, held, cfg)  # each fold: chosen on the others, scored on the one left out
+    own, best_held, _ = choose_on_score_on(held, held, cfg)  # the held-out conversation's own best, in hindsight
     full = int(choose(ratio(tot_s, tot_c), cfg))
     f = np.arange(len(labels))
-    take = lambda arr, i: np.where(i >= 0, arr[f, p, np.maximum(i, 0)], NAN)  # noqa: E731
-    tr, ho, best = take(train, idx), take(held, idx), take(held, own)
     thr = np.where(idx >= 0, grid.thresholds[np.maximum(idx, 0)], NAN)
     violated = np.zeros(len(labels), bool)
     with np.errstate(invalid="ignore"):
@@ -478,7 +484,7 @@ def loco(grid: Grid, cfg: RecommendConfig) -> tuple[dict, pd.DataFrame]:
         "conversation_id": labels, "n_questions": counts[:, p, 0].astype(int),
         "threshold": thr, "train": tr, "held_out": ho, "gap": s * (tr - ho),
         "held_out_best_threshold": np.where(own >= 0, grid.thresholds[np.maximum(own, 0)], NAN),
-        "held_out_best": best, "regret": s * (best - ho), "violated": violated & (idx >= 0),
+        "held_out_best": best_held, "regret": s * (best_held - ho), "violated": violated & (idx >= 0),
     })
     for k, v in reversed(list(grid.where().items())):
         folds.insert(0, k, v)
@@ -564,11 +570,11 @@ def transfer(grids: list[Grid], points: pd.DataFrame, cfg: RecommendConfig) -> p
                     continue
                 ps = points[(points[CONFIG_KEYS] == pd.Series(dict(zip(CONFIG_KEYS, g.key)))).all(axis=1)].iloc[0]
                 pt = points[(points[CONFIG_KEYS] == pd.Series(dict(zip(CONFIG_KEYS, other.key)))).all(axis=1)].iloc[0]
-                hit = np.flatnonzero(np.isclose(other.thresholds, ps["threshold"])) if not math.isnan(ps["threshold"]) else []
+                j = setting_index(other.thresholds, ps["threshold"])  # the source's choice, lined up with the target's grid
                 at = NAN
                 tok = NAN
-                if len(hit):
-                    _, sums, counts = cluster_sums(other.values[:, :, hit[0]], other.conversations)
+                if j >= 0:  # scored on the target
+                    _, sums, counts = cluster_sums(other.values[:, :, j], other.conversations)
                     m = ratio(sums.sum(0), counts.sum(0))
                     at, tok = m[M[p]], m[M["tokens"]]
                 same = bool(set(g.conversations) & set(other.conversations))

@@ -11,7 +11,10 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 
+import numpy as np
 import pandas as pd
+
+from bench.analysis.choose import setting_index
 
 KEYS = ["embedder", "backend", "strategy"]
 
@@ -29,8 +32,11 @@ def _at(summary: pd.DataFrame, dataset: str, point: Mapping) -> pd.Series | None
     for k in KEYS:
         s = s[s[k] == point[k]]
     t = point["threshold"]
-    s = s[s["threshold"].isna()] if t is None or (isinstance(t, float) and math.isnan(t)) else s[(s["threshold"] - t).abs() < 1e-9]
-    return s.iloc[0] if len(s) else None
+    if t is None or (isinstance(t, float) and math.isnan(t)):
+        s = s[s["threshold"].isna()]
+        return s.iloc[0] if len(s) else None
+    j = setting_index(s["threshold"].to_numpy(np.float64), t)  # A's choice lined up with B's settings
+    return s.iloc[j] if j >= 0 else None
 
 
 def moves(pairs: Sequence[tuple[str, str]], best: pd.DataFrame, summary: pd.DataFrame) -> pd.DataFrame:

@@ -1,6 +1,6 @@
 """Other systems' rankings beside our own, by the same arithmetic: the "systems" table (``recallbench score``).
 
-An imported ranking (``bench.rankings``) is scored per question with ``bench.ranked`` (a turn ranking through
+An imported ranking (``bench.rankings``) is scored per question with ``bench.metrics.ranked`` (a turn ranking through
 ``ranked.per_question`` exactly as a trace; a session ranking at session level only, turn cells NaN), over the
 questions it ranks that are scored (not adversarial, with gold: LongMemEval's retrieval evaluation leaves the
 abstention questions out the same way). Each of our traces of the same dataset is scored on the same questions,
@@ -12,7 +12,7 @@ Tables (tidy, written by ``recallbench score`` into the run directory):
 - ``systems.csv`` (SYSTEMS_COLUMNS): per imported ranking, per system (the ranking itself, and each of ours), level,
   metric and k: the mean over the paired questions, and for our rows the paired difference (imported - ours),
   its CI, p-value, wins/ties/losses (wins: the imported ranking is better) and the conversations.
-- ``systems_questions.csv``: the imported rankings' per-question values (``bench.ranked`` columns).
+- ``systems_questions.csv``: the imported rankings' per-question values (``bench.metrics.ranked`` columns).
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ from types import SimpleNamespace
 import numpy as np
 import pandas as pd
 
-from bench import ranked
+from bench.metrics import ranked
 from bench.rankings import Ranking
 from bench.types import Corpus, memory_key
 
@@ -37,7 +37,7 @@ IMPORT_PREFIX = "import:"
 
 
 def ranking_rows(ranking: Ranking, corpus: Corpus, *, ks: Sequence[int] = ranked.DEFAULT_KS) -> pd.DataFrame:
-    """One row per scored question the ranking ranks (``bench.ranked.per_question`` columns); backend = ``import:<name>``."""
+    """One row per scored question the ranking ranks (``bench.metrics.ranked.per_question`` columns); backend = ``import:<name>``."""
     questions = [q for q in corpus.questions if q.question_id in ranking.ranked]
     gold = [list(dict.fromkeys(memory_key(q.conversation_id, e) for e in q.evidence)) for q in questions]
     meta = {"dataset": corpus.name, "embedder": "-", "backend": f"{IMPORT_PREFIX}{ranking.name}", "roles": None}
@@ -75,7 +75,7 @@ def system_label(row) -> str:
 def compare(ours: pd.DataFrame, imported: Sequence[tuple[Ranking, pd.DataFrame]], *, ks: Sequence[int],
             confidence: float = 0.95) -> pd.DataFrame:
     """The systems table (SYSTEMS_COLUMNS): every imported ranking's per-question rows against each of our systems'
-    (``bench.ranked.per_question`` rows of the same dataset), on the questions both score."""
+    (``bench.metrics.ranked.per_question`` rows of the same dataset), on the questions both score."""
     from bench.analysis.stats import paired_t_test
 
     keys = [(lv, m, k) for lv in ranked.LEVELS for m, k in ranked._metric_keys(ks)]

@@ -7,7 +7,7 @@ of its own: its settings are the adaptive strategies of the run). A family's *se
 (strategy, threshold) of it.
 
 Each family chooses its setting on training data (the one with the highest macro F1 over the training
-questions; ties: the first in (strategy, threshold) order) and is scored on held-out data. Three
+questions; ties: the first in (strategy, threshold) order) and is scored on held-out data (``bench.analysis.choose``). Three
 protocols, which measure different things:
 
 - ``loco``, **stability across conversations of this corpus** (leave one conversation out, per dataset,
@@ -50,6 +50,7 @@ import numpy as np
 import pandas as pd
 
 from bench import metrics
+from bench.analysis.choose import choose_and_score
 from bench.analysis.stats import cluster_sums, cluster_t_interval
 
 NAN = float("nan")
@@ -104,15 +105,6 @@ def settings(rows: pd.DataFrame, fam: Mapping[str, str]) -> dict[tuple[str, str,
     return out
 
 
-def _choose(means: np.ndarray, idx: np.ndarray) -> int:
-    """The setting (of ``idx``) with the highest mean; ties (within 1e-12): the first. -1 when all are NaN."""
-    m = means[idx]
-    if np.isnan(m).all():
-        return -1
-    best = np.nanmax(m)
-    return int(idx[np.flatnonzero(m >= best - 1e-12)[0]])
-
-
 def _describe(s: Settings, chosen: Sequence[int]) -> dict:
     ok = [j for j in chosen if j >= 0]
     t = s.thresholds[ok] if ok else np.empty(0)
@@ -139,8 +131,8 @@ def loco(s: Settings) -> tuple[list[dict], pd.DataFrame]:
     fixed = float(total[ref].max() / N)
     for family in [f for f in ORDER if f in set(s.family)]:
         idx = np.flatnonzero(fam == family)
-        chosen = [_choose(train[c], idx) for c in range(len(labels))]
-        got = np.array([held[c, j] if j >= 0 else NAN for c, j in enumerate(chosen)])
+        local, _, got = choose_and_score(train[:, idx], held[:, idx], sign=metrics.direction("f1"))  # each fold
+        chosen = [int(idx[j]) if j >= 0 else -1 for j in local]
         regret = hind - got
         pooled = float(np.nansum(got * n) / n[~np.isnan(got)].sum()) if (~np.isnan(got)).any() else NAN
         hindsight = float((hind * n).sum() / N)
@@ -184,9 +176,11 @@ def across(a: Settings, b: Settings, *, protocol: str = "embedders", confidence:
         idx = np.array([j for j, f in enumerate(a.family) if f == family and _key(a, j) in where_b])
         if not len(idx):
             continue
-        j = _choose(mean_a, idx)
+        on_b = np.array([where_b[_key(a, j)] for j in idx])  # b's setting of each of a's
+        local, _, got = choose_and_score(mean_a[idx], mean_b[on_b], sign=metrics.direction("f1"))  # chosen on a, scored on b
+        j = int(idx[local]) if local >= 0 else -1
         jb = where_b[_key(a, j)]
-        got = float(mean_b[jb])
+        got = float(got)
         own = [k for k, f in enumerate(b.family) if f == family]
         out.append({"protocol": protocol, "family": family, **_describe(a, [j]), "n_folds": NAN,
                     "n_conversations": int(ci.n_clusters[jb]), "n_questions": len(b.question_ids),

@@ -15,7 +15,7 @@ FORMATS = ("trec", "json", "json-sessions")
 def json_ranking(trace, corpus, *, sessions: bool = False) -> dict[str, list[str]]:
     """{question_id: [memory key, ...]} of a trace in its order; ``sessions``: each question's ranked turns' sessions
     (``<conversation_id>|session<n>``, bench.ranked.session_map), deduplicated in rank order."""
-    from bench.ranked import session_map, session_ranking
+    from bench.metrics.ranked import session_map, session_ranking
 
     smap = session_map(corpus) if sessions else None
     out = {}

@@ -95,11 +95,11 @@ def check_settings(cfg: DictConfig) -> None:
     for k in ("start", "stop", "step"):
         _number(f"thresholds.{k}", cfg.thresholds[k], lo=0, hi=1)
     if cfg.get("ranked"):
-        from bench.ranked import check_ks
+        from bench.metrics.ranked import check_ks
 
         check_ks(list(cfg.ranked.get("ks") or []))
     if cfg.get("conventions"):
-        from bench.ranked import check_ks
+        from bench.metrics.ranked import check_ks
 
         check_ks(list(cfg.conventions.get("ks") or []), "conventions.ks")
     _unit_spec(cfg)
@@ -312,7 +312,7 @@ def run_job(cfg: DictConfig, out_dir: Path, job: Job | None = None) -> pd.DataFr
 
 def ranked_table(cfg: DictConfig, traces, corpus, embedder: str) -> pd.DataFrame:
     """ranked.csv of a job: bench.ranked over its traces, with the ``ranked:`` settings."""
-    from bench import ranked
+    from bench.metrics import ranked
 
     rc = cfg.get("ranked") or {}
     ks = ranked.check_ks(list(rc.get("ks", ranked.DEFAULT_KS)))
@@ -329,8 +329,8 @@ def _unit_spec(cfg: DictConfig):
 
 def write_conventions(cfg: DictConfig, traces, corpus, embedder, out_dir: Path) -> Path:
     """conventions.csv of a job: LongMemEval's arithmetic at ``conventions.ks`` (bench.conventions), on the job's unit."""
-    from bench import conventions
-    from bench.ranked import check_ks
+    from bench.metrics import conventions
+    from bench.metrics.ranked import check_ks
 
     spec = _unit_spec(cfg)
     ks = check_ks(list((cfg.get("conventions") or {}).get("ks", conventions.KS)), "conventions.ks")

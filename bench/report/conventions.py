@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import pandas as pd
 
-from bench.conventions import FILE, OVERALL
+from bench.metrics.conventions import FILE, OVERALL
 from bench.output import read_csv
 from bench.output import md_code as C
 from bench.output import md_text as E

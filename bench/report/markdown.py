@@ -726,7 +726,7 @@ def coverage_section(jobs: list[dict]) -> list[str]:
 
 def ranked_section(run: RunDir) -> list[str]:
     """The ranked retrieval metrics of the traces (ranked.csv, bench.ranked), when the run has them."""
-    from bench.ranked import report_table
+    from bench.metrics.ranked import report_table
 
     table = run.ranked()
     if table is None or not len(table):

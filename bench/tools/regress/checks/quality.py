@@ -10,6 +10,7 @@ from collections.abc import Sequence
 import numpy as np
 import pandas as pd
 
+from bench.metrics import direction
 from bench.tools.regress.checks.common import _cannot_tell, _check, _has, _mean, _where, label
 from bench.tools.regress.settings import CHECK_COLUMNS, EXACT_MAX, FAIL, NAN, OK, SKIPPED, GateConfig
 
@@ -81,7 +82,8 @@ def quality_checks(base: pd.DataFrame, cur: pd.DataFrame, points: Sequence[tuple
     df["p_holm"] = df["_key"].map(lambda k: adjusted.get(k, NAN)).astype(float)
     df["limit"] = level
     sig = df["p_holm"] < cfg.alpha
-    drop, gain = df["delta"] < -cfg.tolerance, df["delta"] > cfg.tolerance
+    better = df["delta"] * df["metric"].map(direction)  # > 0: improved, whichever way the metric points (bench.metrics)
+    drop, gain = better < -cfg.tolerance, better > cfg.tolerance
     blind = ~sig & (df["p_min"] > level)
     why = [f"cannot tell: {int(n)} changed {cfg.test_unit}s, smallest reachable p {pm:.3g} > {level:.3g}"
            for n, pm in zip(df["n_changed"], df["p_min"])]

@@ -3,6 +3,7 @@
 Owns the conventions table (``conventions.csv`` of a job; rendered by ``bench.report.conventions``): per
 level, metric, k and question type (and ``overall``), the mean over the scored questions. Pure functions,
 no I/O beyond ``write``.
+Its per-question arithmetic is ``lme_scores`` (``recall_any``, ``recall_all`` and ``ndcg`` are views of it).
 
 Arithmetic, as LongMemEval's ``src/retrieval/eval_utils.py`` (github.com/xiaowu0162/LongMemEval; tests
 check it against a transcription of that file on a 20-question slice):
@@ -58,6 +59,26 @@ def lme_scores(*, ranked: Sequence[str], gold: set[str], n_relevant: int, k: int
     ideal = lme_dcg([1.0] * min(n_relevant, k), k)
     ndcg = 0.0 if ideal == 0 else lme_dcg([1.0 if x in gold else 0.0 for x in top], k) / ideal
     return float(any(g in recalled for g in gold)), float(all(g in recalled for g in gold)), ndcg
+
+
+def _one(ranked: Sequence[str], gold, k: int, i: int) -> float:
+    g = set(gold)
+    return lme_scores(ranked=ranked, gold=g, n_relevant=len(g), k=k)[i] if g else NAN
+
+
+def recall_any(*, ranked: Sequence[str], gold, k: int) -> float:
+    """LongMemEval's recall_any@k of one ranked list (``lme_scores``); NaN without gold."""
+    return _one(ranked, gold, k, 0)
+
+
+def recall_all(*, ranked: Sequence[str], gold, k: int) -> float:
+    """LongMemEval's recall_all@k of one ranked list (``lme_scores``); NaN without gold."""
+    return _one(ranked, gold, k, 1)
+
+
+def ndcg(*, ranked: Sequence[str], gold, k: int) -> float:
+    """LongMemEval's nDCG@k of one ranked list, the ideal over the gold items (``lme_scores``); NaN without gold."""
+    return _one(ranked, gold, k, 2)
 
 
 def effective_k(*, ranked: Sequence[str], k: int, n_items: int | None = None) -> int:

@@ -24,7 +24,7 @@ the question may not see (said later, another role), exactly as the set recall's
   own-format corpus without ``session`` fields puts every turn in session 0) gets NaN at session level, since
   any returned turn would find "the" session and score 1; a corpus with no such question has no session rows
   to show (the report says "no sessions in this corpus").
-- A question without gold: every metric NaN. As for the set metrics (``bench.metrics``), only the
+- A question without gold: every metric NaN. As for the set metrics (``bench.metrics.setwise``), only the
   scored questions (non-adversarial, with gold) enter the table; ``n_questions`` counts them.
 """
 
@@ -56,27 +56,29 @@ def gold_ranks(*, ranked: Sequence[str], gold: Iterable[str]) -> list[int]:
     return out
 
 
-def recall_any(*, ranked: Sequence[str], gold: Iterable[str], k: int) -> float:
+def _one(ranked: Sequence[str], gold: Iterable[str], metric: str, k: int | None) -> float:
     g = set(gold)
-    return NAN if not g else float(any(r <= k for r in gold_ranks(ranked=ranked, gold=g)))
+    return from_ranks(ranks=gold_ranks(ranked=ranked, gold=g), n_gold=len(g), ks=() if k is None else (k,))[metric, k]
+
+
+def recall_any(*, ranked: Sequence[str], gold: Iterable[str], k: int) -> float:
+    """1 when a gold item is in the top ``k`` (``from_ranks``); NaN without gold."""
+    return _one(ranked, gold, "recall_any", k)
 
 
 def recall_all(*, ranked: Sequence[str], gold: Iterable[str], k: int) -> float:
-    g = set(gold)
-    return NAN if not g else float(sum(r <= k for r in gold_ranks(ranked=ranked, gold=g)) == len(g))
+    """1 when every gold item is in the top ``k`` (``from_ranks``); NaN without gold."""
+    return _one(ranked, gold, "recall_all", k)
 
 
 def ndcg(*, ranked: Sequence[str], gold: Iterable[str], k: int) -> float:
-    g = set(gold)
-    return NAN if not g else _ndcg(gold_ranks(ranked=ranked, gold=g), len(g), k)
+    """trec_eval's ``ndcg_cut`` at ``k`` (``from_ranks``); NaN without gold."""
+    return _one(ranked, gold, "ndcg", k)
 
 
 def reciprocal_rank(*, ranked: Sequence[str], gold: Iterable[str]) -> float:
-    g = set(gold)
-    if not g:
-        return NAN
-    ranks = gold_ranks(ranked=ranked, gold=g)
-    return 1.0 / ranks[0] if ranks else 0.0
+    """1 / rank of the first gold item, 0 when none was returned (``from_ranks``); NaN without gold."""
+    return _one(ranked, gold, "mrr", None)
 
 
 def _ndcg(ranks: Sequence[int], n_gold: int, k: int) -> float:
@@ -87,7 +89,8 @@ def _ndcg(ranks: Sequence[int], n_gold: int, k: int) -> float:
 
 def from_ranks(*, ranks: Sequence[int], n_gold: int, ks: Sequence[int]) -> dict[tuple[str, int | None], float]:
     """Every metric from the gold items' 1-based ranks (ascending) and the number of gold items:
-    {(metric, k): value}, k None for mrr. All NaN when ``n_gold`` is 0."""
+    {(metric, k): value}, k None for mrr. All NaN when ``n_gold`` is 0. The one implementation of the ranked
+    metrics (``recall_any``, ``recall_all``, ``ndcg`` and ``reciprocal_rank`` are views of it)."""
     out: dict[tuple[str, int | None], float] = {}
     for k in ks:
         if n_gold == 0:

@@ -35,11 +35,9 @@ from operator import itemgetter
 
 import numpy as np
 
-from bench.types import Corpus
+from bench.types import Conversation, Corpus, Question, Turn
 
 NAN = float("nan")
-_NO_PUNCT = str.maketrans("", "", string.punctuation)
-_ARTICLES = re.compile(r"\b(a|an|the)\b")
 # Answer coverage's stop words: the English function words that match in any text (the README and
 # docs/interpreting.md point here). Negations (no, not, never) and numbers are content: they stay, and so does
 # "us" (it is also "U.S." / "US" once initials are joined).
@@ -65,13 +63,6 @@ def squash(text: str) -> str:
     return str(text).lower().translate(_SQUASH)
 
 
-def normalise(text: str) -> list[str]:
-    """SQuAD's answer normalisation, as tokens: lower case, no punctuation, no articles, whitespace split
-    (``bench.qa``'s token F1, comparable with published SQuAD-style F1; answer coverage uses ``answer_tokens``)."""
-    text = str(text).lower().translate(_NO_PUNCT)
-    return _ARTICLES.sub(" ", text).split()
-
-
 def answer_tokens(text: str) -> list[str]:
     """Answer coverage's tokens of a text (the module docstring's rule): punctuation split, initials joined,
     stop words dropped."""
@@ -88,21 +79,22 @@ def answer_tokens(text: str) -> list[str]:
     return [t for t in out if t not in STOP_WORDS]
 
 
+def coverage(*, answer: str, context: Sequence[str]) -> tuple[float, float]:
+    """(``answer_recall``, ``answer_contained``) of one answer over the texts ``context``: ``AnswerIndex``'s arithmetic
+    (the one implementation) on a one-question corpus; (NaN, NaN) without an answer, (0, 0) with nothing injected."""
+    turns = tuple(Turn("c", str(i), "user", "user", text, None, i) for i, text in enumerate(context))
+    corpus = Corpus(name="", conversations=(Conversation("c", turns),), questions=(Question("q", "c", "", None, (), answer=answer),))
+    return AnswerIndex.build(corpus).score("q", [t.key for t in turns])
+
+
 def token_recall(*, answer: str, context: Sequence[str]) -> float:
     """Share of the answer's tokens (``answer_tokens``) found in the context's (multiset); NaN without an answer."""
-    want = Counter(answer_tokens(answer))
-    if not want:
-        return NAN
-    have = Counter(t for text in context for t in answer_tokens(text))
-    return sum(min(c, have[t]) for t, c in want.items()) / sum(want.values())
+    return coverage(answer=answer, context=context)[0]
 
 
 def contained(*, answer: str, context: Sequence[str]) -> float:
     """1 when the answer's tokens occur, as a token sequence, in one of the context's texts; NaN without an answer."""
-    phrase = " ".join(answer_tokens(answer))
-    if not phrase:
-        return NAN
-    return float(any(f" {phrase} " in f" {' '.join(answer_tokens(text))} " for text in context))
+    return coverage(answer=answer, context=context)[1]
 
 
 @dataclass(frozen=True)
@@ -117,8 +109,8 @@ class _Question:
 class AnswerIndex:
     """Per question of a corpus, what scoring a selection needs, computed once (normalised texts per turn).
 
-    ``score(question_id, ids)`` equals (``token_recall``, ``contained``) of that question's answer over the texts
-    of ``ids`` (tests check it), in O(len(ids)) array work."""
+    ``score(question_id, ids)`` is (``answer_recall``, ``answer_contained``) of that question's answer over the texts
+    of ``ids`` (tests check it against the module docstring's definitions, written plainly), in O(len(ids)) array work."""
 
     questions: dict  # question id -> _Question, or None (no answer)
 

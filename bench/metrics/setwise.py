@@ -1,4 +1,4 @@
-"""Per-question recall metrics (pure functions) and their aggregation.
+"""Set metrics of a selection (pure functions) and their aggregation: precision, recall, F1, hit, abstention.
 
 A metric returns a float per question; NaN where it is undefined, never a silent zero.
 Conventions fixed here (they decide which threshold looks best):
@@ -79,7 +79,27 @@ def abstained(*, selected: Collection[str]) -> float:
     return 1.0 if not selected else 0.0
 
 
+def with_abstention(f1, abstained, adversarial) -> np.ndarray:
+    """F1 with abstention credited, vectorised: an adversarial question's value is its ``abstained``, any other's its
+    ``f1`` (arrays of equal shape; the recommender's ``max_f1_abstain``)."""
+    return np.where(np.asarray(adversarial, dtype=bool), abstained, f1)
+
+
+def f1_abstain(*, selected: Collection[str], gold: Collection[str], adversarial: bool) -> float:
+    """One question's F1 with abstention credited (``with_abstention``)."""
+    return float(with_abstention(f1(selected=selected, gold=gold), abstained(selected=selected), adversarial))
+
+
+def tokens(*, items, encoding: str | None = None) -> float:
+    """Injected tokens of the selected memories, (role, text) pairs as injected (``bench.tokens.count_injected_tokens``;
+    the sweep counts them per injection format with ``bench.formats``). Lower is better."""
+    from bench.tokens import DEFAULT_ENCODING, count_injected_tokens
+
+    return float(count_injected_tokens(items, encoding or DEFAULT_ENCODING))
+
+
 def percentile_ms(latencies_ns: np.ndarray, q: float) -> float:
+    """The ``q``-th percentile of store latencies (ns in, ms out), NaN skipped; NaN when there is none. Lower is better."""
     lat = np.asarray(latencies_ns, dtype=np.float64)
     lat = lat[~np.isnan(lat)]
     return float(np.percentile(lat, q) / 1e6) if lat.size else NAN
