@@ -22,6 +22,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
+from server_fixtures import server_unavailable
 
 from bench.tools.harden.cases import DEMO, count_tracebacks, run_cli
 from bench.tools.load import measure_lag
@@ -95,7 +96,7 @@ def test_chroma_server_keeps_data_across_a_restart(tmp_path):
     try:
         chroma_cli()
     except FileNotFoundError as e:
-        pytest.skip(f"chroma server cannot run here: {e}")
+        server_unavailable(f"chroma server cannot run here: {e}")
     v = np.eye(4, dtype=np.float32) + np.arange(16, dtype=np.float32).reshape(4, 4) / 100  # no ties
     v /= np.linalg.norm(v, axis=1, keepdims=True)
     batch = MemoryBatch(ids=("a", "b", "c", "d"), vectors=v, conversation_ids=("x",) * 4, roles=("user",) * 4,
@@ -113,7 +114,7 @@ def test_chroma_server_keeps_data_across_a_restart(tmp_path):
                                 for i in range(4)])
                 b.close()
         except ServerStartError as e:
-            pytest.skip(f"chroma server cannot start here: {e}")
+            server_unavailable(f"chroma server cannot start here: {e}")
     assert answers[0] == answers[1] and [a[0][0] for a in answers[1]] == ["a", "b", "c", "d"]
 
 

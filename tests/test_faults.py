@@ -24,6 +24,7 @@ from types import SimpleNamespace
 
 import numpy as np
 import pytest
+from server_fixtures import server_unavailable
 
 from bench.output import write_atomic
 from bench.tools.harden.cases import DEMO, count_tracebacks, run_cli
@@ -65,7 +66,7 @@ def chroma(tmp_path_factory):
         cm = run_chroma_server(tmp_path_factory.mktemp("chroma_victim"))
         info = cm.__enter__()
     except (FileNotFoundError, ServerStartError) as e:
-        pytest.skip(f"chroma server cannot run here: {e}")
+        server_unavailable(f"chroma server cannot run here: {e}")
     yield info
     cm.__exit__(None, None, None)
 
