@@ -24,13 +24,14 @@ $(STAMP): pyproject.toml $(LOCK)
 
 install: $(STAMP) ## Create .venv and install recallbench (editable, every store extra, test tools, at the releases of constraints.txt; no-op when done)
 
+# pip is pinned too; setuptools and wheel are left to the venv and to the build (pyproject asks setuptools>=77 there)
 lock: ## Re-resolve the newest releases pyproject.toml allows (.[all,test], a scratch venv) and rewrite constraints.txt (review and commit)
 	rm -rf .lock-venv
 	$(PY) -m venv .lock-venv
 	.lock-venv/bin/python -m pip install -q --upgrade pip
 	.lock-venv/bin/python -m pip install -q '.[all,test]'
 	{ echo "# make lock: pip freeze of .[all,test] on $$(.lock-venv/bin/python -V) ($$(uname -m)); make install and CI install with -c $(LOCK)"; \
-	  .lock-venv/bin/python -m pip freeze --all --exclude recallbench; } > $(LOCK).tmp
+	  .lock-venv/bin/python -m pip freeze --all --exclude recallbench --exclude setuptools --exclude wheel; } > $(LOCK).tmp
 	mv $(LOCK).tmp $(LOCK)
 	rm -rf .lock-venv build
 
