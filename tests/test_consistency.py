@@ -33,6 +33,7 @@ QUALITY = ["n_questions", "precision", "recall", "f1", "micro_f1", "hit_rate", "
            "token_savings"]
 
 
+@pytest.mark.slow
 def test_two_identical_runs_give_identical_quality_metrics(tmp_path):
     proc = run_cli(["-m", "+repeat=1,2", f"paths.reports={tmp_path}", "dataset=own", f"dataset.path={DEMO}",
                     "strategy=[limit,threshold,hybrid]", "trace_cache=false", "resume=false", "progress=false",
@@ -79,6 +80,7 @@ def _persist(root: Path, mode: str) -> dict:
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
+@pytest.mark.slow
 def test_persistent_stores_survive_a_process_restart(tmp_path):
     written = _persist(tmp_path, "write")
     reread = _persist(tmp_path, "read")  # a new process: nothing is written, everything is read back
@@ -89,6 +91,7 @@ def test_persistent_stores_survive_a_process_restart(tmp_path):
         assert reread[name] == answers, name
 
 
+@pytest.mark.slow
 def test_chroma_server_keeps_data_across_a_restart(tmp_path):
     from bench.backends.chroma import ChromaBackend
     from bench.backends.servers import ServerStartError, chroma_cli, run_chroma_server
