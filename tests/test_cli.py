@@ -401,6 +401,7 @@ def test_a_bad_setting_fails_before_any_work(tmp_path, arg, message):
     assert not (reports / "cache" / "traces").exists() and not (reports / "cache" / "embeddings").exists()  # nothing measured
 
 
+@pytest.mark.slow
 def test_top_k_is_a_named_knob_in_a_multirun(tmp_path):
     """-m strategy.limit.fn.k=1,3,10: every row used to be named limit5 and k was appended to the store's label."""
     reports = tmp_path / "reports"
@@ -413,6 +414,7 @@ def test_top_k_is_a_named_knob_in_a_multirun(tmp_path):
     assert n["limit1"] < n["limit3"] < n["limit10"]
 
 
+@pytest.mark.slow
 def test_store_clients_log_at_warning_unless_verbose(tmp_path):
     """pyseekdb's INFO lines were 69 of 115 console lines of a LoCoMo run."""
     quiet = cli(tmp_path / "a", "backend=seekdb", "embedder=hashing", "strategy=limit", "trace_cache=false")
