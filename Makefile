@@ -4,27 +4,41 @@ PY ?= $(shell command -v python3.11 || command -v python3)
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-stamp
+# The exact releases make and CI install (pip freeze of a resolved .[all,test] on Python 3.11); pyproject.toml keeps
+# the loose ranges a user's `pip install .` resolves. `make lock` re-resolves them.
+LOCK := constraints.txt
 ARGS ?=
 EMBEDDERS ?=
 
 .DEFAULT_GOAL := help
-.PHONY: help sweep test report data install clean-cache stores compare tradeoff regress baseline harden load bench labels corpora ray
+.PHONY: help sweep test lock report data install clean-cache stores compare tradeoff regress baseline harden load bench labels corpora ray
 
 help: ## List the targets
 	@grep -E '^[a-zA-Z_-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-12s %s\n", $$1, $$2}'
 
-$(STAMP): pyproject.toml
+$(STAMP): pyproject.toml $(LOCK)
 	@test -x $(BIN)/python || $(PY) -m venv $(VENV)
-	$(BIN)/python -m pip install -q --upgrade pip
-	$(BIN)/python -m pip install -q -e '.[all,test]'
+	$(BIN)/python -m pip install -q -c $(LOCK) --upgrade pip
+	$(BIN)/python -m pip install -q -c $(LOCK) -e '.[all,test]'
 	@touch $(STAMP)
 
-install: $(STAMP) ## Create .venv and install recallbench (editable, every store extra, test tools; no-op when done)
+install: $(STAMP) ## Create .venv and install recallbench (editable, every store extra, test tools, at the releases of constraints.txt; no-op when done)
+
+# pip is pinned too; setuptools and wheel are left to the venv and to the build (pyproject asks setuptools>=77 there)
+lock: ## Re-resolve the newest releases pyproject.toml allows (.[all,test], a scratch venv) and rewrite constraints.txt (review and commit)
+	rm -rf .lock-venv
+	$(PY) -m venv .lock-venv
+	.lock-venv/bin/python -m pip install -q --upgrade pip
+	.lock-venv/bin/python -m pip install -q '.[all,test]'
+	{ echo "# make lock: pip freeze of .[all,test] on $$(.lock-venv/bin/python -V) ($$(uname -m)); make install and CI install with -c $(LOCK)"; \
+	  .lock-venv/bin/python -m pip freeze --all --exclude recallbench --exclude setuptools --exclude wheel; } > $(LOCK).tmp
+	mv $(LOCK).tmp $(LOCK)
+	rm -rf .lock-venv build
 
 sweep: $(STAMP) ## Run the main sweep (LoCoMo if the data path has it, else the demo corpus) -> reports/latest/; EMBEDDERS=a,b compares embedders
 	$(BIN)/recallbench sweep $(if $(EMBEDDERS),-m embedder=$(EMBEDDERS)) $(ARGS)
 
-test: $(STAMP) ## Run the test suite
+test: $(STAMP) ## Run the whole test suite (what CI runs); ARGS="-m 'not slow'" skips the slow tests for a quick loop
 	$(BIN)/python -m pytest -q $(ARGS)
 
 labels: $(STAMP) ## LoCoMo original vs 2025 label-corrected release (same conversations: label robustness) -> reports/latest/

@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 
 import pytest
+from server_fixtures import server_unavailable
 
 from bench.tools.harden.doubles import PineconeTestServer
 
@@ -27,14 +28,14 @@ def server_pinecone():
     try:
         import pinecone  # noqa: F401
     except ImportError as e:
-        pytest.skip(f"pinecone SDK not installed ({e}): cannot exercise the Pinecone backend")
+        server_unavailable(f"pinecone SDK not installed ({e}): cannot exercise the Pinecone backend")
     old = os.environ.get(PINECONE_TEST_KEY_ENV)
     os.environ[PINECONE_TEST_KEY_ENV] = PINECONE_TEST_KEY
     server = PineconeTestServer(PINECONE_TEST_KEY, visibility_delay_s=PINECONE_VISIBILITY_DELAY_S)
     try:
         server.start()
     except OSError as e:
-        pytest.skip(f"cannot start the loopback Pinecone test double on 127.0.0.1: {e}")
+        server_unavailable(f"cannot start the loopback Pinecone test double on 127.0.0.1: {e}")
     try:
         yield {"host": server.host, "api_key_env": PINECONE_TEST_KEY_ENV}
     finally:

@@ -3,28 +3,43 @@
 ``local_servers`` is a function ``store name -> ServerInfo``: it starts the server the store needs
 with the one starter (``bench.backends.servers.started_servers``) the first time it is asked, keeps
 it for the whole test session, stops it and deletes its data at teardown, and skips (with the
-reason) when the server cannot run here. ``seekdb_server_info`` / ``chroma_server_info`` and
+reason) when the server cannot run here -- or, when ``RECALLBENCH_REQUIRE_SERVERS=1`` (``.ci/run`` sets it), fails
+with that reason (``server_unavailable``): in CI a server that cannot start is a broken install, never a quiet
+skip. ``seekdb_server_info`` / ``chroma_server_info`` and
 ``server_seekdb_server`` / ``server_chroma_server`` (constructor overrides) are built on it; the
 contract test asks ``local_servers`` for any store whose capabilities name a local server.
 """
 
 from __future__ import annotations
 
+import os
 import shutil
 from collections.abc import Callable, Iterator
 from contextlib import ExitStack
+from typing import NoReturn
 
 import pytest
 
 from bench.backends.servers import ServerInfo, ServerStartError, started_servers
 
+REQUIRE_SERVERS = "RECALLBENCH_REQUIRE_SERVERS"
+
 __all__ = [
+    "REQUIRE_SERVERS",
+    "server_unavailable",
     "local_servers",
     "seekdb_server_info",
     "chroma_server_info",
     "server_seekdb_server",
     "server_chroma_server",
 ]
+
+
+def server_unavailable(reason: str) -> NoReturn:
+    """Skip the test with ``reason``; fail it instead when ``RECALLBENCH_REQUIRE_SERVERS=1`` (CI: every server must run)."""
+    if os.environ.get(REQUIRE_SERVERS, "") == "1":
+        pytest.fail(f"{reason} ({REQUIRE_SERVERS}=1: every test server must start here)", pytrace=False)
+    pytest.skip(reason)
 
 
 @pytest.fixture(scope="session")
@@ -37,7 +52,7 @@ def local_servers(tmp_path_factory) -> Iterator[Callable[[str], ServerInfo]]:
 
         def get(store: str) -> ServerInfo:
             if store in failed:
-                pytest.skip(failed[store])
+                server_unavailable(failed[store])
             if store not in running:
                 data = tmp_path_factory.mktemp(f"{store}_")
                 dirs.append(data)
@@ -45,7 +60,7 @@ def local_servers(tmp_path_factory) -> Iterator[Callable[[str], ServerInfo]]:
                     started = stack.enter_context(started_servers([store], data))
                 except (FileNotFoundError, ServerStartError) as exc:
                     failed[store] = f"{store} server cannot run here: {exc}"
-                    pytest.skip(failed[store])
+                    server_unavailable(failed[store])
                 running[store] = started[store]
             return running[store]
 

@@ -165,6 +165,7 @@ def test_sweep_rows_and_summary_carry_answer_coverage():
     assert s["adversarial_abstain_rate"] == 0.0 and s["n_adversarial"] == 1
 
 
+@pytest.mark.slow
 def test_the_report_shows_answer_coverage_with_its_plot(tmp_path_factory):
     from demo_run import demo_run
 

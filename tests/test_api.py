@@ -34,6 +34,7 @@ def notebook(tmp_path_factory):
             os.environ["BENCH_DATA_DIR"] = env
 
 
+@pytest.mark.slow
 def test_run_writes_a_finished_run_under_the_current_directory(notebook):
     cwd, r = notebook
     assert r.path.parent == cwd / "reports" / "runs"  # paths.root = where the notebook runs
@@ -70,6 +71,7 @@ def test_load_run_reads_the_same_run(notebook):
     pd.testing.assert_frame_equal(again.recommendation, r.recommendation)
 
 
+@pytest.mark.slow
 def test_the_api_run_equals_the_cli_run(notebook):
     cwd, r = notebook
     env = {k: v for k, v in os.environ.items() if k not in ("BENCH_DATA_DIR", "HYDRA_FULL_ERROR")}
@@ -83,6 +85,7 @@ def test_the_api_run_equals_the_cli_run(notebook):
     pd.testing.assert_frame_equal(cli.questions.drop(columns="latency_ns"), r.questions.drop(columns="latency_ns"))
 
 
+@pytest.mark.slow
 def test_a_notebooks_own_hydra_is_left_as_it_was(tmp_path, monkeypatch):
     from hydra import initialize_config_dir
     from hydra.core.global_hydra import GlobalHydra
@@ -96,6 +99,7 @@ def test_a_notebooks_own_hydra_is_left_as_it_was(tmp_path, monkeypatch):
     assert r.summary["strategy"].tolist() == ["limit5"] and not (tmp_path / "reports" / "latest").exists()
 
 
+@pytest.mark.slow
 def test_overrides_go_to_the_config(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     r = api.run([*OVERRIDES, "strategy=threshold", "thresholds.start=0.3", "thresholds.stop=0.5", "thresholds.step=0.1",

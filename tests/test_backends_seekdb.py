@@ -330,6 +330,7 @@ from bench.types import Where
 """
 
 
+@pytest.mark.slow
 def test_one_embedded_instance_per_process(tmp_path):
     out = _run_py(f"""
     a = SeekdbBackend(path={str(tmp_path / 'A')!r}, collection="guard")
@@ -349,6 +350,7 @@ def test_one_embedded_instance_per_process(tmp_path):
     assert out.split() == ["GUARDED", "B_EMPTY", "True"]
 
 
+@pytest.mark.slow
 def test_restart_warm_up_and_persistence_across_processes(tmp_path):
     path = str(tmp_path / "restart")
     _run_py(f"""

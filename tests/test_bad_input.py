@@ -73,6 +73,7 @@ def cli_results(tmp_path_factory):
     return {r.case.kind: r for r in results}
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("case", [pytest.param(c, marks=pytest.mark.xfail(strict=True, reason=c.gap)) if c.gap else c
                                   for c in CLI], ids=_id)
 def test_cli_case(case, cli_results):
@@ -81,5 +82,6 @@ def test_cli_case(case, cli_results):
     assert r.handled, r.why
 
 
+@pytest.mark.slow
 def test_cli_cases_never_show_a_traceback_unless_a_known_gap(cli_results):
     assert {k for k, r in cli_results.items() if r.tracebacks} <= {c.kind for c in CLI if c.gap}

@@ -34,6 +34,7 @@ def two_runs(tmp_path_factory):
     return tmp, meta1, json.loads((tmp / "latest" / "meta.json").read_text())
 
 
+@pytest.mark.slow
 def test_summary_has_17_thresholds_and_monotone_recall(two_runs):
     tmp, _, _ = two_runs
     s = pd.read_csv(tmp / "latest" / "summary.csv")
@@ -134,6 +135,7 @@ def test_bad_override_is_a_clear_error(tmp_path):
     assert "nosuchstore" in proc.stderr and "Traceback" not in proc.stderr
 
 
+@pytest.mark.slow
 def test_identical_job_is_resumed_not_rerun(two_runs):
     tmp, _, _ = two_runs
     third = run_bench(tmp)
@@ -163,6 +165,7 @@ def caches(reports: Path) -> dict:
     return json.loads((reports / "latest" / "meta.json").read_text())["caches"]
 
 
+@pytest.mark.slow
 def test_another_corpus_in_the_data_path_gets_results_of_its_own(tmp_path):
     """make sweep on the demo, then BENCH_DATA_DIR=<corpora> make sweep: each report is about its own data."""
     corpora = tmp_path / "corpora" / "locomo"
@@ -185,6 +188,7 @@ def test_another_corpus_in_the_data_path_gets_results_of_its_own(tmp_path):
 QUALITY = ["strategy", "threshold", "n_questions", "precision", "recall", "f1", "tokens_injected_mean"]
 
 
+@pytest.mark.slow
 def test_edited_labels_give_new_numbers_with_and_without_resume(tmp_path):
     own = tmp_path / "own"
     shutil.copytree(DEMO, own)
@@ -209,6 +213,7 @@ def test_edited_labels_give_new_numbers_with_and_without_resume(tmp_path):
         assert not after.equals(before)
 
 
+@pytest.mark.slow
 def test_report_settings_come_from_the_current_command(tmp_path):
     reports = tmp_path / "reports"
     assert cli(reports, *FAST).returncode == 0
@@ -226,6 +231,7 @@ def test_report_settings_come_from_the_current_command(tmp_path):
     assert "Objective: **maximise F1** (set in" in (reports / "latest" / "report.md").read_text()
 
 
+@pytest.mark.slow
 def test_damaged_caches_are_recomputed_with_one_warning(tmp_path):
     reports = tmp_path / "reports"
     assert cli(reports, *FAST).returncode == 0
@@ -244,6 +250,7 @@ def test_damaged_caches_are_recomputed_with_one_warning(tmp_path):
     assert pd.read_csv(reports / "latest" / "summary.csv")["n_questions"].tolist() == n
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("backend", ["sqlite_vec", "chroma"])
 def test_two_identical_runs_at_once_never_collide(tmp_path, backend):
     reports = tmp_path / "reports"
@@ -260,6 +267,7 @@ def test_two_identical_runs_at_once_never_collide(tmp_path, backend):
     assert os.readlink(reports / "latest") in {f"runs/{r.name}" for r in runs}
 
 
+@pytest.mark.slow
 def test_depth_defaults_to_every_eligible_memory_and_a_cap_is_reported(tmp_path):
     reports = tmp_path / "reports"
     assert cli(reports, *FAST).returncode == 0
@@ -273,6 +281,7 @@ def test_depth_defaults_to_every_eligible_memory_and_a_cap_is_reported(tmp_path)
     assert f"**{meta['n_truncated']} questions had more eligible memories than the depth**" in (reports / "latest" / "report.md").read_text()
 
 
+@pytest.mark.slow
 def test_result_files_honour_the_umask(tmp_path):
     reports = tmp_path / "reports"
     env = {k: v for k, v in os.environ.items() if k != "BENCH_DATA_DIR"}
@@ -283,6 +292,7 @@ def test_result_files_honour_the_umask(tmp_path):
         assert stat.S_IMODE((reports / "latest" / name).stat().st_mode) == 0o664, name
 
 
+@pytest.mark.slow
 def test_label_defects_are_summarised_at_the_end_and_strict_makes_them_fatal(tmp_path):
     own = tmp_path / "own"
     shutil.copytree(DEMO, own)
@@ -391,6 +401,7 @@ def test_a_bad_setting_fails_before_any_work(tmp_path, arg, message):
     assert not (reports / "cache" / "traces").exists() and not (reports / "cache" / "embeddings").exists()  # nothing measured
 
 
+@pytest.mark.slow
 def test_top_k_is_a_named_knob_in_a_multirun(tmp_path):
     """-m strategy.limit.fn.k=1,3,10: every row used to be named limit5 and k was appended to the store's label."""
     reports = tmp_path / "reports"
@@ -403,6 +414,7 @@ def test_top_k_is_a_named_knob_in_a_multirun(tmp_path):
     assert n["limit1"] < n["limit3"] < n["limit10"]
 
 
+@pytest.mark.slow
 def test_store_clients_log_at_warning_unless_verbose(tmp_path):
     """pyseekdb's INFO lines were 69 of 115 console lines of a LoCoMo run."""
     quiet = cli(tmp_path / "a", "backend=seekdb", "embedder=hashing", "strategy=limit", "trace_cache=false")

@@ -73,6 +73,7 @@ def test_data_fetch_is_reached_through_data(capsys):
     assert err.startswith("error: unknown manifest(s) nope; have ") and err.count("\n") == 1
 
 
+@pytest.mark.slow
 def test_sweep_help_is_ours_with_the_config_groups_read_from_configs(tmp_path):
     proc = recallbench("sweep", "--help", cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr
@@ -89,6 +90,7 @@ def test_sweep_help_is_ours_with_the_config_groups_read_from_configs(tmp_path):
     assert same.returncode == 0 and same.stdout == out  # python -m bench is the same command
 
 
+@pytest.mark.slow
 def test_sweep_passes_overrides_and_multirun_to_the_hydra_app(tmp_path):
     reports = tmp_path / "reports"
     proc = recallbench("sweep", "-m", "backend=exact", "strategy=[limit,threshold]", "thresholds.step=0.2", *QUICK,

@@ -22,6 +22,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
+from server_fixtures import server_unavailable
 
 from bench.tools.harden.cases import DEMO, count_tracebacks, run_cli
 from bench.tools.load import measure_lag
@@ -32,6 +33,7 @@ QUALITY = ["n_questions", "precision", "recall", "f1", "micro_f1", "hit_rate", "
            "token_savings"]
 
 
+@pytest.mark.slow
 def test_two_identical_runs_give_identical_quality_metrics(tmp_path):
     proc = run_cli(["-m", "+repeat=1,2", f"paths.reports={tmp_path}", "dataset=own", f"dataset.path={DEMO}",
                     "strategy=[limit,threshold,hybrid]", "trace_cache=false", "resume=false", "progress=false",
@@ -78,6 +80,7 @@ def _persist(root: Path, mode: str) -> dict:
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
+@pytest.mark.slow
 def test_persistent_stores_survive_a_process_restart(tmp_path):
     written = _persist(tmp_path, "write")
     reread = _persist(tmp_path, "read")  # a new process: nothing is written, everything is read back
@@ -88,6 +91,7 @@ def test_persistent_stores_survive_a_process_restart(tmp_path):
         assert reread[name] == answers, name
 
 
+@pytest.mark.slow
 def test_chroma_server_keeps_data_across_a_restart(tmp_path):
     from bench.backends.chroma import ChromaBackend
     from bench.backends.servers import ServerStartError, chroma_cli, run_chroma_server
@@ -95,7 +99,7 @@ def test_chroma_server_keeps_data_across_a_restart(tmp_path):
     try:
         chroma_cli()
     except FileNotFoundError as e:
-        pytest.skip(f"chroma server cannot run here: {e}")
+        server_unavailable(f"chroma server cannot run here: {e}")
     v = np.eye(4, dtype=np.float32) + np.arange(16, dtype=np.float32).reshape(4, 4) / 100  # no ties
     v /= np.linalg.norm(v, axis=1, keepdims=True)
     batch = MemoryBatch(ids=("a", "b", "c", "d"), vectors=v, conversation_ids=("x",) * 4, roles=("user",) * 4,
@@ -113,7 +117,7 @@ def test_chroma_server_keeps_data_across_a_restart(tmp_path):
                                 for i in range(4)])
                 b.close()
         except ServerStartError as e:
-            pytest.skip(f"chroma server cannot start here: {e}")
+            server_unavailable(f"chroma server cannot start here: {e}")
     assert answers[0] == answers[1] and [a[0][0] for a in answers[1]] == ["a", "b", "c", "d"]
 
 

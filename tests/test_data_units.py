@@ -146,6 +146,7 @@ def test_slice_user_only_drops_the_assistant_questions(lme_slice):
         t.text for t in lme_slice.turns() if t.key == "001be529|s1:t0")  # one user turn: its text alone
 
 
+@pytest.mark.slow
 def test_a_sweep_on_session_units_of_the_slice_end_to_end(tmp_path):
     """``memory.unit=session memory.roles=user`` through the CLI: strategies, sweep, tokens, the report and
     conventions.csv work on units unchanged; one multirun holds both role settings side by side."""

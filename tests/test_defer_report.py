@@ -4,6 +4,8 @@ import os
 import subprocess
 import sys
 
+import pytest
+
 from bench.analysis.tables import write_tables
 from bench.report.markdown import DEFERRED_TITLE, write_report
 from bench.rundir import ANALYSIS
@@ -11,6 +13,7 @@ from bench.rundir import ANALYSIS
 from tests.demo_run import DEMO, REPO
 
 
+@pytest.mark.slow
 def test_deferred_report_then_the_full_one(tmp_path):
     env = {k: v for k, v in os.environ.items() if k != "BENCH_DATA_DIR"}
     cmd = [sys.executable, "-m", "bench", f"paths.reports={tmp_path}", f"paths.cache={tmp_path / 'cache'}", "dataset=own",

@@ -24,6 +24,7 @@ from types import SimpleNamespace
 
 import numpy as np
 import pytest
+from server_fixtures import server_unavailable
 
 from bench.output import write_atomic
 from bench.tools.harden.cases import DEMO, count_tracebacks, run_cli
@@ -65,7 +66,7 @@ def chroma(tmp_path_factory):
         cm = run_chroma_server(tmp_path_factory.mktemp("chroma_victim"))
         info = cm.__enter__()
     except (FileNotFoundError, ServerStartError) as e:
-        pytest.skip(f"chroma server cannot run here: {e}")
+        server_unavailable(f"chroma server cannot run here: {e}")
     yield info
     cm.__exit__(None, None, None)
 
@@ -99,6 +100,7 @@ def _failed(sweep: Path) -> dict[str, str]:
     return {p.parent.name: json.loads(p.read_text())["reason"] for p in sorted(sweep.glob("job*/failed.json"))}
 
 
+@pytest.mark.slow
 def test_each_failing_job_records_a_one_line_reason(runs):
     reasons = _failed(runs.sweep1)
     assert sorted(reasons) == ["job1", "job2", "job3"]
@@ -108,6 +110,7 @@ def test_each_failing_job_records_a_one_line_reason(runs):
     assert all("\n" not in r for r in reasons.values())
 
 
+@pytest.mark.slow
 def test_the_other_job_finishes_and_the_report_lists_the_failures(runs):
     assert runs.first.returncode == 0, runs.first.stderr[-2000:]
     assert (runs.sweep1 / "job0" / "summary.csv").exists()
@@ -120,6 +123,7 @@ def test_the_other_job_finishes_and_the_report_lists_the_failures(runs):
     assert count_tracebacks(runs.first.stdout + runs.first.stderr, runs.sweep1) == 0
 
 
+@pytest.mark.slow
 def test_the_real_server_was_killed_mid_run(runs):
     status = Path(f"/proc/{runs.pid}/status")
     assert not status.exists() or "zombie" in status.read_text().lower()
@@ -127,6 +131,7 @@ def test_the_real_server_was_killed_mid_run(runs):
     assert "killing the server process group" in log and "trace:" not in log  # died during the searches
 
 
+@pytest.mark.slow
 def test_a_rerun_skips_the_finished_job_and_a_crash_keeps_earlier_results(runs):
     out = runs.second.stdout + runs.second.stderr
     assert runs.second.returncode == -signal.SIGKILL  # the crash store killed the whole multirun
@@ -187,6 +192,7 @@ def one_line_fault(proc: subprocess.CompletedProcess, *needles: str) -> str:
     return out
 
 
+@pytest.mark.slow
 def test_an_unwritable_job_cache_names_it_and_keeps_the_report(tmp_path):
     reports = tmp_path / "reports"
     with tmpfs(reports / "cache" / "jobs", read_only=True):
@@ -196,6 +202,7 @@ def test_an_unwritable_job_cache_names_it_and_keeps_the_report(tmp_path):
     assert json.loads((reports / "latest" / "faults.json").read_text())[0].startswith("the job finished but could not be cached")
 
 
+@pytest.mark.slow
 def test_a_full_disk_ends_with_one_line_naming_the_file(tmp_path):
     reports = tmp_path / "reports"
     with tmpfs(reports, size="96k"):
@@ -204,6 +211,7 @@ def test_a_full_disk_ends_with_one_line_naming_the_file(tmp_path):
         assert not (reports / "latest").exists()
 
 
+@pytest.mark.slow
 def test_a_disk_full_before_the_start_and_a_read_only_run_dir(tmp_path):
     full = tmp_path / "full"
     with tmpfs(full, size="64k"):
@@ -250,6 +258,7 @@ def hang_conf(tmp_path):
     return fault_configs(tmp_path / "conf", {"fault_hang": {"fault": "timeout", "after": 3, "delay_s": 120}})
 
 
+@pytest.mark.slow
 def test_ctrl_c_in_a_single_run_exits_130_and_leaves_earlier_results(tmp_path, hang_conf):
     reports = tmp_path / "reports"
     first = run_cli([f"paths.reports={reports}", "backend=exact", *FAST])
@@ -266,6 +275,7 @@ def test_ctrl_c_in_a_single_run_exits_130_and_leaves_earlier_results(tmp_path, h
     assert json.loads(failed.read_text())["reason"] == "interrupted (Ctrl-C) before the job finished"
 
 
+@pytest.mark.slow
 def test_ctrl_c_in_a_multirun_keeps_the_report_of_the_finished_jobs(tmp_path, hang_conf):
     reports = tmp_path / "reports"
     first = run_cli([f"paths.reports={reports}", "backend=exact", *FAST])

@@ -196,6 +196,8 @@ def check_locomo_first_screen(reports: Path, res: subprocess.CompletedProcess) -
     assert section.lstrip().startswith("**locomo**: ") and section.split("\n\n")[1].startswith("| what | setting | store |")
 
 
+@pytest.mark.slow
+@pytest.mark.timeout(1200)  # run_cli waits up to 900 s
 def test_locomo_fixture_first_screen(tmp_path):
     data = tmp_path / "corpora"
     (data / "locomo").mkdir(parents=True)
@@ -205,6 +207,8 @@ def test_locomo_fixture_first_screen(tmp_path):
 
 @pytest.mark.skipif(not (Path(os.environ.get("BENCH_DATA_DIR", "/nonexistent")) / "locomo" / "locomo10.json").is_file(),
                     reason="BENCH_DATA_DIR has no LoCoMo (locomo/locomo10.json)")
+@pytest.mark.slow
+@pytest.mark.timeout(1200)  # run_cli waits up to 900 s
 def test_locomo_first_screen(tmp_path):
     data = Path(os.environ["BENCH_DATA_DIR"])
     check_locomo_first_screen(tmp_path / "reports", run_cli(tmp_path / "reports", data, "strategy=[limit,hybrid]"))

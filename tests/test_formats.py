@@ -176,6 +176,7 @@ def _corpus_or_skip(bench_data_dir):
     return load_locomo(path=path)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("enc", ENCODINGS)
 def test_tiktoken_costs_match_exact_counts_on_locomo(bench_data_dir, enc):
     corpus = _corpus_or_skip(bench_data_dir)

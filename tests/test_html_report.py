@@ -99,6 +99,7 @@ def run(tmp_path_factory):
     return demo_run(tmp_path_factory.getbasetemp())
 
 
+@pytest.mark.slow
 def test_demo_report_html_is_self_contained(run):
     page = (run / "report.html").read_text()
     md = (run / "report.md").read_text()
@@ -108,6 +109,7 @@ def test_demo_report_html_is_self_contained(run):
     assert not re.search(r'(src|href)="(?!data:|#)', page)  # nothing to fetch
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(CHROMIUM is None, reason="headless Chromium not installed (Debian: apt-get install -y chromium)")
 def test_chromium_renders_every_image(run, tmp_path):
     page = (run / "report.html").read_text()
@@ -128,6 +130,7 @@ def test_chromium_renders_every_image(run, tmp_path):
     assert f"[{best['f1_lo']:.3f}, {best['f1_hi']:.3f}]" in got["box"] and "LOCO gap" in got["box"]
 
 
+@pytest.mark.slow  # starts headless Chromium
 @pytest.mark.skipif(CHROMIUM is None, reason="headless Chromium not installed (Debian: apt-get install -y chromium)")
 def test_chromium_runs_no_script_but_the_pages_own_sorter(tmp_path):
     page = html_report.render("# t\n\nbody", tmp_path).replace("</body>", CHECK + "</body>")  # CSP kept: the probe must not run
@@ -150,6 +153,7 @@ window.addEventListener('load', () => {
 </script>"""
 
 
+@pytest.mark.slow  # starts headless Chromium
 @pytest.mark.skipif(CHROMIUM is None, reason="headless Chromium not installed (Debian: apt-get install -y chromium)")
 def test_chromium_sorts_a_table_by_the_clicked_column(tmp_path):
     # numbers by their first number (a CI after it ignored), n/a last; a second click reverses

@@ -63,6 +63,8 @@ def expected_files() -> set[str]:
     return files | {"bench/_datasets/README.md"}
 
 
+@pytest.mark.slow
+@pytest.mark.timeout(1200)  # the wheel fixture: pip wheel, up to 900 s
 def test_the_wheel_holds_the_package_configs_demo_manifests_and_assets(wheel):
     names = set(zipfile.ZipFile(wheel).namelist())
     ours = {n for n in names if n.startswith("bench/")}
@@ -73,6 +75,8 @@ def test_the_wheel_holds_the_package_configs_demo_manifests_and_assets(wheel):
     assert "bench/_configs/config.yaml" in names and "bench/_datasets/demo/turns.jsonl" in names  # spelled out once
 
 
+@pytest.mark.slow
+@pytest.mark.timeout(1200)
 def test_the_wheel_declares_the_console_script_and_one_extra_per_store(wheel):
     z = zipfile.ZipFile(wheel)
     assert "recallbench = bench.cli.main:main" in z.read(f"{DIST_INFO}/entry_points.txt").decode()
@@ -108,6 +112,8 @@ def _user_env(bin_dir: Path, home: Path) -> dict:
     return {**env, "HOME": str(home), "PATH": f"{bin_dir}:/usr/bin:/bin", "HF_HUB_OFFLINE": "1"}
 
 
+@pytest.mark.slow
+@pytest.mark.timeout(3600)  # the venv fixture (pip install, up to 1800 s), then three commands
 def test_a_fresh_venv_runs_recallbench_from_any_directory(venv, tmp_path):
     work, home = tmp_path / "work", tmp_path / "home"
     work.mkdir()
@@ -140,6 +146,8 @@ def test_a_fresh_venv_runs_recallbench_from_any_directory(venv, tmp_path):
     assert (summary["n_questions"] == 22).all()
 
 
+@pytest.mark.slow
+@pytest.mark.timeout(3600)
 def test_a_store_without_its_extra_fails_in_one_line(venv, tmp_path):
     env = _user_env(venv, tmp_path)
     proc = _run(["recallbench", "sweep", "backend=chroma", "embedder=hashing", "strategy=limit", "progress=false"], cwd=tmp_path, env=env)

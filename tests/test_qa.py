@@ -171,6 +171,7 @@ def test_versus_full_is_the_paired_t_test_over_conversations():
     assert all(math.isnan(v) for v in qa._versus_full(rows, {**base, "point": qa.FULL, "strategy": qa.FULL}).values())
 
 
+@pytest.mark.slow
 def test_dry_run_numbers_by_hand(tiny_run, tmp_path, server, capsys, monkeypatch):
     monkeypatch.delenv(KEY_ENV, raising=False)  # a dry run needs no key
     cfg = _config(tmp_path / "loop.yaml", server.base_url)
@@ -192,6 +193,7 @@ def test_dry_run_numbers_by_hand(tiny_run, tmp_path, server, capsys, monkeypatch
     assert server.requests == []  # nothing sent
 
 
+@pytest.mark.slow
 def test_answer_end_to_end_cache_and_secret(tiny_run, tmp_path, server, capsys, caplog, monkeypatch):
     monkeypatch.setenv(KEY_ENV, SECRET)
     cfg = _config(tmp_path / "loop.yaml", server.base_url)
@@ -293,6 +295,7 @@ def test_retry_after_429(server, tmp_path, monkeypatch, caplog):
     assert "429" in caplog.text and "slow down ***REDACTED***" in caplog.text and SECRET not in caplog.text
 
 
+@pytest.mark.slow
 def test_missing_key_and_bad_config(server, tmp_path, monkeypatch, tiny_run):
     monkeypatch.delenv(KEY_ENV, raising=False)
     cfg = _config(tmp_path / "loop.yaml", server.base_url)

@@ -159,6 +159,7 @@ def test_bad_file_is_one_line_naming_file_question_field(tmp_path, content, line
     assert str(e.value) == f"{path}: {line}"
 
 
+@pytest.mark.slow
 def test_score_cli_round_trip_on_the_demo_run(tmp_path_factory, tmp_path, capsys):
     """Our run exported as JSON (turn ids, and session ids) and scored back: the same numbers as ranked.csv, Δ 0;
     a bad file writes nothing."""

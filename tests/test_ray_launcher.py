@@ -39,6 +39,8 @@ def merged_summary(tmp_path, launcher: str, address: str | None) -> pd.DataFrame
     return s.sort_values([k for k in KEYS if k in s]).reset_index(drop=True)
 
 
+@pytest.mark.slow
+@pytest.mark.timeout(2100)  # two multiruns, up to 900 s each
 def test_ray_and_joblib_give_the_same_quality(tmp_path):
     joblib = merged_summary(tmp_path, "joblib", None)
     with ray_run.local_head(log_file=tmp_path / "head.log") as (address, _started):

@@ -77,6 +77,8 @@ def sandbox(tmp_path_factory):
     return repo, env, root
 
 
+@pytest.mark.slow
+@pytest.mark.timeout(1500)  # a block may run up to 1200 s
 @pytest.mark.parametrize("name,index,body", SHELL_BLOCKS, ids=[f"{n}#{i}" for n, i, _ in SHELL_BLOCKS])
 def test_readme_block_runs_as_written(sandbox, name, index, body):
     repo, env, root = sandbox

@@ -485,6 +485,8 @@ def demo_runs(tmp_path_factory):
     return tmp, first, second
 
 
+@pytest.mark.slow
+@pytest.mark.timeout(2100)  # demo_runs: two regress runs, up to 900 s each
 def test_write_baseline_writes_the_demo_baseline_with_a_readme(demo_runs):
     tmp, first, _ = demo_runs
     base = tmp / "baseline" / "demo"
@@ -501,6 +503,8 @@ def test_write_baseline_writes_the_demo_baseline_with_a_readme(demo_runs):
     assert not (tmp / "out1.step.md").exists()  # writing a baseline is not a gate run
 
 
+@pytest.mark.slow
+@pytest.mark.timeout(2100)
 def test_two_identical_runs_pass(demo_runs):
     tmp, _, second = demo_runs
     assert second.returncode == 0, second.stdout[-2000:] + second.stderr[-3000:]
@@ -514,6 +518,8 @@ def test_two_identical_runs_pass(demo_runs):
     assert (tmp / "out2.step.md").read_text().strip() == md.strip()  # appended to $GITHUB_STEP_SUMMARY
 
 
+@pytest.mark.slow
+@pytest.mark.timeout(2100)
 def test_an_injected_regression_fails_and_names_the_metric(demo_runs, tmp_path, capsys):
     """The second run's limit5 rows re-swept from its own traces with a strategy that drops its best hit."""
     from bench import formats as F

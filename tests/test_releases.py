@@ -39,6 +39,7 @@ def test_moves_by_hand():
     assert math.isnan(missing.iloc[0]["regret"])
 
 
+@pytest.mark.slow
 def test_a_job_records_both_digests_so_the_report_need_not_reload_its_corpus(tmp_path_factory):
     """meta.json carries turns_sha256 and labels_sha256 (the report's "Label releases compared" reads them);
     they equal the digests of the job's corpus snapshot."""

@@ -35,6 +35,7 @@ def sections(text: str) -> list[str]:
     return re.findall(r"^## (.+)$", text, flags=re.MULTILINE)
 
 
+@pytest.mark.slow
 def test_report_starts_with_an_actionable_recommendation(run):
     text = (run / "report.md").read_text()
     heads = sections(text)
@@ -69,6 +70,7 @@ def test_report_starts_with_an_actionable_recommendation(run):
     assert "Plumbing run" in text.split("## Recommendation")[0]  # hashing embedder: flagged before anything else
 
 
+@pytest.mark.slow
 def test_recommendation_table_agrees_with_summary_and_recompute(run):
     pts = pd.read_csv(run / "analysis" / "recommendation.csv")
     summary = pd.read_csv(run / "summary.csv")
@@ -87,6 +89,7 @@ def test_recommendation_table_agrees_with_summary_and_recompute(run):
     assert again.points["threshold"].equals(pts["threshold"]) and again.points["f1"].tolist() == pytest.approx(pts["f1"].tolist())
 
 
+@pytest.mark.slow
 def test_analysis_tables_written(run):
     a = run / "analysis"
     for name in ("recommendation.csv", "curves.csv", "loco.csv", "loco_folds.csv", "categories.csv", "significance.csv",
@@ -110,6 +113,7 @@ def test_analysis_tables_written(run):
     assert "full_context" not in set(misses["strategy"])  # ignores the store: not replayed
 
 
+@pytest.mark.slow
 def test_settings_come_from_the_runs_config(copy):
     cfg_path = copy / "config_resolved.yaml"
     cfg = yaml.safe_load(cfg_path.read_text())
@@ -134,6 +138,7 @@ def test_defaults_without_config(tmp_path):
     assert load_settings(RunDir(tmp_path)) == RecommendConfig.defaults()
 
 
+@pytest.mark.slow
 def test_the_dataset_path_is_never_read_again(copy):
     """The report reads the corpus snapshot: a dataset path that no longer exists changes nothing."""
     cfg_path = copy / "config_resolved.yaml"
@@ -145,6 +150,7 @@ def test_the_dataset_path_is_never_read_again(copy):
     assert "Not available" not in text and "AUC " in text and "## Why gold memories are missed (at each" in text
 
 
+@pytest.mark.slow
 def test_missing_corpus_snapshot_is_stated_not_fatal(copy):
     cfg_path = copy / "config_resolved.yaml"
     cfg = yaml.safe_load(cfg_path.read_text())
@@ -162,12 +168,14 @@ def test_missing_corpus_snapshot_is_stated_not_fatal(copy):
     assert (copy / "report.html").exists()
 
 
+@pytest.mark.slow
 def test_seed_claims_find_the_seed_settings_of_a_default_run(run):
     claims = (run / "report.md").read_text().split("## Claims from popular articles, measured on your data\n")[1].split("\n## ")[0]
     assert "| demo | exact | top-5 saves tokens (seekdb agent-memory article) | limit5 |" in claims
     assert "| demo | exact | similarity threshold 0.65 (quoted in articles) | threshold >= 0.65 |" in claims
 
 
+@pytest.mark.slow
 def test_rerun_cli(run, capsys):
     assert report_cli.main([str(run / "does-not-exist")]) == 2
     assert "summary.csv not found" in capsys.readouterr().err
@@ -184,6 +192,7 @@ def test_counts_note_explains_a_mean_that_disagrees_with_the_counts():
     assert counts_note({"diff": float("nan"), "wins": 1, "losses": 5}) == ""
 
 
+@pytest.mark.slow
 def test_small_categories_show_n_too_small_not_an_interval(run):
     text = (run / "report.md").read_text()
     cats = pd.read_csv(run / "analysis" / "categories.csv")
@@ -196,6 +205,7 @@ def test_small_categories_show_n_too_small_not_an_interval(run):
     assert all("n too small" not in ln for ln in big) and (cats["n"] < 10).any()
 
 
+@pytest.mark.slow
 def test_one_colour_per_strategy_in_every_figure(run):
     from bench.report import plots
 
@@ -265,6 +275,7 @@ def test_confined_refuses_a_path_outside_the_directory(tmp_path):
         confined(tmp_path, "x_run:../../../evil.png")
 
 
+@pytest.mark.slow
 def test_a_hostile_category_is_shown_as_text_in_report_md_and_html(copy):
     rows = pd.read_parquet(copy / "questions.parquet")
     rows["category"] = HOSTILE
@@ -278,6 +289,7 @@ def test_a_hostile_category_is_shown_as_text_in_report_md_and_html(copy):
     assert HOSTILE in set(cats["category"])  # the analysis table keeps the value as it is
 
 
+@pytest.mark.slow
 def test_main_body_is_short_and_long_tables_are_in_the_appendix(run):
     text = (run / "report.md").read_text()
     main, appendix = text.split("\n# Appendix\n")
@@ -291,6 +303,7 @@ def test_main_body_is_short_and_long_tables_are_in_the_appendix(run):
     assert "| exact | hashing-v1/" in legend  # one embedder: the short name is the store; its full identity in the legend
 
 
+@pytest.mark.slow
 def test_colour_means_strategy_only(run):
     """No figure picks a colour from matplotlib's cycle ("C0".."C9"): colour comes from plots.styles (strategies) or
     the neutral palette (metrics, causes, gold vs non-gold), so it never means two things."""

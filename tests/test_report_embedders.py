@@ -30,6 +30,8 @@ def run(tmp_path_factory):
     return reports / "latest"
 
 
+@pytest.mark.slow
+@pytest.mark.timeout(1200)  # the run fixture waits up to 900 s
 def test_embedders_compared_section_and_table(run):
     text = (run / "report.md").read_text()
     heads = re.findall(r"^## (.+)$", text, flags=re.MULTILINE)
@@ -49,6 +51,8 @@ def test_embedders_compared_section_and_table(run):
     assert emb["auc"].between(0, 1).all()
 
 
+@pytest.mark.slow
+@pytest.mark.timeout(1200)  # the run fixture waits up to 900 s
 def test_store_tables_name_the_embedder_when_there_are_several(run):
     """Two embedders on one store: each store table names the configuration (embedder · store), so its two rows can be told apart."""
     text = (run / "report.md").read_text()
@@ -58,6 +62,8 @@ def test_store_tables_name_the_embedder_when_there_are_several(run):
     assert "| hashing 128 · exact | all |" in metrics and "| hashing 256 · exact | all |" in metrics and "| configuration | roles |" in metrics
 
 
+@pytest.mark.slow
+@pytest.mark.timeout(1200)  # the run fixture waits up to 900 s
 def test_transfer_table_agrees_with_the_summary(run):
     t = pd.read_csv(run / "analysis" / "transfer.csv")
     assert set(t["family"]) == {"cosine", "calibrated", "relative δ", "relative α", "adaptive"}

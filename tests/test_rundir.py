@@ -200,6 +200,7 @@ def run(tmp_path_factory):
     return demo_run(tmp_path_factory.getbasetemp())
 
 
+@pytest.mark.slow
 def test_a_job_of_the_cli_reads_back(run):
     r = RunDir(run)
     demo = load_own(path=DEMO)
@@ -216,6 +217,7 @@ def test_a_job_of_the_cli_reads_back(run):
     assert set(rundir.RESULTS) <= set(files) and rundir.CONFIG not in files  # ... never the command's config
 
 
+@pytest.mark.slow
 def test_a_moved_dataset_does_not_break_the_report(tmp_path):
     """Run on a temp copy of the demo corpus, delete the copy: ``recallbench report RUN`` still writes
     calibration and attribution (from the corpus snapshot and traces in the run directory)."""

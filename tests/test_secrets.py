@@ -35,12 +35,14 @@ def planted(tmp_path_factory):
     return root, planted_secret_run(root)
 
 
+@pytest.mark.slow
 def test_planted_keys_appear_nowhere(planted):
     _, figs = planted
     assert figs.hits == {}
     assert figs.tracebacks == 0
 
 
+@pytest.mark.slow
 def test_every_new_shape_was_planted_and_ran_as_planned(planted):
     """Issue 28: the runs meant to succeed did (the key was really used), the others failed saying why."""
     _, figs = planted
@@ -56,6 +58,7 @@ def test_every_new_shape_was_planted_and_ran_as_planned(planted):
     }
 
 
+@pytest.mark.slow
 def test_the_new_shapes_wrote_the_files_users_keep(planted):
     root, _ = planted
     readme = next((root / "baseline").rglob("README.md")).read_text()
@@ -65,6 +68,7 @@ def test_the_new_shapes_wrote_the_files_users_keep(planted):
     assert list((root / "reports" / "cache" / "jobs").glob("*/manifest.json"))
 
 
+@pytest.mark.slow
 def test_every_other_channel_was_refused_with_a_reason(planted):
     root, figs = planted
     assert sorted(figs.channels) == ["+embedder.api_key override", "URL user:password", "newline inside the env value",
@@ -77,6 +81,7 @@ def test_every_other_channel_was_refused_with_a_reason(planted):
     assert "RB_PLANTED_NL_API_KEY holds whitespace or a control character" in console
 
 
+@pytest.mark.slow
 def test_the_keys_were_really_used_and_the_echoing_job_failed_with_a_recorded_reason(planted):
     root, figs = planted
     assert figs.key_used  # the embedding server saw the planted key (it refuses any other)
@@ -88,6 +93,7 @@ def test_the_keys_were_really_used_and_the_echoing_job_failed_with_a_recorded_re
     assert failed[0]["reason"].endswith("Incorrect API key provided: ***REDACTED***")
 
 
+@pytest.mark.slow
 def test_every_kind_of_output_was_scanned(planted):
     root, _ = planted
     reports = root / "reports"
@@ -303,6 +309,7 @@ def test_llm_reply_quoting_the_header_is_scrubbed_before_it_is_stored(tmp_path, 
     assert key not in stored and base64.b64encode(key.encode()).decode()[:20] not in stored and REDACTED in stored
 
 
+@pytest.mark.slow
 def test_every_tool_scrubs_its_logs_ray_included(tmp_path):
     """``recallbench ray`` logs the multirun command with its overrides: every tool's entry scrubs them."""
     key = "rk-" + "1234abcd" * 4

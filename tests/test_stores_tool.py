@@ -65,6 +65,7 @@ def test_pinecone_runs_against_its_loopback_double_labelled_quality_only(data, t
     assert big.empty
 
 
+@pytest.mark.slow
 def test_the_command_runs_pinecone_loopback_by_default_and_skips_it_when_asked(tmp_path):
     argv = ["--stores", "exact,pinecone", "--sizes", "200", "--dims", "8", "--queries", "6", "--warmup", "1",
             "--layouts", "shared", "--no-locomo", "--no-progress"]

@@ -115,6 +115,7 @@ def test_where_filters_are_one_user_or_none():
     assert Where() == Where(conversation_id=None)
 
 
+@pytest.mark.slow
 def test_tradeoff_end_to_end_on_real_stores(tmp_path):
     """Tiny synthetic set, the quick grids: the exact store, sqlite-vec, Qdrant Edge and PostgreSQL + pgvector on loopback."""
     stores = ["exact", "sqlite_vec", "qdrant", "pgvector"]

@@ -96,6 +96,7 @@ def test_exported_run_and_qrels_score_like_ranked_csv_with_ir_measures(tmp_path)
     assert all(abs(got[k] - want[k]) <= 1e-9 for k in want), {k: (got[k], want[k]) for k in want}
 
 
+@pytest.mark.slow
 def test_locomo_export_scores_like_ranked_csv(tmp_path, bench_data_dir):
     """The real thing on two LoCoMo conversations (hashing embedder: seconds): 304 questions, adversarial ones with
     evidence; ir_measures on the exported files equals ranked.csv's turn level to 1e-9."""
@@ -173,6 +174,7 @@ def _env():
     return env
 
 
+@pytest.mark.slow
 def test_export_then_import_gives_the_same_summary(tmp_path_factory, tmp_path, capsys):
     """A run exported as TREC and read back with run_file=: every summary column equal except the store's name
     (``run:<tag>``), its layout (a run file has no store: ``none``) and the latency columns (no latency: NaN)."""
@@ -206,6 +208,7 @@ def test_a_missing_run_file_is_one_line(tmp_path):
     assert proc.returncode != 0 and "Traceback" not in out and f"run_file: {tmp_path / 'nope.trec'} not found" in out
 
 
+@pytest.mark.slow
 def test_export_of_a_multirun_writes_one_folder_per_job(tmp_path, capsys):
     from test_rundir import write_tiny_job
 
