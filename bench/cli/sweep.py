@@ -238,7 +238,7 @@ def run_job(cfg: DictConfig, out_dir: Path, job: Job | None = None) -> pd.DataFr
     job = job or prepare(cfg)
     corpus, inner = job.corpus, job.embedder
     # an embedder that computes faster than the cache reads (synthetic) is not cached: at 1M texts the cache would cost GBs
-    embedder = CachedEmbedder(inner, Path(cfg.paths.cache) / "embeddings") if getattr(inner, "cacheable", True) else inner
+    embedder = CachedEmbedder(inner, Path(cfg.paths.cache) / "embeddings") if inner.capabilities.cacheable else inner
     nodes = strategy_nodes(cfg.strategy)
     strategies = [load_spec(n) for n in nodes]
     dupes = sorted(n for n, c in Counter(s.name for s in strategies).items() if c > 1)
@@ -261,10 +261,10 @@ def run_job(cfg: DictConfig, out_dir: Path, job: Job | None = None) -> pd.DataFr
     readable = coverage.measure(inner, [t.text for t in corpus.turns()] + [q.text for q in corpus.questions],
                                 cache_dir=Path(cfg.paths.cache) / "coverage")  # warned by finish_run
     est = None
-    if hasattr(inner, "price_per_mtok"):  # a paid API: what embedding the uncached texts will cost, before it starts
+    if inner.capabilities.metered:  # a paid API: what embedding the uncached texts will cost, before it starts
         from bench.embedders.cost import corpus_estimate, estimate_line
 
-        est = corpus_estimate(embedder, inner.price_per_mtok, [t.text for t in corpus.turns()], [q.text for q in corpus.questions])
+        est = corpus_estimate(embedder, inner.capabilities.price_per_mtok, [t.text for t in corpus.turns()], [q.text for q in corpus.questions])
         log.info("%s: %s", inner.model_id, estimate_line(est))
     out_dir.mkdir(parents=True, exist_ok=True)
     out = RunDir(out_dir)
@@ -288,7 +288,7 @@ def run_job(cfg: DictConfig, out_dir: Path, job: Job | None = None) -> pd.DataFr
         metas.append(trace.meta)
     rows = pd.concat(parts, ignore_index=True)
     summary = summarise(rows)
-    summary["for_results"] = bool(getattr(inner, "for_results", True))
+    summary["for_results"] = inner.capabilities.for_results
 
     embed_cache = {"key": embedder.dir.name, "inputs": inner.identity, "hits": embedder.hits, "misses": embedder.misses} \
         if isinstance(embedder, CachedEmbedder) else {"status": "not cached", "inputs": inner.identity}
