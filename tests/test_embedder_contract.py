@@ -116,6 +116,8 @@ def test_declares_its_capabilities(made):
         assert counts[0] == 0, f"{name}: unknown characters in plain English: {counts}"
     if caps.loads_lazily:
         assert callable(e.check)
+    if caps.own_progress:
+        assert isinstance(e.progress, bool), f"{name}: declares a progress switch, has {getattr(e, 'progress', None)!r}"
     if caps.metered:
         assert not caps.offline, f"{name}: a metered API cannot be offline"
         assert caps.price_per_mtok is None or caps.price_per_mtok >= 0

@@ -300,7 +300,8 @@ def run_job(cfg: DictConfig, out_dir: Path, job: Job | None = None) -> pd.DataFr
             "corpus_sha256": job.corpus_sha, "labels_sha256": run.labels_digest(corpus), "turns_sha256": run.turns_digest(corpus), "embedder_identity": inner.identity,
             "overrides": _overrides(), "coverage": readable, "memory": _unit_spec(cfg).describe(), "embedding_cost_estimate": est,
             "defects": dict(Counter(d.kind for d in corpus.defects)), "defects_summary": defect_summary(corpus.defects),
-            "embed_cache": {"hits": getattr(embedder, "hits", None), "misses": getattr(embedder, "misses", None)},
+            "embed_cache": {"hits": embedder.hits, "misses": embedder.misses} if isinstance(embedder, CachedEmbedder) else
+                           {"hits": None, "misses": None},
             "caches": {"job": {**job.key.describe(), "status": "miss"}, "traces": [m.get("cache") for m in metas],
                        "embeddings": embed_cache, **({"relevance": fitted} if fitted else {})}}
     out.write_meta(redact(meta))
@@ -335,7 +336,7 @@ def write_conventions(cfg: DictConfig, traces, corpus, embedder, out_dir: Path) 
     spec = _unit_spec(cfg)
     ks = check_ks(list((cfg.get("conventions") or {}).get("ks", conventions.KS)), "conventions.ks")
     df = conventions.table(conventions.pick_trace(traces), corpus, unit=spec.unit, roles=spec.roles, embedder=embedder.model_id,
-                           max_length=(getattr(embedder, "identity", None) or {}).get("max_length"), ks=ks)
+                           max_length=embedder.identity.get("max_length"), ks=ks)
     return conventions.write(out_dir / conventions.FILE, df)
 
 

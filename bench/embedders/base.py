@@ -42,6 +42,7 @@ class EmbedderCapabilities:
     counts_unknown: bool = False  # implements ``unknown_chars(texts) -> list[int]`` (bench.embedders.coverage)
     loads_lazily: bool = False  # loads its model at first use; implements ``check()``, which raises when it cannot
     batches_itself: bool = False  # takes every text in one call and splits them itself (the embedding cache)
+    own_progress: bool = False  # has a ``progress`` switch (its own bar), which the embedding cache turns off under its own
 
 
 @runtime_checkable

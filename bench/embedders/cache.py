@@ -83,7 +83,8 @@ class CachedEmbedder:
         self.identity = dict(inner.identity)
         # what the inner model declares; the cache batches itself (bench.trace.embed_texts passes every text in one call:
         # the cache splits, writes and reports progress) and offers none of the inner model's extra methods
-        self.capabilities = replace(inner.capabilities, batches_itself=True, counts_unknown=False, loads_lazily=False)
+        self.capabilities = replace(inner.capabilities, batches_itself=True, counts_unknown=False, loads_lazily=False,
+                                    own_progress=False)
         self.query_prefix = inner.query_prefix
         self.document_prefix = inner.document_prefix
         self.dir = Path(cache_dir) / model_dir_name(inner.model_id, self.identity)
@@ -228,8 +229,8 @@ class CachedEmbedder:
         if chunked:
             log.info("embedding cache %s (%s): %d texts asked, %d distinct to embed, %d already cached; writing every %d",
                      self.model_id, side, n_keys, len(items), len(self._index), self.flush_every)
-        quiet = chunked and isinstance(getattr(self.inner, "progress", None), bool)  # our bar replaces the inner one per part
-        was = getattr(self.inner, "progress", None)
+        quiet = chunked and self.inner.capabilities.own_progress  # our bar replaces the inner one per part
+        was = self.inner.progress if quiet else None
         try:
             if quiet:
                 self.inner.progress = False

@@ -108,7 +108,7 @@ class E5SmallEmbedder:
 
     model_id = MODEL_ID
     dim = DIM
-    capabilities = EmbedderCapabilities(counts_unknown=True, loads_lazily=True)
+    capabilities = EmbedderCapabilities(counts_unknown=True, loads_lazily=True, own_progress=True)
     query_prefix = "query: "  # added by the engine (is_query=1)
     document_prefix = "passage: "  # added by the engine (is_query=0)
 

@@ -196,7 +196,7 @@ class HTTPEmbedder(TwoSided):
         self.query_prefix = query_prefix
         self.document_prefix = document_prefix
         self.price_per_mtok = None if price_per_mtok is None else float(price_per_mtok)
-        self.capabilities = EmbedderCapabilities(offline=False, metered=True, price_per_mtok=self.price_per_mtok)
+        self.capabilities = EmbedderCapabilities(offline=False, metered=True, price_per_mtok=self.price_per_mtok, own_progress=True)
         self.model = model
         register_url_secrets(base_url)  # a key in the query string (?api_key=...) is scrubbed from everything written
         self.base_url = base_url.rstrip("/")

@@ -128,7 +128,7 @@ class MiniLMEmbedder(TwoSided):
 
     model_id = MODEL_ID
     dim = DIM
-    capabilities = EmbedderCapabilities(counts_unknown=True)
+    capabilities = EmbedderCapabilities(counts_unknown=True, own_progress=True)
 
     def __init__(self, batch_size: int = 64, threads: int = 0, progress: bool = True) -> None:
         """batch_size: texts per model call; threads: onnxruntime intra-op threads (0 = all cores)."""

@@ -42,7 +42,7 @@ class USEM3Embedder(TwoSided):
 
     model_id = MODEL_ID
     dim = DIM
-    capabilities = EmbedderCapabilities(counts_unknown=True)
+    capabilities = EmbedderCapabilities(counts_unknown=True, own_progress=True)
 
     def __init__(self, progress: bool = True) -> None:
         self.progress = progress
