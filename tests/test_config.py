@@ -10,6 +10,7 @@ from omegaconf import OmegaConf
 
 import bench.cli.config  # noqa: F401  (registers the rb.* resolvers)
 from bench import run
+from bench.resources import plugin_names
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -80,8 +81,8 @@ def test_check_params_names_the_key_the_target_does_not_take():
     (["dataset.path=/x"], "dataset.path: no such setting in dataset=auto (its settings: datasets_dir, default_dir, demo_dir); path "
                           "is a setting of dataset=locomo, locomo_2025, locomo_observations, locomo_summaries, longmemeval_oracle, "
                           "longmemeval_s, own: did you mean dataset=own dataset.path=/x?"),
-    (["embedder=hashng"], "embedder=hashng: no such option; did you mean hashing? (options: auto, e5_small, hashing, http, minilm, "
-                          "openai_3_small, openai_compatible, qwen3_openrouter, synthetic, use_m3)"),
+    (["embedder=hashng"], "embedder=hashng: no such option; did you mean hashing? "
+                          f"(options: {', '.join(plugin_names('embedder'))})"),  # every configs/embedder/*.yaml
     (["progres=false"], "progres: no such setting in the config; did you mean progress?"),
 ])
 def test_hydras_refusal_is_said_with_the_closest_name(argv, line):

@@ -5,6 +5,7 @@ import math
 import pytest
 
 from bench.embedders import coverage as C
+from bench.embedders.base import EmbedderCapabilities
 
 
 def test_language_by_script():
@@ -33,6 +34,8 @@ def test_coverage_hand_worked():
 
 class Reads:
     model_id = "fake"
+    identity = {"embedder": "fake"}
+    capabilities = EmbedderCapabilities(counts_unknown=True)
 
     def unknown_chars(self, texts):
         return [sum(1 for c in t if C.language(c) == "zh") for t in texts]  # every CJK character unknown
@@ -75,6 +78,7 @@ def test_measure_tokenises_a_corpus_once_per_model(tmp_path):
 def test_not_measured_is_said_not_zero():
     class NoTokenizer:
         model_id = "api"
+        capabilities = EmbedderCapabilities(offline=False)  # declares no unknown_chars
 
     rec = C.measure(NoTokenizer(), ["我擅长什么？"])
     assert rec["measured"] is False and "not measured" in rec["reason"] and "languages" not in rec

@@ -6,7 +6,7 @@ import logging
 import numpy as np
 import pytest
 
-from bench.embedders.base import Embedder, TwoSided
+from bench.embedders.base import Embedder, EmbedderCapabilities, TwoSided
 from bench.embedders.cache import CachedEmbedder, model_dir_name, text_key
 
 FAKE_ID = {"model_id": "fake/v1", "dim": 4}  # CountingEmbedder()'s identity
@@ -15,7 +15,7 @@ FAKE_ID = {"model_id": "fake/v1", "dim": 4}  # CountingEmbedder()'s identity
 class CountingEmbedder(TwoSided):
     """Fake inner embedder: vector = one-hot-ish from the text length, records every call."""
 
-    for_results = True
+    capabilities = EmbedderCapabilities()
 
     def __init__(self, model_id: str = "fake/v1", dim: int = 4, **identity) -> None:
         self.model_id = model_id
@@ -35,7 +35,7 @@ def test_second_call_embeds_nothing(tmp_path):
     inner = CountingEmbedder()
     c = CachedEmbedder(inner, tmp_path)
     assert isinstance(c, Embedder)
-    assert (c.model_id, c.dim, c.for_results) == ("fake/v1", 4, True)
+    assert (c.model_id, c.dim, c.capabilities.for_results, c.capabilities.batches_itself) == ("fake/v1", 4, True, True)
     v1 = c.embed_documents(["a", "bb", "ccc"])
     # len 1 -> e1, len 2 -> e2, len 3 -> e3
     np.testing.assert_array_equal(v1, np.eye(4, dtype=np.float32)[[1, 2, 3]])

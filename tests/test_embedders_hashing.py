@@ -17,7 +17,7 @@ def test_protocol_and_flags():
     e = HashingEmbedder(dim=64)
     assert isinstance(e, Embedder)
     assert e.dim == 64
-    assert e.for_results is False  # plumbing only
+    assert e.capabilities.for_results is False  # plumbing only
     assert e.model_id != HashingEmbedder(dim=32).model_id
 
 

@@ -21,7 +21,7 @@ def tok():
 def test_protocol_and_ids(emb):
     assert isinstance(emb, Embedder)
     assert emb.dim == 384
-    assert emb.for_results is True
+    assert emb.capabilities.for_results is True
     assert "max256" in emb.model_id
 
 

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from bench.backends.exact import ExactBackend
-from bench.embedders.base import TwoSided
+from bench.embedders.base import EmbedderCapabilities, TwoSided
 from bench.trace import (
     TRACE_COLUMNS,
     Trace,
@@ -30,7 +30,7 @@ class FakeEmbedder(TwoSided):
     model_id = "fake-2d"
     identity = {"model_id": "fake-2d"}
     dim = 2
-    for_results = False
+    capabilities = EmbedderCapabilities(for_results=False)
 
     def __init__(self):
         self.calls = []

@@ -100,32 +100,38 @@ def test_all_configs_together_have_unique_names_and_hand_worked_values():
     assert math.isnan(sel("full_context", "q_dog").latency_ns)
 
 
-# what each shipped strategy reads, as its function declares it (these were the YAML flags before):
-# name -> (kind, thresholded, uses_store, stateful, needs_tokens)
-DECLARED = {
-    "limit5": ("limit", False, True, False, False),
-    "threshold": ("threshold", True, True, False, False),
-    "hybrid5": ("hybrid", True, True, False, False),
-    "hybrid5_user": ("hybrid", True, True, False, False),
-    "hybrid5_assistant": ("hybrid", True, True, False, False),
-    "budget256": ("token_budget", False, True, False, True),
-    "routing": ("route_by_query", False, True, False, False),
-    "full_context": ("full_context", False, False, False, False),
-    "recency5": ("recency", False, False, False, False),
-    "keyword5": ("keyword", False, False, False, False),
-    "bm25_5": ("bm25", False, False, False, False),
-    "rrf5": ("rrf", False, True, False, False),
-    "dual_tier": ("dual_tier", True, True, True, False),
-    "calibrated": ("calibrated_threshold", True, True, False, False),
-    "relative_delta": ("relative_delta", True, True, False, False),
-    "relative_ratio": ("relative_ratio", True, True, False, False),
-    "adaptive10": ("largest_gap", False, True, False, False),
-}
+def test_every_strategy_declares_a_family_its_inputs_fit():
+    """What a strategy is comes from its function (``@strategy(family=..., ...)``), read here for every config: a family
+    named in ``FAMILIES`` whose rule its inputs keep (a cut sweeps a threshold, a baseline ignores the store, ...)."""
+    for spec in specs(CONFIGS):
+        assert spec.family in SP.FAMILIES, f"{spec.name}: family {spec.family!r}"
+        assert SP.FAMILIES[spec.family].breaks(SP.inputs_of(spec.fn)) == [], f"{spec.name}: {spec.family}"
+
+
+# hand-worked: the family of the seed strategies, by what they do (not read back from the declarations)
+SEED_FAMILIES = {"limit5": "top_k", "threshold": "cut", "full_context": "baseline", "dual_tier": "tiered", "adaptive10": "adaptive",
+                 "relative_delta": "cut", "bm25_5": "baseline"}
+
+
+def test_the_seed_strategies_are_in_the_families_they_belong_to():
+    got = {s.name: s.family for s in specs(CONFIGS)}
+    assert {n: got[n] for n in SEED_FAMILIES} == SEED_FAMILIES
+
+
+def test_a_family_rules_out_inputs_that_contradict_it():
+    def fn(hits, **kw):
+        return tuple(hits)
+
+    with pytest.raises(ValueError, match=r"strategy .*fn: family 'cut' rules out thresholded=False"):
+        SP.strategy(family="cut", thresholded=False)(fn)
+    with pytest.raises(ValueError, match=r"strategy .*fn: family 'baseline' rules out uses_store=True"):
+        SP.strategy(family="baseline", thresholded=False)(fn)
+    with pytest.raises(ValueError, match="family must be one of top_k, cut, adaptive, baseline, tiered"):
+        SP.strategy(family="vector", thresholded=True)
+    assert SP.FAMILIES["tiered"].breaks(SP.Inputs(thresholded=True, stateful=False)) == ["stateful=False"]
 
 
 def test_inputs_come_from_the_function_and_the_yaml_holds_only_name_roles_and_parameters():
-    got = {s.name: (s.kind, s.thresholded, s.uses_store, s.stateful, s.needs_tokens) for s in specs(CONFIGS)}
-    assert got == DECLARED
     for name in CONFIGS:
         node = yaml.safe_load((REPO / "configs" / "strategy" / f"{name}.yaml").read_text())
         allowed = {"name", "roles", "fn", "thresholds"}  # thresholds: a strategy's own grid (delta, alpha, p)
@@ -170,8 +176,9 @@ def test_the_strategy_decorator_sets_the_inputs_and_returns_the_function():
     def fn(hits, **kw):
         return tuple(hits)
 
-    marked = SP.strategy(thresholded=True, stateful=True)(fn)
+    marked = SP.strategy(family="tiered", thresholded=True, stateful=True)(fn)
     assert marked is fn and marked.inputs == SP.Inputs(thresholded=True, uses_store=True, stateful=True, needs_tokens=False)
+    assert marked.family == "tiered"
     assert SP.inputs_of(functools.partial(functools.partial(marked, a=1), b=2)) == marked.inputs
     assert SP.inputs_of(undeclared) is None
 
@@ -179,8 +186,35 @@ def test_the_strategy_decorator_sets_the_inputs_and_returns_the_function():
 def test_the_strategies_experiment_runs_every_strategy_in_every_format():
     with initialize_config_dir(config_dir=str(REPO / "configs"), version_base="1.3"):
         cfg = compose(config_name="config", overrides=["experiment=strategies"])
-    assert sorted(cfg.strategy) == CONFIGS  # a new configs/strategy/*.yaml must be added to the experiment too
+    assert sorted(cfg.strategy) == CONFIGS  # every configs/strategy/*.yaml, read from the folder (strategy_sets/every)
+    # the experiment's list fixes the order of the outputs; any strategy it does not list follows, by name
+    listed = yaml.safe_load((REPO / "configs" / "experiment" / "strategies.yaml").read_text())["defaults"][1]["override /strategy"]
+    assert list(cfg.strategy)[:len(listed)] == listed
+    assert list(cfg.strategy)[len(listed):] == sorted(set(CONFIGS) - set(listed))
     assert list(cfg.formats) == ["A", "B", "C"]
+
+
+def test_a_new_strategy_yaml_joins_the_strategies_experiment_after_the_listed_ones(tmp_path, monkeypatch):
+    import shutil
+
+    from bench.cli import config as C
+
+    shutil.copytree(REPO / "configs", tmp_path / "configs")
+    (tmp_path / "configs" / "strategy" / "aaa_new.yaml").write_text(
+        "# @package strategy.aaa_new\nname: new${.fn.k}\nfn: {_target_: bench.strategies.vector.limit, _partial_: true, k: 2}\n")
+    monkeypatch.setattr(C, "configs_dir", lambda: tmp_path / "configs")
+    monkeypatch.setattr(C, "plugin_names", lambda group: sorted(p.stem for p in (tmp_path / "configs" / group).glob("*.yaml")))
+    try:
+        C._register_every_strategy()
+        with initialize_config_dir(config_dir=str(tmp_path / "configs"), version_base="1.3"):
+            cfg = compose(config_name="config", overrides=["experiment=strategies", "strategy.limit.fn.k=7"])
+    finally:
+        monkeypatch.undo()
+        C._register_every_strategy()  # the shipped configs again
+    listed = yaml.safe_load((REPO / "configs" / "experiment" / "strategies.yaml").read_text())["defaults"][1]["override /strategy"]
+    assert list(cfg.strategy) == listed + sorted(set(CONFIGS) - set(listed) | {"aaa_new"})  # the listed ones, then by name
+    names = {s.name for s in build_strategies(cfg.strategy)}
+    assert {"limit7", "new2"} <= names  # an override still reaches a listed one; the new one is built like any other
 
 
 # --- k is a first-class knob: the name follows it (issue 24) ---------------------------------------------------------

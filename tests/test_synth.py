@@ -102,7 +102,7 @@ def test_embedder_formula_hand_checked():
     np.testing.assert_allclose(v[0], e._centres[3], atol=1e-6)
     np.testing.assert_allclose(v[1], e._centres[3], atol=1e-6)
     np.testing.assert_allclose(v[2], e._centres[zlib.crc32(b"plain text") % 7], atol=1e-6)
-    assert e.model_id == "synthetic-v1/dim16/noise0/fact0/topics7/seed0" and e.for_results is False
+    assert e.model_id == "synthetic-v1/dim16/noise0/fact0/topics7/seed0" and e.capabilities.for_results is False
 
 
 def test_embedder_bad_input():

@@ -37,6 +37,20 @@ EMBEDDED, LOCAL_SERVER, CLOUD = "embedded", "local server", "cloud"  # Capabilit
 
 
 @dataclass(frozen=True, slots=True)
+class Client:
+    """An optional client package a store imports lazily (``import_client``): the module it imports, the PyPI
+    package that provides it and the recallbench extra (pyproject ``[project.optional-dependencies]``) that installs it."""
+
+    module: str
+    package: str
+    extra: str
+
+    def load(self, store: str):
+        """The module, imported; BackendUnavailable naming ``store``, the package and the extra when it is missing."""
+        return import_client(self.module, store=store, package=self.package, extra=self.extra)
+
+
+@dataclass(frozen=True, slots=True)
 class Capabilities:
     exact: bool  # True: brute force, never misses; False: approximate (ANN)
     filters: frozenset[str]  # subset of FILTER_KINDS the store applies natively
@@ -46,6 +60,9 @@ class Capabilities:
     # the server program bench.backends.servers can start on loopback for it ("seekdb", "chroma");
     # None for an embedded store, and for a cloud store (server True: nothing here can start it)
     local_server: str | None = None
+    # the client packages it needs, the one open() imports first leading; () for a store on numpy alone. Read by the
+    # contract test (a missing client is one line naming the extra), never a list kept beside the stores
+    clients: tuple[Client, ...] = ()
 
     @property
     def kind(self) -> str:

@@ -46,6 +46,7 @@ from bench.backends.base import (
     FILTER_KINDS,
     BackendUnavailable,
     Capabilities,
+    Client,
     best_first,
     check_metric,
     client_collections,
@@ -55,6 +56,7 @@ from bench.backends.base import (
 from bench.types import Hits, MemoryBatch, Where
 
 log = logging.getLogger(__name__)
+CLIENT = Client("chromadb", "chromadb", "chroma")  # the client this store imports, and the extra that installs it
 
 _PROBE_K = 20  # neighbours fetched when checking that a row is found by a search with its own vector
 _DIRECT_PROBES = 100  # up to this many rows to check: one own-vector search each; more: a traversal first
@@ -87,7 +89,7 @@ class ChromaBackend:
     """chromadb PersistentClient when ``host`` is None (``path`` required), else HttpClient."""
 
     name = "chroma"
-    capabilities = Capabilities(exact=False, filters=FILTER_KINDS, persistent=True, server=False)
+    capabilities = Capabilities(exact=False, filters=FILTER_KINDS, persistent=True, server=False, clients=(CLIENT,))
 
     def __init__(
         self,
@@ -112,7 +114,7 @@ class ChromaBackend:
         if host is not None:
             self.name = "chroma_server"
             self.capabilities = Capabilities(exact=False, filters=FILTER_KINDS, persistent=True, server=True,
-                                             local_server="chroma")
+                                             local_server="chroma", clients=(CLIENT,))
         self.collection = collection
         self._name = safe_collection_name(collection)
         self.path = os.path.abspath(path) if (path and host is None) else None
@@ -366,4 +368,4 @@ def _native_filter(where: Where) -> dict | None:
 
 
 def _client(module: str):
-    return import_client(module, store="chroma", package="chromadb", extra="chroma")
+    return import_client(module, store="chroma", package=CLIENT.package, extra=CLIENT.extra)

@@ -33,13 +33,14 @@ import numpy as np
 from bench.backends.base import (
     FILTER_KINDS,
     Capabilities,
+    Client,
     best_first,
     check_metric,
-    import_client,
 )
 from bench.types import Hits, MemoryBatch, Where
 
 log = logging.getLogger(__name__)
+CLIENT = Client("lancedb", "lancedb", "lancedb")  # the client this store imports, and the extra that installs it
 
 _SAFE = re.compile(r"[^A-Za-z0-9_.-]")
 
@@ -84,7 +85,7 @@ def _nothing_matches(where: Where) -> bool:
 
 class LanceDBBackend:
     name = "lancedb"
-    capabilities = Capabilities(exact=True, filters=FILTER_KINDS, persistent=True, server=False)
+    capabilities = Capabilities(exact=True, filters=FILTER_KINDS, persistent=True, server=False, clients=(CLIENT,))
 
     def __init__(self, path: str, collection: str = "recallbench") -> None:
         if not path:
@@ -103,7 +104,7 @@ class LanceDBBackend:
 
     def _connect(self):
         if self._db is None:
-            lancedb = import_client("lancedb", store="lancedb", package="lancedb", extra="lancedb")
+            lancedb = CLIENT.load("lancedb")
             os.makedirs(self.path, exist_ok=True)
             self._db = lancedb.connect(self.path)
         return self._db

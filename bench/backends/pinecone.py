@@ -25,6 +25,7 @@ from bench.backends.base import (
     FILTER_KINDS,
     BackendUnavailable,
     Capabilities,
+    Client,
     best_first,
     check_metric,
     import_client,
@@ -33,6 +34,7 @@ from bench.output import check_env_name
 from bench.types import Hits, MemoryBatch, Where
 
 log = logging.getLogger(__name__)
+CLIENT = Client("pinecone", "pinecone", "pinecone")  # the client this store imports, and the extra that installs it
 
 MAX_K = 10_000  # Pinecone's topK ceiling
 MAX_BATCH_VECTORS = 100  # recommended upsert batch
@@ -69,7 +71,7 @@ def pinecone_filter(where: Where) -> dict | None:
 
 class PineconeBackend:
     name = "pinecone"
-    capabilities = Capabilities(exact=False, filters=FILTER_KINDS, persistent=True, server=True, max_k=MAX_K)
+    capabilities = Capabilities(exact=False, filters=FILTER_KINDS, persistent=True, server=True, max_k=MAX_K, clients=(CLIENT,))
 
     def __init__(
         self,
@@ -286,4 +288,4 @@ class PineconeBackend:
 
 
 def _client(module: str):
-    return import_client(module, store="pinecone", package="pinecone", extra="pinecone")
+    return import_client(module, store="pinecone", package=CLIENT.package, extra=CLIENT.extra)

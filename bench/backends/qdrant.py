@@ -33,10 +33,12 @@ import uuid
 
 import numpy as np
 
-from bench.backends.base import FILTER_KINDS, BackendUnavailable, Capabilities, best_first, check_metric, import_client
+from bench.backends.base import FILTER_KINDS, BackendUnavailable, Capabilities, Client, best_first, check_metric, import_client
 from bench.types import Hits, MemoryBatch, Where
 
 log = logging.getLogger(__name__)
+CLIENT = Client("qdrant_edge", "qdrant-edge-py", "qdrant")  # the engine in-process (url null)
+SERVER_CLIENT = Client("qdrant_client", "qdrant-client", "qdrant")  # a Qdrant server (url set)
 
 MAX_K = 100_000
 _SAFE = re.compile(r"[^A-Za-z0-9_.-]")
@@ -129,7 +131,7 @@ class QdrantBackend:
         # a server url is a store nothing here starts (kind "cloud"); ":memory:" is the client's in-process local mode
         remote = url is not None and url != ":memory:"
         self.capabilities = Capabilities(exact=self.exact, filters=FILTER_KINDS, persistent=url is None or remote,
-                                         server=remote, max_k=MAX_K)
+                                         server=remote, max_k=MAX_K, clients=(CLIENT, SERVER_CLIENT) if url is None else (SERVER_CLIENT,))
         self._shard = None  # Edge mode
         self._client = None  # client mode
         self._dim = 0
@@ -140,14 +142,14 @@ class QdrantBackend:
 
     # ---------------------------------------------------------------- modes
     def _edge(self):
-        return import_client("qdrant_edge", store="qdrant", package="qdrant-edge-py", extra="qdrant")
+        return CLIENT.load("qdrant")
 
     def _models(self):
-        return import_client("qdrant_client.models", store="qdrant", package="qdrant-client", extra="qdrant")
+        return import_client("qdrant_client.models", store="qdrant", package=SERVER_CLIENT.package, extra=SERVER_CLIENT.extra)
 
     def _connect_client(self):
         if self._client is None:
-            qc = import_client("qdrant_client", store="qdrant", package="qdrant-client", extra="qdrant")
+            qc = SERVER_CLIENT.load("qdrant")
             if self.url == ":memory:":
                 self._client = qc.QdrantClient(location=":memory:")
             else:

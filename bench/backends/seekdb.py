@@ -54,6 +54,7 @@ from bench.backends.base import (
     FILTER_KINDS,
     BackendUnavailable,
     Capabilities,
+    Client,
     best_first,
     check_metric,
     client_collections,
@@ -64,6 +65,7 @@ from bench.output import check_env_name
 from bench.types import Hits, MemoryBatch, Where
 
 log = logging.getLogger(__name__)
+CLIENTS = (Client("pyseekdb", "pyseekdb", "seekdb"), Client("pylibseekdb", "pylibseekdb", "seekdb"))  # client, embedded server
 
 MAX_K = 16_384  # pyseekdb's n_results bound (OceanBase vector-search k limit)
 _PROBE_K = 20  # neighbours fetched when checking that a probe row is searchable
@@ -139,7 +141,7 @@ def _release_embedded(path: str) -> None:
 
 def _shutdown_embedded(path: str) -> None:
     """Close the process's embedded instance (serving ``path``) and reap its child process."""
-    pylibseekdb = _client("pylibseekdb", "pylibseekdb")
+    pylibseekdb = CLIENTS[1].load("seekdb")
 
     children = _embedded_children()
     log.info("seekdb: closing the embedded instance on %s to open another path", path)
@@ -162,7 +164,7 @@ class SeekdbBackend:
     """seekdb via pyseekdb. Embedded when ``host`` is None (``path`` required), else a seekdb server."""
 
     name = "seekdb"
-    capabilities = Capabilities(exact=False, filters=FILTER_KINDS, persistent=True, server=False, max_k=MAX_K)
+    capabilities = Capabilities(exact=False, filters=FILTER_KINDS, persistent=True, server=False, max_k=MAX_K, clients=CLIENTS)
 
     def __init__(
         self,
@@ -192,7 +194,7 @@ class SeekdbBackend:
         if host is not None:
             self.name = "seekdb_server"
             self.capabilities = Capabilities(exact=False, filters=FILTER_KINDS, persistent=True, server=True,
-                                             max_k=MAX_K, local_server="seekdb")
+                                             max_k=MAX_K, local_server="seekdb", clients=CLIENTS)
         self.collection = collection
         self._table = safe_collection_name(collection)
         self.path = os.path.abspath(path) if (path and host is None) else None
@@ -484,5 +486,5 @@ def _native_filter(where: Where) -> dict | None:
     return mongo_filter(where, "seekdb")
 
 
-def _client(module: str, package: str = "pyseekdb"):
-    return import_client(module, store="seekdb", package=package, extra="seekdb")
+def _client(module: str):
+    return import_client(module, store="seekdb", package=CLIENTS[0].package, extra=CLIENTS[0].extra)

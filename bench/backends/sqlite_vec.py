@@ -28,10 +28,11 @@ from pathlib import Path
 
 import numpy as np
 
-from bench.backends.base import FILTER_KINDS, Capabilities, check_metric, import_client
+from bench.backends.base import FILTER_KINDS, Capabilities, Client, check_metric
 from bench.types import Hits, MemoryBatch, Where
 
 log = logging.getLogger(__name__)
+CLIENTS = (Client("sqlean", "sqlean.py", "sqlite"), Client("sqlite_vec", "sqlite-vec", "sqlite"))  # sqlite3 that loads extensions, vec0
 
 MAX_K = 4096  # vec0 refuses larger k
 DEFAULT_CHUNK = 1024  # vec0's chunk_size when none is given
@@ -55,7 +56,7 @@ def safe_name(collection: str) -> str:
 
 class SqliteVecBackend:
     name = "sqlite_vec"
-    capabilities = Capabilities(exact=True, filters=FILTER_KINDS, persistent=True, server=False, max_k=MAX_K)
+    capabilities = Capabilities(exact=True, filters=FILTER_KINDS, persistent=True, server=False, max_k=MAX_K, clients=CLIENTS)
     reopens_cheaply = True  # one file per collection: the per-conversation layout keeps a bounded number open (bench.backends.layout)
     ready_when_added = True  # add() commits: rows are searchable when it returns
     # a per-conversation collection holds one user's rows: vec0 allocates vectors a chunk at a time (1024 rows by default,
@@ -81,8 +82,7 @@ class SqliteVecBackend:
         check_metric(metric)
         if not isinstance(dim, int) or dim <= 0:
             raise ValueError(f"sqlite_vec: dim must be a positive int (got {dim!r})")
-        sqlean = import_client("sqlean", store="sqlite_vec", package="sqlean.py", extra="sqlite")
-        sqlite_vec = import_client("sqlite_vec", store="sqlite_vec", package="sqlite-vec", extra="sqlite")
+        sqlean, sqlite_vec = (c.load("sqlite_vec") for c in CLIENTS)
         self.close()
         self.path.mkdir(parents=True, exist_ok=True)
         conn = sqlean.connect(str(self.file), check_same_thread=False)

@@ -13,7 +13,7 @@ from omegaconf import DictConfig, OmegaConf
 from bench import run
 from bench.output import redact
 from bench.plugins import instantiate
-from bench.resources import configs_dir, demo_dir
+from bench.resources import configs_dir, demo_dir, plugin_names
 from bench.strategies.spec import load_spec
 
 # Resolvers the configs use instead of ``${hydra:...}``, so every config value resolves in a
@@ -21,6 +21,29 @@ from bench.strategies.spec import load_spec
 OmegaConf.register_new_resolver("rb.cwd", os.getcwd, replace=True)  # the directory the command was started from
 OmegaConf.register_new_resolver("rb.run_id", run.run_id, replace=True)  # keeps two runs started in one second apart
 OmegaConf.register_new_resolver("rb.demo", lambda: str(demo_dir()), replace=True)  # the demo corpus we ship
+
+
+def every_strategy() -> dict:
+    """Every ``configs/strategy/*.yaml`` as one node (each under the key its ``# @package strategy.<key>`` line names), by file name."""
+    out = {}
+    for name in plugin_names("strategy"):
+        path = configs_dir() / "strategy" / f"{name}.yaml"
+        first = path.read_text(encoding="utf-8").partition("\n")[0]
+        key = first.removeprefix("# @package strategy.").strip() if first.startswith("# @package strategy.") else name
+        out[key] = OmegaConf.to_container(OmegaConf.load(path))
+    return out
+
+
+def _register_every_strategy() -> None:
+    """The Hydra option ``strategy_sets/every``: every strategy YAML, read from ``configs/strategy/`` (never a list). An
+    experiment lists the strategies whose order its outputs keep, then ``- /strategy_sets@strategy: every``: the listed ones
+    keep their places and values, any other strategy YAML follows them by name (a new strategy needs no list edit)."""
+    from hydra.core.config_store import ConfigStore
+
+    ConfigStore.instance().store(group="strategy_sets", name="every", node=every_strategy())
+
+
+_register_every_strategy()
 
 
 def build(node, **overrides):

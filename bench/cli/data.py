@@ -15,7 +15,13 @@ from pathlib import Path
 
 from bench.cli.common import fail, parser, setup_logging
 
-KIND_CHOICES = ("auto", "locomo", "locomo_2025", "longmemeval", "longmemeval_oracle", "longmemeval_s", "own")
+
+def kind_choices() -> tuple[str, ...]:
+    """``auto`` and every corpus kind (``bench.data.kinds``: read from configs/dataset/)."""
+    from bench.data import kinds
+
+    return ("auto", *kinds())
+
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -29,12 +35,12 @@ def _parser() -> argparse.ArgumentParser:
     sub = ap.add_subparsers(dest="command", required=True)
     check = sub.add_parser("check", help="print the dataset card and defect report")
     check.add_argument("path")
-    check.add_argument("--kind", choices=KIND_CHOICES, default="auto")
+    check.add_argument("--kind", choices=kind_choices(), default="auto")
     check.add_argument("--strict", action="store_true", help="exit 1 when the corpus has any defect")
     conv = sub.add_parser("convert", help="write a corpus in the own format")
     conv.add_argument("src")
     conv.add_argument("out_dir")
-    conv.add_argument("--kind", choices=KIND_CHOICES, default="auto")
+    conv.add_argument("--kind", choices=kind_choices(), default="auto")
     sub.add_parser("fetch", add_help=False, help="verify the public corpora against their manifests; download missing ones "
                                                  "(recallbench data fetch --help)")
     return ap

@@ -238,7 +238,7 @@ def run_job(cfg: DictConfig, out_dir: Path, job: Job | None = None) -> pd.DataFr
     job = job or prepare(cfg)
     corpus, inner = job.corpus, job.embedder
     # an embedder that computes faster than the cache reads (synthetic) is not cached: at 1M texts the cache would cost GBs
-    embedder = CachedEmbedder(inner, Path(cfg.paths.cache) / "embeddings") if getattr(inner, "cacheable", True) else inner
+    embedder = CachedEmbedder(inner, Path(cfg.paths.cache) / "embeddings") if inner.capabilities.cacheable else inner
     nodes = strategy_nodes(cfg.strategy)
     strategies = [load_spec(n) for n in nodes]
     dupes = sorted(n for n, c in Counter(s.name for s in strategies).items() if c > 1)
@@ -261,10 +261,10 @@ def run_job(cfg: DictConfig, out_dir: Path, job: Job | None = None) -> pd.DataFr
     readable = coverage.measure(inner, [t.text for t in corpus.turns()] + [q.text for q in corpus.questions],
                                 cache_dir=Path(cfg.paths.cache) / "coverage")  # warned by finish_run
     est = None
-    if hasattr(inner, "price_per_mtok"):  # a paid API: what embedding the uncached texts will cost, before it starts
+    if inner.capabilities.metered:  # a paid API: what embedding the uncached texts will cost, before it starts
         from bench.embedders.cost import corpus_estimate, estimate_line
 
-        est = corpus_estimate(embedder, inner.price_per_mtok, [t.text for t in corpus.turns()], [q.text for q in corpus.questions])
+        est = corpus_estimate(embedder, inner.capabilities.price_per_mtok, [t.text for t in corpus.turns()], [q.text for q in corpus.questions])
         log.info("%s: %s", inner.model_id, estimate_line(est))
     out_dir.mkdir(parents=True, exist_ok=True)
     out = RunDir(out_dir)
@@ -288,7 +288,7 @@ def run_job(cfg: DictConfig, out_dir: Path, job: Job | None = None) -> pd.DataFr
         metas.append(trace.meta)
     rows = pd.concat(parts, ignore_index=True)
     summary = summarise(rows)
-    summary["for_results"] = bool(getattr(inner, "for_results", True))
+    summary["for_results"] = inner.capabilities.for_results
 
     embed_cache = {"key": embedder.dir.name, "inputs": inner.identity, "hits": embedder.hits, "misses": embedder.misses} \
         if isinstance(embedder, CachedEmbedder) else {"status": "not cached", "inputs": inner.identity}
@@ -300,7 +300,8 @@ def run_job(cfg: DictConfig, out_dir: Path, job: Job | None = None) -> pd.DataFr
             "corpus_sha256": job.corpus_sha, "labels_sha256": run.labels_digest(corpus), "turns_sha256": run.turns_digest(corpus), "embedder_identity": inner.identity,
             "overrides": _overrides(), "coverage": readable, "memory": _unit_spec(cfg).describe(), "embedding_cost_estimate": est,
             "defects": dict(Counter(d.kind for d in corpus.defects)), "defects_summary": defect_summary(corpus.defects),
-            "embed_cache": {"hits": getattr(embedder, "hits", None), "misses": getattr(embedder, "misses", None)},
+            "embed_cache": {"hits": embedder.hits, "misses": embedder.misses} if isinstance(embedder, CachedEmbedder) else
+                           {"hits": None, "misses": None},
             "caches": {"job": {**job.key.describe(), "status": "miss"}, "traces": [m.get("cache") for m in metas],
                        "embeddings": embed_cache, **({"relevance": fitted} if fitted else {})}}
     out.write_meta(redact(meta))
@@ -335,7 +336,7 @@ def write_conventions(cfg: DictConfig, traces, corpus, embedder, out_dir: Path) 
     spec = _unit_spec(cfg)
     ks = check_ks(list((cfg.get("conventions") or {}).get("ks", conventions.KS)), "conventions.ks")
     df = conventions.table(conventions.pick_trace(traces), corpus, unit=spec.unit, roles=spec.roles, embedder=embedder.model_id,
-                           max_length=(getattr(embedder, "identity", None) or {}).get("max_length"), ks=ks)
+                           max_length=embedder.identity.get("max_length"), ks=ks)
     return conventions.write(out_dir / conventions.FILE, df)
 
 

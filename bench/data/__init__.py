@@ -5,19 +5,62 @@ JSON reading with file/line errors, defect values, text checks). A UTF-8 byte-or
 of a file is accepted and ignored; strings holding unpaired surrogates (JSON ``"\ud800"`` escapes,
 which cannot be encoded as UTF-8) are errors naming file, record and field. The loaders themselves live in
 ``locomo.py``, ``longmemeval.py`` and ``own.py``; importing this package imports none of them.
+
+The corpus kinds are read from ``configs/dataset/*.yaml`` (``kinds``), never listed here: every dataset YAML
+that loads one ``path`` is a kind of that name (its ``_target_`` loader with the YAML's plain settings:
+``locomo_2025`` is LoCoMo named ``locomo_2025``), and each loader module is a kind too (``longmemeval``: the
+loader with its defaults, what ``detect_kind`` answers). A new dataset kind is one loader + one YAML.
 """
 
 from __future__ import annotations
 
+import functools
+import importlib
 import json
 import os
+from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from bench.types import Corpus
 
-KINDS = ("locomo", "longmemeval", "own")
-_ALIASES = {"locomo_2025": "locomo", "longmemeval_oracle": "longmemeval", "longmemeval_s": "longmemeval"}
+
+@dataclass(frozen=True)
+class Kind:
+    """A corpus kind: the loader (dotted path) and the settings it is called with besides ``path``."""
+
+    target: str
+    settings: Mapping[str, Any]
+
+
+def _plain(value: Any) -> bool:
+    """A YAML value a kind can keep: no ``${...}`` interpolation, no ``???``."""
+    if isinstance(value, str):
+        return "${" not in value and value != "???"
+    if isinstance(value, Mapping):
+        return all(_plain(v) for v in value.values())
+    if isinstance(value, list):
+        return all(_plain(v) for v in value)
+    return True
+
+
+@functools.cache
+def kinds() -> dict[str, Kind]:
+    """Kind name -> Kind, from every ``configs/dataset/*.yaml`` that has a ``path`` (by name), then one per loader module
+    (``locomo``, ``longmemeval``, ``own``: the loader with its defaults) unless a YAML has that name already."""
+    import yaml
+
+    from bench.resources import configs_dir, plugin_names
+
+    out: dict[str, Kind] = {}
+    for name in plugin_names("dataset"):
+        node = yaml.safe_load((configs_dir() / "dataset" / f"{name}.yaml").read_text())
+        if isinstance(node, dict) and "path" in node and "_target_" in node:
+            out[name] = Kind(node["_target_"], {k: v for k, v in node.items() if k not in ("_target_", "path") and _plain(v)})
+    for kind in list(out.values()):
+        out.setdefault(kind.target.rsplit(".", 2)[-2], Kind(kind.target, {}))
+    return dict(sorted(out.items()))
 
 
 def require_path(path: str | os.PathLike) -> Path:
@@ -99,22 +142,11 @@ def _looks_like_longmemeval(data: Any) -> bool:
 
 
 def load_corpus(kind: str, path: str | os.PathLike, **kw: Any) -> Corpus:
-    """Load a corpus by kind name ("locomo", "locomo_2025", "longmemeval", "longmemeval_oracle", "longmemeval_s",
-    "own", or "auto" to detect it); extra keywords go to the loader."""
+    """Load a corpus by kind name (one of ``kinds()``: ``locomo``, ``locomo_2025``, ``longmemeval_oracle``, ``own``, ...,
+    or "auto" to detect it); extra keywords go to the loader, over the kind's own settings."""
     require_path(path)
-    base = detect_kind(path) if kind == "auto" else _ALIASES.get(kind, kind)
-    if kind in _ALIASES:
-        kw.setdefault("name", kind)
-    if base == "locomo":
-        from bench.data.locomo import load_locomo
-
-        return load_locomo(path=path, **kw)
-    if base == "longmemeval":
-        from bench.data.longmemeval import load_longmemeval
-
-        return load_longmemeval(path=path, **kw)
-    if base == "own":
-        from bench.data.own import load_own
-
-        return load_own(path=path, **kw)
-    raise ValueError(f"unknown corpus kind {kind!r}; expected one of {', '.join(KINDS + tuple(_ALIASES))} or 'auto'")
+    found = kinds().get(detect_kind(path) if kind == "auto" else kind)
+    if found is None:
+        raise ValueError(f"unknown corpus kind {kind!r}; expected one of {', '.join(kinds())} or 'auto'")
+    module, fn = found.target.rsplit(".", 1)
+    return getattr(importlib.import_module(module), fn)(path=path, **{**found.settings, **kw})

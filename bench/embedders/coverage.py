@@ -64,7 +64,7 @@ def cache_key(embedder, texts: Sequence[str]) -> str:
 
     from bench.run import code_digest
 
-    h = hashlib.sha256(json.dumps(getattr(embedder, "identity", None) or embedder.model_id, sort_keys=True, default=str).encode())
+    h = hashlib.sha256(json.dumps(embedder.identity, sort_keys=True, default=str).encode())
     h.update(code_digest("embedders/coverage").encode())
     for t in texts:
         b = t.encode("utf-8", "surrogatepass")
@@ -82,8 +82,7 @@ def measure(embedder, texts: Sequence[str], *, cache_dir=None) -> dict:
     from pathlib import Path
 
     record = {"embedder": embedder.model_id, "threshold": WARN_SHARE}
-    count = getattr(embedder, "unknown_chars", None)
-    if count is None:
+    if not embedder.capabilities.counts_unknown:
         return {**record, "measured": False, "reason": "not measured: this embedder's tokenizer is not reachable from Python"}
     texts = tuple(texts)
     path = Path(cache_dir) / f"{cache_key(embedder, texts)}.json" if cache_dir is not None else None
@@ -94,7 +93,7 @@ def measure(embedder, texts: Sequence[str], *, cache_dir=None) -> dict:
         except (OSError, ValueError):
             out = None
     if not (isinstance(out, dict) and out.get("embedder") == embedder.model_id and out.get("measured") is True):
-        out = {**record, "measured": True, "languages": coverage(texts, count(list(texts)))}
+        out = {**record, "measured": True, "languages": coverage(texts, embedder.unknown_chars(list(texts)))}
         if path is not None:
             from bench.output import write_atomic
 

@@ -23,7 +23,7 @@ from functools import cache
 
 import numpy as np
 
-from bench.embedders.base import sides_identity, verified_files
+from bench.embedders.base import EmbedderCapabilities, sides_identity, verified_files
 
 log = logging.getLogger(__name__)
 
@@ -108,7 +108,7 @@ class E5SmallEmbedder:
 
     model_id = MODEL_ID
     dim = DIM
-    for_results = True
+    capabilities = EmbedderCapabilities(counts_unknown=True, loads_lazily=True, own_progress=True)
     query_prefix = "query: "  # added by the engine (is_query=1)
     document_prefix = "passage: "  # added by the engine (is_query=0)
 

@@ -1,6 +1,6 @@
 """Hashing embedder: deterministic signed feature hashing of word and character n-grams.
 
-For plumbing tests only (``for_results = False``): it needs no model, is fast and gives the same
+For plumbing tests only (``capabilities.for_results`` False): it needs no model, is fast and gives the same
 vectors on every machine and process (crc32, not Python's salted ``hash``). Never report it as a
 result. Features: lower-cased word unigrams and bigrams, and character trigrams of each word
 padded with ``<`` and ``>``. An empty text maps to a fixed sentinel feature so every row is unit length.
@@ -15,7 +15,7 @@ from itertools import pairwise
 
 import numpy as np
 
-from bench.embedders.base import TwoSided, sides_identity
+from bench.embedders.base import EmbedderCapabilities, TwoSided, sides_identity
 
 _WORD = re.compile(r"\w+", re.UNICODE)
 
@@ -33,7 +33,7 @@ def _features(text: str) -> list[str]:
 class HashingEmbedder(TwoSided):
     """Signed feature hashing into ``dim`` buckets, L2-normalised. Plumbing only."""
 
-    for_results = False
+    capabilities = EmbedderCapabilities(for_results=False)
 
     def __init__(self, dim: int = 256) -> None:
         if dim < 2:

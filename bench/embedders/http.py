@@ -21,7 +21,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from bench.embedders.base import TwoSided, sides_identity
+from bench.embedders.base import EmbedderCapabilities, TwoSided, sides_identity
 from bench.embedders.endpoint import error_message, join_url, post_json, public_url
 from bench.output import check_env_name, redact_query, register_secret, register_url_secrets
 from bench.output import scrub as scrub_secrets
@@ -35,8 +35,6 @@ class EmbeddingHTTPError(RuntimeError):
 
 class HTTPEmbedder(TwoSided):
     """Embeddings from an OpenAI-compatible ``/embeddings`` endpoint."""
-
-    for_results = True
 
     def __init__(
         self,
@@ -81,6 +79,7 @@ class HTTPEmbedder(TwoSided):
         self.query_prefix = query_prefix
         self.document_prefix = document_prefix
         self.price_per_mtok = None if price_per_mtok is None else float(price_per_mtok)
+        self.capabilities = EmbedderCapabilities(offline=False, metered=True, price_per_mtok=self.price_per_mtok, own_progress=True)
         self.model = model
         register_url_secrets(base_url)  # a key in the query string (?api_key=...) is scrubbed from everything written
         self.base_url = base_url.rstrip("/")

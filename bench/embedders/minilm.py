@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from bench.embedders.base import TwoSided, sides_identity
+from bench.embedders.base import EmbedderCapabilities, TwoSided, sides_identity
 
 if TYPE_CHECKING:  # pragma: no cover
     import tokenizers
@@ -128,7 +128,7 @@ class MiniLMEmbedder(TwoSided):
 
     model_id = MODEL_ID
     dim = DIM
-    for_results = True
+    capabilities = EmbedderCapabilities(counts_unknown=True, own_progress=True)
 
     def __init__(self, batch_size: int = 64, threads: int = 0, progress: bool = True) -> None:
         """batch_size: texts per model call; threads: onnxruntime intra-op threads (0 = all cores)."""

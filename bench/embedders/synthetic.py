@@ -1,7 +1,7 @@
 """The embedder that goes with ``bench.data.synthetic``: clustered vectors from the markers in its texts, no model.
 
 See ``bench/data/synthetic.py`` for how the vectors are clustered. Plumbing and performance only
-(``for_results = False``).
+(``capabilities.for_results`` False).
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from bench.embedders.base import TwoSided, sides_identity
+from bench.embedders.base import EmbedderCapabilities, TwoSided, sides_identity
 from bench.types import SYNTHETIC_MARK
 
 _TABLE = 1024  # rows per random table; a jitter/fact vector mixes one row of each of two tables
@@ -20,8 +20,7 @@ _TABLE = 1024  # rows per random table; a jitter/fact vector mixes one row of ea
 class SyntheticEmbedder(TwoSided):
     """Deterministic clustered vectors for the marked texts of ``generate`` (no model). Plumbing only."""
 
-    for_results = False
-    cacheable = False  # computing a vector is cheaper than reading it from the embedding cache
+    capabilities = EmbedderCapabilities(for_results=False, cacheable=False)  # a vector costs less than a cache read
 
     def __init__(self, dim: int = 384, noise: float = 0.8, fact_weight: float = 1.0, topics: int = 50, seed: int = 0) -> None:
         if isinstance(dim, bool) or not isinstance(dim, int) or dim < 2:

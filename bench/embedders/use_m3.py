@@ -16,7 +16,7 @@ from functools import cache
 
 import numpy as np
 
-from bench.embedders.base import TwoSided, sides_identity, verified_files
+from bench.embedders.base import EmbedderCapabilities, TwoSided, sides_identity, verified_files
 
 log = logging.getLogger(__name__)
 
@@ -42,7 +42,7 @@ class USEM3Embedder(TwoSided):
 
     model_id = MODEL_ID
     dim = DIM
-    for_results = True
+    capabilities = EmbedderCapabilities(counts_unknown=True, own_progress=True)
 
     def __init__(self, progress: bool = True) -> None:
         self.progress = progress

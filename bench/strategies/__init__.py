@@ -2,7 +2,8 @@
 
 ``spec`` (the contract: signature, ``Selection``, ``StrategySpec``), ``vector`` (limit, threshold,
 hybrid, token budget, routing), ``baselines`` (full context, recency), ``lexical`` (keyword, BM25,
-RRF), ``tiers`` (dual-tier memory). A strategy is one function here, whose inputs (``thresholded``,
-``uses_store``, ``stateful``, ``needs_tokens``) are declared next to it with ``@spec.strategy(...)``,
-plus one YAML in ``configs/strategy/`` (its name, role filter and parameters).
+RRF), ``tiers`` (dual-tier memory). A strategy is one function here, whose family (``spec.FAMILIES``) and
+inputs (``thresholded``, ``uses_store``, ``stateful``, ``needs_tokens``) are declared next to it with
+``@spec.strategy(family=..., ...)``, plus one YAML in ``configs/strategy/`` (its name, role filter and
+parameters); the tests and the ``strategies`` experiment find it there.
 """

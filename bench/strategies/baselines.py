@@ -11,13 +11,13 @@ from bench.visibility import keys_of
 NAN = float("nan")
 
 
-@strategy(thresholded=False, uses_store=False)
+@strategy(family="baseline", thresholded=False, uses_store=False)
 def full_context(hits: Sequence[Hit], *, question: Question | None = None, eligible: Sequence[Turn] = (), threshold: float | None = None) -> Hits:
     """Baseline: inject every memory the question may see (every earlier turn), no store involved."""
     return Hits(keys_of(eligible), (NAN,) * len(eligible))  # columnar: no object per memory
 
 
-@strategy(thresholded=False, uses_store=False)
+@strategy(family="baseline", thresholded=False, uses_store=False)
 def recency(hits: Sequence[Hit], *, question: Question | None = None, eligible: Sequence[Turn] = (), threshold: float | None = None, k: int = 5) -> Hits:
     """Baseline: the last k turns the question may see, most recent first (no store involved)."""
     if k < 0:

@@ -73,7 +73,7 @@ def query_words(text: str, *, stopwords: bool = True, min_len: int = 3) -> tuple
     return tuple(dict.fromkeys(words(text, stopwords=stopwords, min_len=min_len)))
 
 
-@strategy(thresholded=False, uses_store=False)
+@strategy(family="baseline", thresholded=False, uses_store=False)
 def keyword(hits: Sequence[Hit], *, question: Question, eligible: Sequence[Turn] = (), threshold: float | None = None,
             k: int = 5, stopwords: bool = True, min_len: int = 3) -> tuple[Hit, ...]:
     """Memories containing any query word (case-insensitive substring), most recent first, at most k."""
@@ -128,7 +128,7 @@ def _ranking(query: str, texts: tuple[str, ...], k1: float, b: float) -> tuple[t
     return tuple(zip(order.tolist(), scores[order].tolist()))
 
 
-@strategy(thresholded=False, uses_store=False)
+@strategy(family="baseline", thresholded=False, uses_store=False)
 def bm25(hits: Sequence[Hit], *, question: Question, eligible: Sequence[Turn] = (), threshold: float | None = None,
          k: int = 5, k1: float = 1.5, b: float = 0.75) -> tuple[Hit, ...]:
     """BM25 over the texts the question may see: the k best with a positive score."""
@@ -151,7 +151,7 @@ def fuse(rankings: Sequence[Sequence[str]], *, k_rrf: int = 60, limit: int | Non
     return [Hit(*items[j]) for j in best]
 
 
-@strategy(thresholded=False)
+@strategy(family="top_k", thresholded=False)
 def rrf(hits: Sequence[Hit], *, question: Question, eligible: Sequence[Turn] = (), threshold: float | None = None,
         k: int = 5, k_rrf: int = 60, k1: float = 1.5, b: float = 0.75) -> tuple[Hit, ...]:
     """Vector + BM25 fusion by reciprocal rank fusion, top k (score = fused RRF score)."""

@@ -30,7 +30,7 @@ def _scores(hits: Sequence[Hit]) -> Sequence[float]:
     return hits.scores if isinstance(hits, Hits) else [h.score for h in hits]
 
 
-@strategy(thresholded=True, calibrated=True, threshold_on="probability")
+@strategy(family="cut", thresholded=True, calibrated=True, threshold_on="probability")
 def calibrated_threshold(hits: Sequence[Hit], *, question: Question | None = None, eligible: Sequence[Turn] = (),
                          threshold: float | None = None, calibrated: Sequence[float]) -> Sequence[Hit]:
     """Every candidate whose calibrated P(relevant) (``calibrated``, one per hit, in order) is >= threshold.
@@ -47,7 +47,7 @@ def calibrated_threshold(hits: Sequence[Hit], *, question: Question | None = Non
     return tuple(h for h, k in zip(hits, keep) if k)
 
 
-@strategy(thresholded=True, threshold_on="delta")
+@strategy(family="cut", thresholded=True, threshold_on="delta")
 def relative_delta(hits: Sequence[Hit], *, question: Question | None = None, eligible: Sequence[Turn] = (),
                    threshold: float | None = None) -> Sequence[Hit]:
     """Every candidate with similarity >= top1 - threshold (delta), top1 = the question's best similarity."""
@@ -58,7 +58,7 @@ def relative_delta(hits: Sequence[Hit], *, question: Question | None = None, eli
     return prefix(hits, above(hits, _scores(hits)[0] - threshold))
 
 
-@strategy(thresholded=True, threshold_on="ratio")
+@strategy(family="cut", thresholded=True, threshold_on="ratio")
 def relative_ratio(hits: Sequence[Hit], *, question: Question | None = None, eligible: Sequence[Turn] = (),
                    threshold: float | None = None) -> Sequence[Hit]:
     """Every candidate with similarity >= threshold (alpha) x top1; nothing when top1 <= 0 (no positive
@@ -70,7 +70,7 @@ def relative_ratio(hits: Sequence[Hit], *, question: Question | None = None, eli
     return prefix(hits, above(hits, threshold * _scores(hits)[0]))
 
 
-@strategy(thresholded=False)
+@strategy(family="adaptive", thresholded=False)
 def largest_gap(hits: Sequence[Hit], *, question: Question | None = None, eligible: Sequence[Turn] = (),
                 threshold: float | None = None, k: int = 10) -> Sequence[Hit]:
     """Per-question adaptive cut: among the gaps after each of the k best candidates (score i minus score

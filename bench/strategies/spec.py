@@ -15,7 +15,8 @@ injected tokens, ``needs_tokens``), ``state`` (``stateful``; see ``bench.strateg
 ``calibrated`` (``calibrated``: per hit, in the hits' order, the out-of-fold calibrated probability that
 the hit is relevant, ``bench.relevance``; derived from the trace and the labels before the sweep).
 
-What a strategy reads is declared next to its function with ``@strategy(...)`` (``Inputs``:
+What a strategy is and reads is declared next to its function with ``@strategy(family=..., ...)`` (its family,
+one of ``FAMILIES``, whose rule its inputs must keep; ``Inputs``:
 ``thresholded``, ``uses_store``, ``stateful``, ``needs_tokens``, ``calibrated``, and ``threshold_on``: what
 the swept threshold is compared with, ``similarity`` unless said otherwise); its YAML in
 ``configs/strategy/`` gives only its name, its role filter, its parameters and, for a strategy whose
@@ -70,15 +71,49 @@ THRESHOLD_ON = {"similarity": "similarity threshold", "probability": "calibrated
                 "delta": "delta below the best score", "ratio": "alpha x the best score"}
 
 
-def strategy(*, thresholded: bool, uses_store: bool = True, stateful: bool = False, needs_tokens: bool = False,
+@dataclass(frozen=True)
+class Family:
+    """A family of strategies: what its members do, and what every member's ``Inputs`` must say (None: either)."""
+
+    what: str
+    uses_store: bool | None = None
+    thresholded: bool | None = None
+    stateful: bool | None = None
+
+    def breaks(self, inputs: Inputs) -> list[str]:
+        """The fields of ``inputs`` that contradict this family (empty when it is a member)."""
+        return [f"{f}={getattr(inputs, f)}" for f in ("uses_store", "thresholded", "stateful")
+                if getattr(self, f) is not None and getattr(inputs, f) != getattr(self, f)]
+
+
+# what a strategy declares it is (``@strategy(family=...)``): the contract test checks every configs/strategy/*.yaml against it
+FAMILIES = {
+    "top_k": Family("a count or token budget of the store's best hits, nothing swept (limit, token budget, routing, RRF)",
+                    uses_store=True, thresholded=False, stateful=False),
+    "cut": Family("the store's hits past a swept threshold (similarity, hybrid, calibrated, relative)",
+                  uses_store=True, thresholded=True, stateful=False),
+    "adaptive": Family("a cut each question chooses from the shape of its own scores, nothing swept (largest gap)",
+                       uses_store=True, thresholded=False, stateful=False),
+    "baseline": Family("ignores the store (full context, recency, keyword, BM25)", uses_store=False, thresholded=False),
+    "tiered": Family("memory tiers replayed in time order, state handed from question to question (dual tier)", stateful=True),
+}
+
+
+def strategy(*, family: str, thresholded: bool, uses_store: bool = True, stateful: bool = False, needs_tokens: bool = False,
              calibrated: bool = False, threshold_on: str = "similarity"):
-    """Declare a strategy function's inputs next to it: ``@strategy(thresholded=True)`` sets ``fn.inputs``."""
+    """Declare a strategy function's family (``FAMILIES``) and inputs next to it: ``@strategy(family="cut", thresholded=True)``
+    sets ``fn.family`` and ``fn.inputs``; inputs its family rules out are an error naming the function."""
     if threshold_on not in THRESHOLD_ON:
         raise ValueError(f"strategy: threshold_on must be one of {sorted(THRESHOLD_ON)} (got {threshold_on!r})")
+    if family not in FAMILIES:
+        raise ValueError(f"strategy: family must be one of {', '.join(FAMILIES)} (got {family!r})")
     declared = Inputs(thresholded, uses_store, stateful, needs_tokens, calibrated, threshold_on)
+    broken = FAMILIES[family].breaks(declared)
 
     def declare(fn: Callable) -> Callable:
-        fn.inputs = declared
+        if broken:
+            raise ValueError(f"strategy {getattr(fn, '__qualname__', fn)}: family {family!r} rules out {', '.join(broken)}")
+        fn.inputs, fn.family = declared, family
         return fn
 
     return declare
@@ -114,6 +149,11 @@ class StrategySpec:
         """What its threshold is compared with (``similarity``, ``probability``, ``delta``, ``ratio``)."""
         inputs = inputs_of(self.fn)
         return inputs.threshold_on if inputs is not None else "similarity"
+
+    @property
+    def family(self) -> str:
+        """What its function declares it is (``FAMILIES``: ``top_k``, ``cut``, ``adaptive``, ``baseline``, ``tiered``)."""
+        return base_function(self.fn).family
 
     @property
     def kind(self) -> str:

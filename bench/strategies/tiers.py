@@ -104,7 +104,7 @@ class TierState:
                 for i in np.flatnonzero(self.access_count > 0)}
 
 
-@strategy(thresholded=True, stateful=True)
+@strategy(family="tiered", thresholded=True, stateful=True)
 def dual_tier(hits: Sequence[Hit], *, question: Question, eligible: Sequence[Turn] = (), threshold: float | None = None,
               state: TierState | None = None, l1_turns: int = 5, importance: float = 0.5,
               promote: float = 0.15, floor: float = 0.1, k: int | None = None, age_rate: float = 0.02,

@@ -48,7 +48,7 @@ def prefix(hits: Sequence[Hit], n: int) -> Sequence[Hit]:
     return out if isinstance(out, Hits) else tuple(out)
 
 
-@strategy(thresholded=False)
+@strategy(family="top_k", thresholded=False)
 def limit(hits: Sequence[Hit], *, question: Question | None = None, eligible: Sequence[Turn] = (), threshold: float | None = None, k: int = 5) -> Sequence[Hit]:
     """Top-k ("limit"): the k best candidates, whatever their similarity."""
     if k < 0:
@@ -56,7 +56,7 @@ def limit(hits: Sequence[Hit], *, question: Question | None = None, eligible: Se
     return prefix(hits, k)
 
 
-@strategy(thresholded=True)
+@strategy(family="cut", thresholded=True)
 def threshold(hits: Sequence[Hit], *, question: Question | None = None, eligible: Sequence[Turn] = (), threshold: float | None = None) -> Sequence[Hit]:
     """Every candidate with similarity >= threshold (``passes``; bounded only by the search depth)."""
     if threshold is None:
@@ -72,7 +72,7 @@ def above(hits: Sequence[Hit], threshold: float) -> int:
     return bisect.bisect_right(hits, -low, key=lambda h: -h.score)
 
 
-@strategy(thresholded=True)
+@strategy(family="cut", thresholded=True)
 def hybrid(hits: Sequence[Hit], *, question: Question | None = None, eligible: Sequence[Turn] = (), threshold: float | None = None, k: int = 5) -> Sequence[Hit]:
     """Threshold, then cap at k."""
     if k < 0:
@@ -92,7 +92,7 @@ PREFIX_RULES = {
 }
 
 
-@strategy(thresholded=False, needs_tokens=True)
+@strategy(family="top_k", thresholded=False, needs_tokens=True)
 def token_budget(hits: Sequence[Hit], *, question: Question | None = None, eligible: Sequence[Turn] = (), threshold: float | None = None,
                  tokens: Mapping[str, int], budget: int = 256) -> tuple[Hit, ...]:
     """Best first until the next memory would push the summed line tokens past ``budget``.
@@ -126,7 +126,7 @@ def is_profile_question(text: str, patterns: Sequence[str] = PROFILE_PATTERNS) -
     return any(re.search(p, text, re.IGNORECASE) for p in patterns)
 
 
-@strategy(thresholded=False)
+@strategy(family="top_k", thresholded=False)
 def route_by_query(hits: Sequence[Hit], *, question: Question, eligible: Sequence[Turn] = (), threshold: float | None = None,
                    patterns: Sequence[str] = PROFILE_PATTERNS, profile_k: int = 3, other_threshold: float = 0.65,
                    other_k: int = 5) -> Selection:
