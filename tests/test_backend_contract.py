@@ -40,6 +40,7 @@ from bench.backends.layout import LAYOUTS, PER_CONVERSATION, sub_collection
 from bench.resources import plugin_names
 from bench.types import Hits, MemoryBatch, Where, memory_key
 from bench.visibility import admits
+from server_fixtures import server_unavailable
 
 REPO = Path(__file__).resolve().parent.parent
 CONFIGS = plugin_names("backend")  # configs/backend/*.yaml
@@ -136,7 +137,7 @@ def open_or_skip(backend) -> None:
     try:
         backend.open(dim=DIM, metric="cosine")
     except BackendUnavailable as e:
-        pytest.skip(f"{type(backend).__name__} unavailable here: {e}")
+        server_unavailable(f"{type(backend).__name__} unavailable here: {e}")
 
 
 class Maker:
