@@ -294,11 +294,15 @@ def all_strategies() -> str:
 
 
 def _timed_job(cfg, out_dir: Path) -> tuple[float, float]:
-    """(wall s, CPU s of this process) of one in-process job: ``run_job`` + its report (``finish_run``)."""
-    from bench.cli.sweep import finish_run, run_job
+    """(wall s, CPU s of this process) of one in-process job: ``bench.pipeline.run`` + its report (``finish_run``)."""
+    from dataclasses import replace
 
+    from bench import pipeline
+    from bench.cli.sweep import finish_run, plain_job
+
+    inputs, settings = plain_job(cfg)
     ru0, t0 = resource.getrusage(resource.RUSAGE_SELF), time.perf_counter()
-    run_job(cfg, out_dir)
+    pipeline.run(inputs, replace(settings, resume=False, keep=False, record=None), out_dir)
     finish_run(out_dir, None)
     ru1 = resource.getrusage(resource.RUSAGE_SELF)
     return time.perf_counter() - t0, (ru1.ru_utime - ru0.ru_utime) + (ru1.ru_stime - ru0.ru_stime)
