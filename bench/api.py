@@ -55,10 +55,21 @@ class Run:
 
 
 def run(overrides: Sequence[str] | None = None) -> Run:
-    """Run one job of ``recallbench sweep <overrides>`` in this process and return its finished run."""
-    from bench.cli.main import run_in_process
+    """Run one job of ``recallbench sweep <overrides>`` in this process and return its finished run.
 
-    return load_run(run_in_process(list(overrides or ())))
+    The overrides are composed and checked by the CLI (the one door to Hydra: ``bench.cli.main.job_in_process``), the
+    job runs in ``bench.pipeline.run`` (caches, resume, failure record), then the report is written and
+    ``reports/latest`` follows it (``publish_latest=false`` keeps it). A failed job raises ``RuntimeError`` with its
+    one line; Ctrl-C raises ``KeyboardInterrupt`` after the failure is recorded."""
+    from bench import pipeline
+    from bench.cli.main import failure_line, finish_in_process, job_in_process
+
+    job = job_in_process(list(overrides or ()))
+    try:
+        pipeline.run(job.inputs, job.settings, job.run_dir)
+    except Exception:  # noqa: BLE001  (recorded in failed.json by the pipeline: raised as its one line)
+        raise RuntimeError(failure_line(job.run_dir)) from None
+    return load_run(finish_in_process(job))
 
 
 def load_run(path: str | Path) -> Run:

@@ -7,7 +7,8 @@ import pytest
 
 from bench.cli import config
 from bench.cli.config import build
-from bench.cli.sweep import run_job
+from bench import pipeline
+from bench.cli.sweep import plain_job
 from bench.embedders.cache import CachedEmbedder
 from bench.tools import minimal as M
 from bench.tools.perf.common import REPO
@@ -24,7 +25,7 @@ def test_minimal_equals_the_run_on_the_demo_corpus(tmp_path):
     demo = REPO / "datasets" / "demo"
     cfg = config.compose([f"paths.root={REPO}", "dataset=own", f"dataset.path={demo}", "embedder=hashing", "backend=exact",
                           f"paths.cache={tmp_path / 'cache'}", "progress=false", "publish_latest=false"])
-    ours = run_job(cfg, tmp_path / "run")
+    ours = pipeline.run(*plain_job(cfg), tmp_path / "run").summary
     ours = ours[ours["format"] == "A"]
     corpus = build(cfg.dataset)
     model_dir = CachedEmbedder(build(cfg.embedder), tmp_path / "cache" / "embeddings").dir

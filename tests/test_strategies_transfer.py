@@ -238,17 +238,17 @@ def test_one_conversation_or_no_cosine_reference_gives_no_loco_row():
 def test_the_sweep_command_caches_the_calibrated_column_by_content(tmp_path):
     from types import SimpleNamespace as NS
 
-    from bench.cli import sweep as cli
+    from bench import pipeline
 
-    cfg, job = NS(paths=NS(cache=str(tmp_path))), NS(corpus=CORPUS, corpus_sha="sha-of-the-corpus")
-    first, rec1 = cli.get_calibrated(cfg, job, Trace(TABLE, {}))
-    again, rec2 = cli.get_calibrated(cfg, job, Trace(TABLE, {}))
+    job = NS(corpus=CORPUS, corpus_sha="sha-of-the-corpus")
+    first, rec1 = pipeline.get_calibrated(job, tmp_path, Trace(TABLE, {}))
+    again, rec2 = pipeline.get_calibrated(job, tmp_path, Trace(TABLE, {}))
     assert (rec1["status"], rec2["status"]) == ("miss", "hit") and rec1["key"] == rec2["key"]
     assert all(np.array_equal(first[q], again[q]) for q in first)
     moved = TABLE.assign(hit_scores=[[0.9, 0.5], [0.7], [0.8, 0.6, 0.45]])  # another measurement: another key
-    _, rec3 = cli.get_calibrated(cfg, job, Trace(moved, {}))
+    _, rec3 = pipeline.get_calibrated(job, tmp_path, Trace(moved, {}))
     assert rec3["status"] == "miss" and rec3["key"] != rec1["key"]
-    _, rec4 = cli.get_calibrated(cfg, NS(corpus=CORPUS, corpus_sha="other labels"), Trace(TABLE, {}))
+    _, rec4 = pipeline.get_calibrated(NS(corpus=CORPUS, corpus_sha="other labels"), tmp_path, Trace(TABLE, {}))
     assert rec4["status"] == "miss"
 
 

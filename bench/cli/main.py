@@ -1,4 +1,4 @@
-"""``recallbench``: one command for every tool, and the in-process run behind ``bench.api.run``.
+"""``recallbench``: one command for every tool, and the in-process config door behind ``bench.api.run``.
 
 ``recallbench sweep [overrides]`` is the Hydra app (``python -m bench [overrides]``, ``-m`` for a
 multirun); every other command hands its arguments to its tool's ``main`` through
@@ -12,6 +12,7 @@ import importlib
 import json
 import sys
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 # name: (module whose ``main(argv)`` runs it, one line for ``recallbench --help``). ``sweep`` is the Hydra app.
@@ -101,14 +102,22 @@ def _dispatch(argv: list[str]) -> int:
 
 # --- one job in this process (bench.api.run) ----------------------------------------------------------
 
-def run_in_process(overrides: Sequence[str] = ()) -> Path:
-    """One job of ``recallbench sweep <overrides>`` in this process; returns its finished run directory.
+@dataclass(frozen=True)
+class InProcessJob:
+    """One job of ``recallbench sweep <overrides>`` as plain values: its run directory, what ``bench.pipeline.run``
+    takes, and where ``reports/latest`` goes when it finished (None: ``publish_latest=false``)."""
 
-    The shipped config is composed with Hydra's Compose API (no multirun, no change of working
-    directory or logging); the job runs as the sweep runs it (caches, resume, failure record) into a
-    fresh ``<paths.reports>/runs/<time>_<id>/``, then its report is written and ``reports/latest``
-    follows it (``publish_latest=false`` keeps it). A failed job raises ``RuntimeError`` with its one
-    line; Ctrl-C raises ``KeyboardInterrupt`` after the failure is recorded.
+    run_dir: Path
+    inputs: object  # bench.pipeline.Inputs
+    settings: object  # bench.pipeline.Settings
+    latest: Path | None
+
+
+def job_in_process(overrides: Sequence[str] = ()) -> InProcessJob:
+    """The config of ``recallbench sweep <overrides>`` composed with Hydra's Compose API (no multirun, no change of
+    working directory or logging), checked and turned into plain values (``bench.cli.sweep.plain_job``); the run
+    directory is the sweep's own fresh ``<paths.reports>/runs/<time>_<id>/``. A misspelt override raises ``ValueError``;
+    a bad setting is recorded in the run directory's failed.json and raises ``RuntimeError`` with its one line.
     """
     from hydra import compose, initialize_config_dir
     from hydra.core.global_hydra import GlobalHydra
@@ -144,14 +153,33 @@ def run_in_process(overrides: Sequence[str] = ()) -> Path:
     run_dir = Path(cfg.hydra.run.dir)  # the sweep's own naming: <paths.reports>/runs/<time>_<run id>
     with open_dict(cfg):
         del cfg["hydra"]
-    if not sweep.run_or_resume(cfg, run_dir):
-        failed = run_dir / "failed.json"
-        reason = json.loads(failed.read_text()).get("reason", "") if failed.is_file() else "no failed.json written"
-        if reason.startswith("interrupted"):
-            raise KeyboardInterrupt(reason)
-        raise RuntimeError(f"the job failed: {reason} ({failed})")
-    sweep.finish_run(run_dir, Path(cfg.paths.reports) / "latest" if cfg.publish_latest else None)
-    return run_dir
+    try:
+        sweep.check_settings(cfg)
+        inputs, settings = sweep.plain_job(cfg)
+    except KeyboardInterrupt:
+        sweep.record_failure(cfg, run_dir, "interrupted (Ctrl-C) before the job finished")
+        raise
+    except Exception as exc:
+        from bench.output import error_line
+
+        sweep.record_failure(cfg, run_dir, error_line(exc))
+        raise RuntimeError(failure_line(run_dir)) from None
+    return InProcessJob(run_dir, inputs, settings, Path(cfg.paths.reports) / "latest" if cfg.publish_latest else None)
+
+
+def failure_line(run_dir: Path) -> str:
+    """The one line a failed in-process job raises with: its recorded reason and where the record is."""
+    failed = Path(run_dir) / "failed.json"
+    reason = json.loads(failed.read_text()).get("reason", "") if failed.is_file() else "no failed.json written"
+    return f"the job failed: {reason} ({failed})"
+
+
+def finish_in_process(job: InProcessJob) -> Path:
+    """The finished job's report, ``reports/latest`` updated, its verdict on the console (``bench.cli.sweep.finish_run``)."""
+    from bench.cli import sweep
+
+    sweep.finish_run(job.run_dir, job.latest)
+    return job.run_dir
 
 
 if __name__ == "__main__":

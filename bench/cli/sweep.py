@@ -3,7 +3,8 @@
 One job = one (dataset, embedder, backend) trace, swept over every selected strategy and threshold.
 A job writes raw results into its own directory; a single run then writes its report there, and a
 multirun's report is written by ``CollectRuns`` over every job. Either way the finished run becomes
-``reports/latest``. What decides a result, and so every cache key, is owned by ``bench.run``.
+``reports/latest``. The job itself is ``bench.pipeline.run`` on the plain values ``plain_job`` makes of the
+config (its identity, trace cache and resume included); what decides a cache key is owned by ``bench.run``.
 
 Everything the process prints or logs is scrubbed of secrets (``install_scrubbing``); a fault
 (an unwritable cache or run directory, a full disk, Ctrl-C) ends with one line naming what failed
@@ -15,7 +16,6 @@ from __future__ import annotations
 import logging
 import re
 import sys
-from dataclasses import dataclass
 from pathlib import Path
 
 import pandas as pd
@@ -24,9 +24,8 @@ from hydra.experimental.callback import Callback
 from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf
 
-from bench import run
-from bench.backends.layout import build_store
-from bench.cli.config import as_bool, build, check_before_work, explain_override_error, redacted_yaml, strategy_nodes, to_plain
+from bench import pipeline, run
+from bench.cli.config import as_bool, check_before_work, explain_override_error, redacted_yaml, strategy_nodes, to_plain
 from bench.output import (
     check_env_name,
     error_line,
@@ -37,19 +36,7 @@ from bench.output import (
     write_atomic,
 )
 from bench.resources import configs_dir
-from bench.rundir import (
-    ANALYSIS,
-    CARD,
-    FAILED,
-    FAULTS,
-    NOT_CACHED,
-    REPORT_MD,
-    RESULTS,
-    SUMMARY,
-    RunDir,
-    collect_jobs,
-    strategy_record,
-)
+from bench.rundir import ANALYSIS, FAILED, FAULTS, REPORT_MD, SUMMARY, RunDir, collect_jobs
 
 log = logging.getLogger("bench")
 
@@ -106,220 +93,21 @@ def check_settings(cfg: DictConfig) -> None:
     check_before_work(cfg)  # switches, plugin keys, strategies, the report's settings (bench.cli.config)
 
 
-# Settings that say where a job writes, how it shows progress, or how it is reported: not part of its results.
-# ``memory`` (the units) decides the corpus, whose digest is in every key.
-JOB_KEY_IGNORES = ("hydra", "paths", "progress", "publish_latest", "defer_report", "resume", "trace_cache", "recommend", "regress", "strict",
-                   "memory")
-
-
-def job_settings(cfg: DictConfig) -> dict:
-    """The resolved config that decides a job's results (paths, progress and report-time settings removed)."""
-    plain = OmegaConf.to_container(cfg, resolve=True)
-    out = {k: v for k, v in plain.items() if k not in JOB_KEY_IGNORES}
-    for node in ("embedder", "backend"):
-        if isinstance(out.get(node), dict):
-            out[node] = {k: v for k, v in out[node].items() if k not in ("progress", "price_per_mtok", *run.STORE_PLACE_FIELDS)}
-    if out.get("run_file"):  # a run read from a file: its content decides the results, not its path; the store is not used
-        out["run_file"] = {"sha256": run.sha256_file(_run_file(cfg))}
-        out.pop("backend", None)
-    return out
-
-
-def _run_file(cfg: DictConfig) -> Path:
-    path = Path(str(cfg.run_file)).expanduser()
-    if not path.is_file():
-        raise FileNotFoundError(f"run_file: {path} not found (a TREC run: qid Q0 docid rank score tag)")
-    return path
-
-
-# --- one job ------------------------------------------------------------------------------------
-
-@dataclass(frozen=True)
-class Job:
-    """A job's inputs, loaded once: the corpus, the embedder and the key of its results."""
-
-    corpus: object
-    corpus_sha: str
-    embedder: object  # the inner embedder (not yet wrapped in the cache)
-    key: run.Key
-
-
-def prepare(cfg: DictConfig) -> Job:
-    """Check the settings, load the corpus (its label defects summarised on the console) and the embedder."""
-    from bench.data.card import defect_summary
-    from bench.data.units import apply_units
-
-    check_settings(cfg)
-    corpus = apply_units(build(cfg.dataset), _unit_spec(cfg))
-    if corpus.defects:
-        log.warning("%s: %s (see %s)", corpus.name, defect_summary(corpus.defects), CARD)
-        if as_bool("strict", cfg.get("strict", False)):
-            raise ValueError(f"strict=true: {corpus.name} ({corpus.source}) has {defect_summary(corpus.defects)}")
-    from bench.embedders.auto import resolve
-
-    embedder = resolve(build(cfg.embedder), [t.text for t in corpus.turns()] + [q.text for q in corpus.questions],
-                       cache_dir=Path(cfg.paths.cache) / "coverage")
-    sha = run.corpus_digest(corpus)
-    return Job(corpus, sha, embedder, run.job_key(settings=job_settings(cfg), corpus_sha=sha, embedder=embedder.identity))
-
-
-def get_trace(cfg: DictConfig, job: Job, embedder, roles: tuple[str, ...] | None):
-    """The trace for (corpus, embedder, store, depth, roles): from the cache when valid, else measured once."""
-    from bench.trace import Trace, build_trace, search_depth
-
-    if cfg.get("run_file"):  # an external retriever's run (bench.trec): no store, no trace cache (reading it is cheap)
-        from bench.trace import embed_corpus
-        from bench.trec import trace_from_run
-
-        tv, qv, _ = embed_corpus(job.corpus, embedder, progress=bool(cfg.progress))
-        return trace_from_run(_run_file(cfg), job.corpus, roles=roles, vectors=(tv, qv), embedder=embedder.model_id)
-    backend_cfg = to_plain(cfg.backend)
-    depth = search_depth(cfg.depth, job.corpus)
-    key = run.trace_key(corpus_sha=job.corpus_sha, embedder=job.embedder.identity, backend=backend_cfg, depth=depth,
-                        roles=roles, warmup=int(cfg.warmup))
-    cached = Path(cfg.paths.cache) / "traces" / key.digest
-    status = "miss"
-    if cfg.trace_cache and cached.exists():
-        trace, problem = Trace.load_checked(cached, job.corpus)
-        if trace is not None:
-            log.info("trace cache hit %s (measured %s): no store query", key.digest, trace.meta.get("measured_at"))
-            trace.meta["reused_from"] = str(cached)
-            trace.meta["cache"] = {**key.describe(), "status": "hit"}
-            return trace
-        log.warning("trace cache %s not reused: %s; measuring again", cached, problem)
-        status = f"invalid ({problem})"
-    place = {"collection": f"rb_{key.digest[:12]}_{run.process_token()}"}
-    if backend_cfg.get("path"):  # an embedded store: a directory of this process's own
-        run.remove_stale_store_dirs(Path(backend_cfg["path"]).parent)
-        place["path"] = str(run.private_store_dir(backend_cfg["path"]))
-    backend = build_store(backend_cfg, **place)  # build_trace opens it and drops and closes it (bench.backends.session)
-    trace = build_trace(job.corpus, embedder, backend, depth=depth, roles=roles, warmup=int(cfg.warmup),
-                        progress=bool(cfg.progress))
-    trace.meta.update(trace_key=key.digest, dataset_source=job.corpus.source, cache={**key.describe(), "status": status})
-    try:
-        trace.save(cached)
-    except OSError as exc:
-        _warn_fault(f"could not write the trace cache {cached}: {error_line(exc)}")
-    return trace
-
-
-def get_calibrated(cfg: DictConfig, job: Job, trace) -> tuple[dict, dict]:
-    """The out-of-fold P(relevant) of every hit of ``trace`` (``bench.relevance``), from the cache when its
-    key matches: the trace's content (ids and scores), the corpus (labels) and the fitting code. Returns
-    (question_id -> array, the cache record for meta.json)."""
-    from bench import relevance
-
-    key = run.Key("relevance", {"trace_sha256": relevance.trace_digest(trace.table), "corpus_sha256": job.corpus_sha,
-                                "method": relevance.METHOD, "code": run.code_digest("relevance")})
-    cached = Path(cfg.paths.cache) / "relevance" / key.digest
-    probs = relevance.load_checked(cached, trace.table) if cached.exists() else None
-    if probs is not None:
-        return probs, {**key.describe(), "status": "hit"}
-    probs = relevance.out_of_fold(trace.table, job.corpus)
-    try:
-        relevance.save(cached, probs, key.describe())
-    except OSError as exc:
-        _warn_fault(f"could not write the relevance cache {cached}: {error_line(exc)}")
-    return probs, {**key.describe(), "status": "miss"}
-
-
-def run_job(cfg: DictConfig, out_dir: Path, job: Job | None = None) -> pd.DataFrame:
-    """Run one job into ``out_dir``; returns its summary table."""
-    from collections import Counter
-
-    from bench import formats as F
-    from bench import tokens
-    from bench.data.card import dataset_card, defect_summary
-    from bench.embedders import coverage
-    from bench.embedders.cache import CachedEmbedder
-    from bench.strategies.spec import load_spec
-    from bench.sweep import format_tokens_table, summarise, sweep, threshold_grid
-
-    job = job or prepare(cfg)
-    corpus, inner = job.corpus, job.embedder
-    # an embedder that computes faster than the cache reads (synthetic) is not cached: at 1M texts the cache would cost GBs
-    embedder = CachedEmbedder(inner, Path(cfg.paths.cache) / "embeddings") if inner.capabilities.cacheable else inner
-    nodes = strategy_nodes(cfg.strategy)
-    strategies = [load_spec(n) for n in nodes]
-    dupes = sorted(n for n, c in Counter(s.name for s in strategies).items() if c > 1)
-    if dupes:
-        raise ValueError(f"strategy names must be unique within a run: {', '.join(dupes)} used twice (configs/strategy/*.yaml 'name')")
-    grid = threshold_grid(cfg.thresholds.start, cfg.thresholds.stop, cfg.thresholds.step)
-    formats = F.check_formats(cfg.get("formats") or ["A"])  # injection formats swept (rows repeat per format)
-    import tiktoken
-
-    count_many, save_counts = tokens.cached_counter(Path(cfg.paths.cache) / "tokens" /
-                                                    f"{cfg.tokens.encoding}-tiktoken{tiktoken.__version__}-{job.corpus_sha[:16]}.json",
-                                                    cfg.tokens.encoding)
-    table = F.token_table(corpus.turns(), count_many, F.FORMATS)
-    try:
-        save_counts()
-    except OSError as exc:
-        _warn_fault(f"could not write the token-count cache: {error_line(exc)}")
-    token_counts = dict(table.memory["A"])  # "role: message" lines
-
-    readable = coverage.measure(inner, [t.text for t in corpus.turns()] + [q.text for q in corpus.questions],
-                                cache_dir=Path(cfg.paths.cache) / "coverage")  # warned by finish_run
-    est = None
-    if inner.capabilities.metered:  # a paid API: what embedding the uncached texts will cost, before it starts
-        from bench.embedders.cost import corpus_estimate, estimate_line
-
-        est = corpus_estimate(embedder, inner.capabilities.price_per_mtok, [t.text for t in corpus.turns()], [q.text for q in corpus.questions])
-        log.info("%s: %s", inner.model_id, estimate_line(est))
-    out_dir.mkdir(parents=True, exist_ok=True)
-    out = RunDir(out_dir)
-    parts, metas, by_format, fitted, traces = [], [], [], [], []
-    for roles in dict.fromkeys(s.roles for s in strategies):
-        trace = get_trace(cfg, job, embedder, roles)
-        if trace.meta.get("reused_from"):  # from the trace cache, unchanged: copy its file
-            trace.save_copy(Path(trace.meta["reused_from"]), out.trace_dir(roles))
-        else:
-            trace.save(out.trace_dir(roles))
-        traces.append(trace)
-        specs = [s for s in strategies if s.roles == roles]
-        probs = None
-        if any(s.calibrated for s in specs):  # derived from the trace and the labels, before the sweep
-            probs, record = get_calibrated(cfg, job, trace)
-            fitted.append(record)
-        shared: dict = {}  # the two sweeps of this trace build its per-question arrays once
-        parts.append(sweep(trace, corpus, specs, grid, token_counts, embedder=embedder.model_id, formats=formats, format_tokens=table,
-                           calibrated=probs, shared=shared))
-        by_format += format_tokens_table(trace, corpus, specs, token_counts, table, embedder=embedder.model_id, shared=shared)
-        metas.append(trace.meta)
-    rows = pd.concat(parts, ignore_index=True)
-    summary = summarise(rows)
-    summary["for_results"] = inner.capabilities.for_results
-
-    embed_cache = {"key": embedder.dir.name, "inputs": inner.identity, "hits": embedder.hits, "misses": embedder.misses} \
-        if isinstance(embedder, CachedEmbedder) else {"status": "not cached", "inputs": inner.identity}
-    out.write_card(dataset_card(corpus))
-    out.write_corpus(corpus)  # what the report reads: never the dataset files again
-    out.write_strategies(redact([strategy_record(s, n) for s, n in zip(strategies, nodes)]))
-    meta = {**metas[0], "traces": metas, "run_id": run.run_id(), "tokens_encoding": cfg.tokens.encoding, "thresholds": list(grid),
-            "strategies": [s.name for s in strategies], "formats": list(formats), "format_tokens": by_format,
-            "corpus_sha256": job.corpus_sha, "labels_sha256": run.labels_digest(corpus), "turns_sha256": run.turns_digest(corpus), "embedder_identity": inner.identity,
-            "overrides": _overrides(), "coverage": readable, "memory": _unit_spec(cfg).describe(), "embedding_cost_estimate": est,
-            "defects": dict(Counter(d.kind for d in corpus.defects)), "defects_summary": defect_summary(corpus.defects),
-            "embed_cache": {"hits": embedder.hits, "misses": embedder.misses} if isinstance(embedder, CachedEmbedder) else
-                           {"hits": None, "misses": None},
-            "caches": {"job": {**job.key.describe(), "status": "miss"}, "traces": [m.get("cache") for m in metas],
-                       "embeddings": embed_cache, **({"relevance": fitted} if fitted else {})}}
-    out.write_meta(redact(meta))
-    out.write_ranked(ranked_table(cfg, traces, corpus, embedder.model_id))
-    write_conventions(cfg, traces, corpus, inner, out_dir)
-    out.write_results(rows, summary)  # summary.csv last: a job directory with it is complete
-    return summary
-
-
-def ranked_table(cfg: DictConfig, traces, corpus, embedder: str) -> pd.DataFrame:
-    """ranked.csv of a job: bench.ranked over its traces, with the ``ranked:`` settings."""
-    from bench.metrics import ranked
-
-    rc = cfg.get("ranked") or {}
-    ks = ranked.check_ks(list(rc.get("ks", ranked.DEFAULT_KS)))
-    return ranked.for_traces(traces, corpus, ks=ks, embedder=embedder, confidence=float(rc.get("confidence", 0.95)),
-                             n_resamples=int(rc.get("n_resamples", 1000)), seed=int(cfg.get("seed", 0)),
-                             method=str((cfg.get("recommend") or {}).get("ci_method", "t")))  # one interval rule for every table
+def plain_job(cfg: DictConfig) -> tuple[pipeline.Inputs, pipeline.Settings]:
+    """The config at the door: what the job measures and how it runs, as the plain values ``bench.pipeline.run`` takes.
+    The plugins stay plain configs (the pipeline builds them with ``bench.plugins``, its failures recorded)."""
+    c = OmegaConf.to_container(cfg, resolve=True)
+    inputs = pipeline.Inputs(corpus=to_plain(cfg.dataset), embedder=to_plain(cfg.embedder), store=to_plain(cfg.backend),
+                             strategies=tuple(strategy_nodes(cfg.strategy)))
+    settings = pipeline.Settings(
+        cache=Path(cfg.paths.cache), config=c, depth=cfg.depth, warmup=int(cfg.warmup),
+        thresholds=(cfg.thresholds.start, cfg.thresholds.stop, cfg.thresholds.step), formats=tuple(cfg.get("formats") or ["A"]),
+        encoding=cfg.tokens.encoding, ranked=c.get("ranked") or {}, conventions_ks=(c.get("conventions") or {}).get("ks"),
+        memory=_unit_spec(cfg), run_file=cfg.get("run_file"), seed=int(cfg.get("seed", 0)),
+        ci_method=str((cfg.get("recommend") or {}).get("ci_method", "t")), progress=bool(cfg.progress),
+        trace_cache=bool(cfg.trace_cache), resume=bool(cfg.get("resume", True)), strict=as_bool("strict", cfg.get("strict", False)),
+        overrides=tuple(_overrides()), record=redacted_yaml(cfg))
+    return inputs, settings
 
 
 def _unit_spec(cfg: DictConfig):
@@ -328,81 +116,26 @@ def _unit_spec(cfg: DictConfig):
     return check_spec(to_plain(cfg.memory) if cfg.get("memory") is not None else None)
 
 
-def write_conventions(cfg: DictConfig, traces, corpus, embedder, out_dir: Path) -> Path:
-    """conventions.csv of a job: LongMemEval's arithmetic at ``conventions.ks`` (bench.conventions), on the job's unit."""
-    from bench.metrics import conventions
-    from bench.metrics.ranked import check_ks
-
-    spec = _unit_spec(cfg)
-    ks = check_ks(list((cfg.get("conventions") or {}).get("ks", conventions.KS)), "conventions.ks")
-    df = conventions.table(conventions.pick_trace(traces), corpus, unit=spec.unit, roles=spec.roles, embedder=embedder.model_id,
-                           max_length=embedder.identity.get("max_length"), ks=ks)
-    return conventions.write(out_dir / conventions.FILE, df)
-
-
-def _warn_fault(line: str) -> None:
-    """A fault that did not stop the job (a cache that could not be written): logged, and the run exits non-zero."""
-    log.error(line)
-    _STATE["exit"] = _STATE["exit"] or 1
-    try:
-        RunDir(Path(HydraConfig.get().runtime.output_dir)).add_fault(line)
-    except Exception:  # noqa: BLE001  (the run directory itself may be the fault)
-        pass
-
-
-def _caches_line(meta: dict) -> str:
-    c = meta.get("caches") or {}
-    traces = ", ".join(f"{t.get('status')} {t.get('key')}" for t in c.get("traces") or [] if t)
-    e = c.get("embeddings") or {}
-    emb = f"{e['hits']} of {e['hits'] + e['misses']} texts cached" if e.get("hits") is not None else e.get("status", "n/a")
-    return f"caches: job {c.get('job', {}).get('status')} {c.get('job', {}).get('key')}; trace {traces or 'n/a'}; embeddings {emb}"
-
-
 def run_or_resume(cfg: DictConfig, out_dir: Path) -> bool:
-    """Run a job, or copy its results when an identical job finished before. False when it failed.
-
-    A failure is recorded in ``out_dir/failed.json`` (type and message, no traceback) so that a
-    multirun's other jobs finish and the report lists it; finished jobs are kept under
-    ``reports/cache/jobs/<key>`` (with a manifest of their files' sha256) so a re-run skips them.
-    The current command's config is always written (``config_resolved.yaml``): report-time
-    settings come from the command, never from the cached job.
-    """
-    key = None
-    out = RunDir(out_dir)
+    """Check the settings and run the job (``bench.pipeline.run``: an identical finished job is copied instead).
+    False when it failed: the failure is recorded in ``out_dir/failed.json`` (type and message, no traceback) so that
+    a multirun's other jobs finish and the report lists it. The current command's config is always written
+    (``config_resolved.yaml``): report-time settings come from the command, never from the cached job."""
     try:
-        job = prepare(cfg)
-        key = job.key
-        done = Path(cfg.paths.cache) / "jobs" / key.digest
-        problem = run.check_job(done, key, required=RESULTS) if done.exists() else "not cached"
-        if cfg.get("resume", True) and not problem:
-            run.restore_job(done, out_dir)
-            meta = out.meta()
-            meta.setdefault("caches", {})["job"] = {**key.describe(), "status": "hit", "from": str(done)}
-            meta["run_id"] = run.run_id()  # this run; its traces' measured_in still names the run that timed the store
-            meta["overrides"] = _overrides()
-            out.write_meta(meta)
-            out.write_config(redacted_yaml(cfg))
-            log.info("job %s finished before: results copied from %s (resume=false to re-run)", key.digest, done)
-            return True  # a cached job is not cached again
-        if done.exists() and problem:
-            log.warning("cached job %s not reused: %s; running it again", done, problem)
-        run_job(cfg, out_dir, job)
-        out.write_config(redacted_yaml(cfg))
-        log.info(_caches_line(out.meta()))
+        check_settings(cfg)
+        result = pipeline.run(*plain_job(cfg), out_dir)
     except KeyboardInterrupt:
         _STATE["interrupted"] = True
-        _record_failure(cfg, out_dir, key, "interrupted (Ctrl-C) before the job finished")
+        record_failure(cfg, out_dir, "interrupted (Ctrl-C) before the job finished")
         return False
     except Exception as exc:  # recorded, reported, never a traceback for the user
         reason = error_line(exc)
         log.error("job failed: %s", reason)
         log.debug("job failure details", exc_info=True)
-        _record_failure(cfg, out_dir, key, reason)
+        record_failure(cfg, out_dir, reason)
         return False
-    try:
-        run.save_job(out_dir, Path(cfg.paths.cache) / "jobs", key, exclude=NOT_CACHED)
-    except OSError as exc:
-        _warn_fault(f"the job finished but could not be cached in {Path(cfg.paths.cache) / 'jobs'}: {error_line(exc)}")
+    if result.faults:  # a cache that could not be written: the job finished, the run exits non-zero
+        _STATE["exit"] = _STATE["exit"] or 1
     return True
 
 
@@ -414,14 +147,10 @@ def _overrides() -> list[str]:
         return []
 
 
-def _record_failure(cfg: DictConfig, out_dir: Path, key: run.Key | None, reason: str) -> None:
-    try:
-        overrides = _overrides()
-        out_dir.mkdir(parents=True, exist_ok=True)
-        RunDir(out_dir).write_failed({"job_key": key.digest if key else None, "reason": reason,
-                                      "backend": cfg.backend.get("_target_"), "overrides": overrides})
-    except Exception as exc:  # noqa: BLE001  (an unwritable run directory: the console line is all we can leave)
-        log.error("could not record the failure in %s: %s", out_dir, error_line(exc))
+def record_failure(cfg: DictConfig, out_dir: Path, reason: str) -> None:
+    """failed.json of a job that failed before the pipeline recorded it (a bad setting, Ctrl-C before it started)."""
+    if not pipeline.failed(out_dir):
+        pipeline.record_failure(out_dir, reason, store=(cfg.get("backend") or {}).get("_target_"), overrides=_overrides())
 
 
 def finish_run(run_dir: Path, latest: Path | None, *, defer: bool = False) -> None:
@@ -645,7 +374,7 @@ def main() -> int:
         hc = HydraConfig.get()
         out_dir = Path(hc.runtime.output_dir)
         if _STATE["interrupted"]:  # a multirun after Ctrl-C: the remaining jobs are not started
-            _record_failure(cfg, out_dir, None, "not started: the run was interrupted (Ctrl-C)")
+            record_failure(cfg, out_dir, "not started: the run was interrupted (Ctrl-C)")
             return
         if hc.mode == RunMode.MULTIRUN:
             redact_multirun_yaml(Path(hc.sweep.dir))

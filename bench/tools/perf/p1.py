@@ -1,6 +1,6 @@
 """P1: does the threshold grid cost more than one threshold?
 
-Times: the wall time of a job (``bench.cli.sweep.run_job`` + its report) with the 17-threshold grid; all strategies, the
+Times: the wall time of a job (``bench.pipeline.run`` + its report) with the 17-threshold grid; all strategies, the
 default store, warm embedding cache, fresh temporary store/trace/job caches.
 Reference: the same job with one threshold.
 Target: <= 1.1 (thresholds are post-processing).
@@ -25,11 +25,15 @@ def all_strategies() -> str:
 
 
 def _timed_job(cfg, out_dir: Path) -> tuple[float, float]:
-    """(wall s, CPU s of this process) of one in-process job: ``run_job`` + its report (``finish_run``)."""
-    from bench.cli.sweep import finish_run, run_job
+    """(wall s, CPU s of this process) of one in-process job: ``bench.pipeline.run`` + its report (``finish_run``)."""
+    from dataclasses import replace
 
+    from bench import pipeline
+    from bench.cli.sweep import finish_run, plain_job
+
+    inputs, settings = plain_job(cfg)
     ru0, t0 = resource.getrusage(resource.RUSAGE_SELF), time.perf_counter()
-    run_job(cfg, out_dir)
+    pipeline.run(inputs, replace(settings, resume=False, keep=False, record=None), out_dir)
     finish_run(out_dir, None)
     ru1 = resource.getrusage(resource.RUSAGE_SELF)
     return time.perf_counter() - t0, (ru1.ru_utime - ru0.ru_utime) + (ru1.ru_stime - ru0.ru_stime)
@@ -54,7 +58,7 @@ def p1_threshold_sweep(*, backend: str | None, strategies: str, data: list[str],
     trace_s = max(cold - r1, 0.0)
     value = (trace_s + r17) / (trace_s + r1)
     return Ratio("P1", "17-threshold all-strategy run / single-threshold run (store queried once per role set)", value, "<=", 1.1,
-                 method=("in-process `bench.cli.sweep.run_job` + report: one cold single-threshold job measures the trace (store "
+                 method=("in-process `bench.pipeline.run` + report: one cold single-threshold job measures the trace (store "
                          "queried once per role set; trace cost = cold job - warm single job), then warm jobs reusing that "
                          f"trace for 17 thresholds (0.10..0.90 step 0.05) and 1 threshold (0.50), interleaved x{repeats}, "
                          "best of each; ratio = (trace + warm 17) / (trace + warm 1)"),

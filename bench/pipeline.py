@@ -1,0 +1,437 @@
+"""The pipeline in one place: corpus, embedder, store, strategies, settings -> a run directory.
+
+    corpus -> embeddings (cached) -> store -> trace (cached) -> P(relevant) -> strategies x thresholds -> metrics -> files
+
+``run`` is one job on plain values (``Inputs``: the plugins' plain configs or built objects; ``Settings``: the knobs);
+the job's identity (``job_key``: settings, corpus content, embedder, code) decides whether an identical finished job
+is copied instead (resume), and a finished job is kept for the next run. The trace of each role filter comes from the
+trace cache when its key (``bench.run.trace_key``) matches. A failure is recorded in ``failed.json`` and raised; a fault
+that does not stop the job (a cache that could not be written) is logged, listed in ``faults.json`` and returned.
+
+Nothing here knows Hydra: the CLI (``bench.cli.sweep.plain_job``) turns its config into ``Inputs`` and ``Settings``;
+``bench.api.run`` and the tools call ``run`` the same way. Plugins are built by ``bench.plugins.instantiate``.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import Counter
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from functools import partial
+from pathlib import Path
+
+import pandas as pd
+
+from bench import run as rid
+from bench.output import error_line, redact
+from bench.rundir import CARD, FAILED, NOT_CACHED, RESULTS, RunDir, strategy_record
+
+log = logging.getLogger("bench")
+
+# Settings that say where a job writes, how it shows progress, or how it is reported: not part of its results.
+# ``memory`` (the units) decides the corpus, whose digest is in every key.
+JOB_KEY_IGNORES = ("hydra", "paths", "progress", "publish_latest", "defer_report", "resume", "trace_cache", "recommend", "regress", "strict",
+                   "memory")
+
+
+@dataclass(frozen=True)
+class Inputs:
+    """What a job measures. ``corpus`` and ``embedder``: a plain ``_target_`` config or the built object; ``store``: the
+    store's plain config (built per trace, in a collection of its own); ``strategies``: plain strategy configs."""
+
+    corpus: object
+    embedder: object
+    store: Mapping
+    strategies: tuple[Mapping, ...]
+
+
+@dataclass(frozen=True)
+class Settings:
+    """How a job runs, as plain values. ``config``: the resolved config whose result-deciding part (``job_settings``)
+    is the job's identity; ``record``: the command's config as text, written beside the results (``config_resolved.yaml``)."""
+
+    cache: Path
+    config: Mapping = field(default_factory=dict)
+    depth: int | None = None
+    warmup: int = 5
+    thresholds: tuple = (0.10, 0.90, 0.05)  # start, stop, step
+    formats: tuple[str, ...] = ("A",)
+    encoding: str = "cl100k_base"
+    ranked: Mapping = field(default_factory=dict)  # ks, confidence, n_resamples
+    conventions_ks: tuple | None = None  # None: bench.metrics.conventions.KS
+    memory: object = None  # a bench.data.units.UnitSpec (None: one memory per turn, every role)
+    run_file: str | None = None  # a TREC run read as the trace instead of searching the store
+    seed: int = 0
+    ci_method: str = "t"
+    progress: bool = False
+    trace_cache: bool = True
+    resume: bool = True  # copy an identical finished job
+    keep: bool = True  # keep the finished job for the next run (resume)
+    strict: bool = False
+    overrides: tuple[str, ...] = ()  # the command's overrides (meta.json), secrets redacted
+    record: str | None = None
+
+
+@dataclass(frozen=True)
+class Job:
+    """A job's inputs, loaded once: the corpus (in its memory units), the embedder and the key of its results."""
+
+    corpus: object
+    corpus_sha: str
+    embedder: object  # the inner embedder (not yet wrapped in the cache)
+    store: Mapping
+    strategies: tuple  # StrategySpecs
+    strategy_configs: tuple[Mapping, ...]
+    key: rid.Key
+
+
+@dataclass(frozen=True)
+class Result:
+    path: Path
+    summary: pd.DataFrame = field(repr=False)
+    key: rid.Key
+    resumed: bool
+    faults: tuple[str, ...] = ()
+
+
+def run(inputs: Inputs, settings: Settings, out_dir: Path) -> Result:
+    """One job into ``out_dir``: corpus -> embeddings -> trace per role filter -> calibration -> sweep -> ranked -> files."""
+    from bench import formats as F
+    from bench.sweep import format_tokens_table, summarise, sweep, threshold_grid
+
+    out_dir, faults, job = Path(out_dir), [], None
+    fault = partial(_fault, out_dir, faults)
+    try:
+        job = prepare(inputs, settings)
+        done = settings.cache / "jobs" / job.key.digest
+        if settings.resume and _finished_before(done, job.key):
+            return _resume(done, job, settings, out_dir)
+        embedder = _cached(job.embedder, settings)
+        check_unique(job.strategies)
+        grid = threshold_grid(*settings.thresholds)
+        formats = F.check_formats(list(settings.formats))  # injection formats swept (rows repeat per format)
+        table = _token_table(job, settings, fault)
+        token_counts = dict(table.memory["A"])  # "role: message" lines
+        readable, cost = _coverage(job, embedder, settings)
+        out_dir.mkdir(parents=True, exist_ok=True)
+        out = RunDir(out_dir)
+        parts, metas, by_format, fitted, traces = [], [], [], [], []
+        for roles in dict.fromkeys(s.roles for s in job.strategies):
+            trace = get_trace(job, settings, embedder, roles, fault)
+            if trace.meta.get("reused_from"):  # from the trace cache, unchanged: copy its file
+                trace.save_copy(Path(trace.meta["reused_from"]), out.trace_dir(roles))
+            else:
+                trace.save(out.trace_dir(roles))
+            traces.append(trace)
+            specs = [s for s in job.strategies if s.roles == roles]
+            probs = None
+            if any(s.calibrated for s in specs):  # derived from the trace and the labels, before the sweep
+                probs, record = get_calibrated(job, settings.cache, trace, fault)
+                fitted.append(record)
+            shared: dict = {}  # the two sweeps of this trace build its per-question arrays once
+            parts.append(sweep(trace, job.corpus, specs, grid, token_counts, embedder=embedder.model_id, formats=formats,
+                               format_tokens=table, calibrated=probs, shared=shared))
+            by_format += format_tokens_table(trace, job.corpus, specs, token_counts, table, embedder=embedder.model_id, shared=shared)
+            metas.append(trace.meta)
+        rows = pd.concat(parts, ignore_index=True)
+        summary = summarise(rows)
+        summary["for_results"] = job.embedder.capabilities.for_results
+        _write_inputs(out, job)
+        out.write_meta(redact(_meta(job, settings, embedder, metas, grid, formats, by_format, readable, cost, fitted)))
+        out.write_ranked(ranked_table(settings, traces, job.corpus, embedder.model_id))
+        write_conventions(settings, traces, job.corpus, job.embedder, out_dir)
+        out.write_results(rows, summary)  # summary.csv last: a job directory with it is complete
+        if settings.record is not None:
+            out.write_config(settings.record)
+        log.info(_caches_line(out.meta()))
+    except BaseException as exc:
+        reason = "interrupted (Ctrl-C) before the job finished" if isinstance(exc, KeyboardInterrupt) else error_line(exc)
+        record_failure(out_dir, reason, key=job.key if job else None, store=dict(inputs.store).get("_target_"), overrides=settings.overrides)
+        raise
+    if settings.keep:
+        _keep(out_dir, settings.cache / "jobs", job.key, fault)
+    return Result(out_dir, summary, job.key, resumed=False, faults=tuple(faults))
+
+
+# --- identity ------------------------------------------------------------------------------------
+
+def prepare(inputs: Inputs, settings: Settings) -> Job:
+    """The corpus in its memory units (its label defects on the console; fatal when ``strict``), the embedder
+    (``auto`` resolved on the corpus), the job's key and its strategies."""
+    from bench.data.card import defect_summary
+    from bench.data.units import apply_units
+    from bench.embedders.auto import resolve
+    from bench.strategies.spec import load_spec
+
+    corpus = apply_units(_built(inputs.corpus), settings.memory)
+    if corpus.defects:
+        log.warning("%s: %s (see %s)", corpus.name, defect_summary(corpus.defects), CARD)
+        if settings.strict:
+            raise ValueError(f"strict=true: {corpus.name} ({corpus.source}) has {defect_summary(corpus.defects)}")
+    embedder = resolve(_built(inputs.embedder), [t.text for t in corpus.turns()] + [q.text for q in corpus.questions],
+                       cache_dir=settings.cache / "coverage")
+    sha = rid.corpus_digest(corpus)
+    key = rid.job_key(settings=job_settings(settings.config), corpus_sha=sha, embedder=embedder.identity)
+    strategies = tuple(load_spec(n) for n in inputs.strategies)
+    return Job(corpus, sha, embedder, dict(inputs.store), strategies, tuple(inputs.strategies), key)
+
+
+def check_unique(strategies) -> None:
+    dupes = sorted(n for n, c in Counter(s.name for s in strategies).items() if c > 1)
+    if dupes:
+        raise ValueError(f"strategy names must be unique within a run: {', '.join(dupes)} used twice (configs/strategy/*.yaml 'name')")
+
+
+def job_settings(config: Mapping) -> dict:
+    """The resolved config that decides a job's results (paths, progress and report-time settings removed)."""
+    out = {k: v for k, v in config.items() if k not in JOB_KEY_IGNORES}
+    for node in ("embedder", "backend"):
+        if isinstance(out.get(node), dict):
+            out[node] = {k: v for k, v in out[node].items() if k not in ("progress", "price_per_mtok", *rid.STORE_PLACE_FIELDS)}
+    if out.get("run_file"):  # a run read from a file: its content decides the results, not its path; the store is not used
+        out["run_file"] = {"sha256": rid.sha256_file(run_file(out["run_file"]))}
+        out.pop("backend", None)
+    return out
+
+
+def run_file(value) -> Path:
+    path = Path(str(value)).expanduser()
+    if not path.is_file():
+        raise FileNotFoundError(f"run_file: {path} not found (a TREC run: qid Q0 docid rank score tag)")
+    return path
+
+
+def _built(node):
+    from bench.plugins import instantiate
+
+    return instantiate(node) if isinstance(node, Mapping) else node
+
+
+# --- resume --------------------------------------------------------------------------------------
+
+def _finished_before(done: Path, key: rid.Key) -> bool:
+    """A cached job with this key holds every result file unchanged (``bench.run.check_job``)."""
+    if not done.exists():
+        return False
+    problem = rid.check_job(done, key, required=RESULTS)
+    if problem:
+        log.warning("cached job %s not reused: %s; running it again", done, problem)
+    return not problem
+
+
+def _resume(done: Path, job: Job, settings: Settings, out_dir: Path) -> Result:
+    """The results of the identical job that finished before, copied into ``out_dir`` (not cached again)."""
+    out = RunDir(out_dir)
+    rid.restore_job(done, out_dir)
+    meta = out.meta()
+    meta.setdefault("caches", {})["job"] = {**job.key.describe(), "status": "hit", "from": str(done)}
+    meta["run_id"] = rid.run_id()  # this run; its traces' measured_in still names the run that timed the store
+    meta["overrides"] = list(settings.overrides)
+    out.write_meta(meta)
+    if settings.record is not None:
+        out.write_config(settings.record)
+    log.info("job %s finished before: results copied from %s (resume=false to re-run)", job.key.digest, done)
+    return Result(out_dir, out.summary(), job.key, resumed=True)
+
+
+def _keep(out_dir: Path, jobs: Path, key: rid.Key, fault) -> None:
+    try:
+        rid.save_job(out_dir, jobs, key, exclude=NOT_CACHED)
+    except OSError as exc:
+        fault(f"the job finished but could not be cached in {jobs}: {error_line(exc)}")
+
+
+def record_failure(out_dir: Path, reason: str, *, key: rid.Key | None = None, store: str | None = None, overrides=()) -> None:
+    """``failed.json`` of a job that did not finish: its key (when known), the reason in one line, the store, the overrides."""
+    try:
+        out_dir = Path(out_dir)
+        out_dir.mkdir(parents=True, exist_ok=True)
+        RunDir(out_dir).write_failed({"job_key": key.digest if key else None, "reason": reason, "backend": store,
+                                      "overrides": list(overrides)})
+    except Exception as exc:  # noqa: BLE001  (an unwritable run directory: the console line is all we can leave)
+        log.error("could not record the failure in %s: %s", out_dir, error_line(exc))
+
+
+def failed(out_dir: Path) -> bool:
+    return RunDir(Path(out_dir)).has(FAILED)
+
+
+def _fault(out_dir: Path, faults: list, line: str) -> None:
+    """A fault that did not stop the job (a cache that could not be written): logged, listed in faults.json, returned."""
+    log.error(line)
+    faults.append(line)
+    try:
+        RunDir(out_dir).add_fault(line)
+    except Exception:  # noqa: BLE001  (the run directory itself may be the fault)
+        pass
+
+
+# --- the stages ----------------------------------------------------------------------------------
+
+def _cached(inner, settings: Settings):
+    """The embedder behind its cache; one that computes faster than the cache reads (synthetic) is not cached:
+    at 1M texts the cache would cost GBs."""
+    from bench.embedders.cache import CachedEmbedder
+
+    return CachedEmbedder(inner, settings.cache / "embeddings") if inner.capabilities.cacheable else inner
+
+
+def _token_table(job: Job, settings: Settings, fault=log.error):
+    """Tokens of every memory in every injection format (``bench.formats``), counts cached per corpus and encoding."""
+    import tiktoken
+
+    from bench import formats as F
+    from bench import tokens
+
+    count_many, save_counts = tokens.cached_counter(settings.cache / "tokens" /
+                                                    f"{settings.encoding}-tiktoken{tiktoken.__version__}-{job.corpus_sha[:16]}.json",
+                                                    settings.encoding)
+    table = F.token_table(job.corpus.turns(), count_many, F.FORMATS)
+    try:
+        save_counts()
+    except OSError as exc:
+        fault(f"could not write the token-count cache: {error_line(exc)}")
+    return table
+
+
+def _coverage(job: Job, embedder, settings: Settings):
+    """(what share of the text the model can read, the cost of embedding the uncached texts for a paid API or None)."""
+    from bench.embedders import coverage
+
+    inner, corpus = job.embedder, job.corpus
+    readable = coverage.measure(inner, [t.text for t in corpus.turns()] + [q.text for q in corpus.questions],
+                                cache_dir=settings.cache / "coverage")  # warned by bench.cli.sweep.finish_run
+    est = None
+    if inner.capabilities.metered:  # a paid API: what embedding the uncached texts will cost, before it starts
+        from bench.embedders.cost import corpus_estimate, estimate_line
+
+        est = corpus_estimate(embedder, inner.capabilities.price_per_mtok, [t.text for t in corpus.turns()], [q.text for q in corpus.questions])
+        log.info("%s: %s", inner.model_id, estimate_line(est))
+    return readable, est
+
+
+def get_trace(job: Job, settings: Settings, embedder, roles: tuple[str, ...] | None, fault=log.error):
+    """The trace for (corpus, embedder, store, depth, roles): from the cache when valid, else measured once and kept
+    there (a cache that cannot be written is a ``fault``, not a failure)."""
+    from bench.backends.layout import build_store
+    from bench.trace import Trace, build_trace, search_depth
+
+    if settings.run_file:  # an external retriever's run (bench.trec): no store, no trace cache (reading it is cheap)
+        from bench.trace import embed_corpus
+        from bench.trec import trace_from_run
+
+        tv, qv, _ = embed_corpus(job.corpus, embedder, progress=settings.progress)
+        return trace_from_run(run_file(settings.run_file), job.corpus, roles=roles, vectors=(tv, qv), embedder=embedder.model_id)
+    store = dict(job.store)
+    depth = search_depth(settings.depth, job.corpus)
+    key = rid.trace_key(corpus_sha=job.corpus_sha, embedder=job.embedder.identity, backend=store, depth=depth,
+                        roles=roles, warmup=int(settings.warmup))
+    cached = settings.cache / "traces" / key.digest
+    status = "miss"
+    if settings.trace_cache and cached.exists():
+        trace, problem = Trace.load_checked(cached, job.corpus)
+        if trace is not None:
+            log.info("trace cache hit %s (measured %s): no store query", key.digest, trace.meta.get("measured_at"))
+            trace.meta["reused_from"] = str(cached)
+            trace.meta["cache"] = {**key.describe(), "status": "hit"}
+            return trace
+        log.warning("trace cache %s not reused: %s; measuring again", cached, problem)
+        status = f"invalid ({problem})"
+    place = {"collection": f"rb_{key.digest[:12]}_{rid.process_token()}"}
+    if store.get("path"):  # an embedded store: a directory of this process's own
+        rid.remove_stale_store_dirs(Path(store["path"]).parent)
+        place["path"] = str(rid.private_store_dir(store["path"]))
+    backend = build_store(store, **place)  # build_trace opens it and drops and closes it (bench.backends.session)
+    trace = build_trace(job.corpus, embedder, backend, depth=depth, roles=roles, warmup=int(settings.warmup),
+                        progress=settings.progress)
+    trace.meta.update(trace_key=key.digest, dataset_source=job.corpus.source, cache={**key.describe(), "status": status})
+    try:
+        trace.save(cached)
+    except OSError as exc:
+        fault(f"could not write the trace cache {cached}: {error_line(exc)}")
+    return trace
+
+
+def get_calibrated(job: Job, cache: Path, trace, fault=log.error) -> tuple[dict, dict]:
+    """The out-of-fold P(relevant) of every hit of ``trace`` (``bench.relevance``), from the cache when its
+    key matches: the trace's content (ids and scores), the corpus (labels) and the fitting code. Returns
+    (question_id -> array, the cache record for meta.json)."""
+    from bench import relevance
+
+    key = rid.Key("relevance", {"trace_sha256": relevance.trace_digest(trace.table), "corpus_sha256": job.corpus_sha,
+                                "method": relevance.METHOD, "code": rid.code_digest("relevance")})
+    cached = Path(cache) / "relevance" / key.digest
+    probs = relevance.load_checked(cached, trace.table) if cached.exists() else None
+    if probs is not None:
+        return probs, {**key.describe(), "status": "hit"}
+    probs = relevance.out_of_fold(trace.table, job.corpus)
+    try:
+        relevance.save(cached, probs, key.describe())
+    except OSError as exc:
+        fault(f"could not write the relevance cache {cached}: {error_line(exc)}")
+    return probs, {**key.describe(), "status": "miss"}
+
+
+def ranked_table(settings: Settings, traces, corpus, embedder: str) -> pd.DataFrame:
+    """ranked.csv of a job: bench.ranked over its traces, with the ``ranked:`` settings."""
+    from bench.metrics import ranked
+
+    rc = settings.ranked or {}
+    ks = ranked.check_ks(list(rc.get("ks", ranked.DEFAULT_KS)))
+    return ranked.for_traces(traces, corpus, ks=ks, embedder=embedder, confidence=float(rc.get("confidence", 0.95)),
+                             n_resamples=int(rc.get("n_resamples", 1000)), seed=int(settings.seed),
+                             method=str(settings.ci_method))  # one interval rule for every table
+
+
+def write_conventions(settings: Settings, traces, corpus, embedder, out_dir: Path) -> Path:
+    """conventions.csv of a job: LongMemEval's arithmetic at ``conventions_ks`` (bench.metrics.conventions), on the job's unit."""
+    from bench.metrics import conventions
+    from bench.data.units import UnitSpec
+    from bench.metrics.ranked import check_ks
+
+    spec = settings.memory or UnitSpec()
+    ks = check_ks(list(conventions.KS if settings.conventions_ks is None else settings.conventions_ks), "conventions.ks")
+    df = conventions.table(conventions.pick_trace(traces), corpus, unit=spec.unit, roles=spec.roles, embedder=embedder.model_id,
+                           max_length=embedder.identity.get("max_length"), ks=ks)
+    return conventions.write(out_dir / conventions.FILE, df)
+
+
+# --- the record ----------------------------------------------------------------------------------
+
+def _write_inputs(out: RunDir, job: Job) -> None:
+    """The dataset card, the corpus (what the report reads: never the dataset files again) and the strategies."""
+    from bench.data.card import dataset_card
+
+    out.write_card(dataset_card(job.corpus))
+    out.write_corpus(job.corpus)
+    out.write_strategies(redact([strategy_record(s, n) for s, n in zip(job.strategies, job.strategy_configs)]))
+
+
+def _meta(job: Job, settings: Settings, embedder, metas, grid, formats, by_format, readable, est, fitted) -> dict:
+    """meta.json of a job: its first trace's record, every trace's, what decided the results, and every cache's status."""
+    from bench.data.card import defect_summary
+    from bench.data.units import UnitSpec
+    from bench.embedders.cache import CachedEmbedder
+
+    corpus, inner = job.corpus, job.embedder
+    embed_cache = {"key": embedder.dir.name, "inputs": inner.identity, "hits": embedder.hits, "misses": embedder.misses} \
+        if isinstance(embedder, CachedEmbedder) else {"status": "not cached", "inputs": inner.identity}
+    return {**metas[0], "traces": metas, "run_id": rid.run_id(), "tokens_encoding": settings.encoding, "thresholds": list(grid),
+            "strategies": [s.name for s in job.strategies], "formats": list(formats), "format_tokens": by_format,
+            "corpus_sha256": job.corpus_sha, "labels_sha256": rid.labels_digest(corpus), "turns_sha256": rid.turns_digest(corpus),
+            "embedder_identity": inner.identity, "overrides": list(settings.overrides), "coverage": readable,
+            "memory": (settings.memory or UnitSpec()).describe(), "embedding_cost_estimate": est,
+            "defects": dict(Counter(d.kind for d in corpus.defects)), "defects_summary": defect_summary(corpus.defects),
+            "embed_cache": {"hits": embedder.hits, "misses": embedder.misses} if isinstance(embedder, CachedEmbedder) else
+                           {"hits": None, "misses": None},
+            "caches": {"job": {**job.key.describe(), "status": "miss"}, "traces": [m.get("cache") for m in metas],
+                       "embeddings": embed_cache, **({"relevance": fitted} if fitted else {})}}
+
+
+def _caches_line(meta: dict) -> str:
+    c = meta.get("caches") or {}
+    traces = ", ".join(f"{t.get('status')} {t.get('key')}" for t in c.get("traces") or [] if t)
+    e = c.get("embeddings") or {}
+    emb = f"{e['hits']} of {e['hits'] + e['misses']} texts cached" if e.get("hits") is not None else e.get("status", "n/a")
+    return f"caches: job {c.get('job', {}).get('status')} {c.get('job', {}).get('key')}; trace {traces or 'n/a'}; embeddings {emb}"
