@@ -79,8 +79,8 @@ def load_run(path: str | Path) -> Run:
 
 
 def _read_run_dir(path: Path) -> dict:
-    """A finished run directory (read by ``bench.rundir.RunDir``, the one reader) -> the fields of ``Run``."""
-    from bench.rundir import ANALYSIS, REPORT_MD, SUMMARY, RunDir
+    """A finished run directory (read by ``bench.results.rundir.RunDir``, the one reader) -> the fields of ``Run``."""
+    from bench.results.rundir import ANALYSIS, REPORT_MD, SUMMARY, RunDir
 
     d = RunDir(path)
     if not d.finished():

@@ -25,7 +25,7 @@ import pandas as pd
 
 from bench import run as rid
 from bench.output import error_line, redact
-from bench.rundir import CARD, FAILED, NOT_CACHED, RESULTS, RunDir, strategy_record
+from bench.results.rundir import CARD, FAILED, NOT_CACHED, RESULTS, RunDir, strategy_record
 
 log = logging.getLogger("bench")
 
@@ -97,8 +97,8 @@ class Result:
 
 def run(inputs: Inputs, settings: Settings, out_dir: Path) -> Result:
     """One job into ``out_dir``: corpus -> embeddings -> trace per role filter -> calibration -> sweep -> ranked -> files."""
-    from bench import formats as F
-    from bench.sweep import format_tokens_table, summarise, sweep, threshold_grid
+    from bench.selection import formats as F
+    from bench.selection.sweep import format_tokens_table, summarise, sweep, threshold_grid
 
     out_dir, faults, job = Path(out_dir), [], None
     fault = partial(_fault, out_dir, faults)
@@ -278,11 +278,11 @@ def _cached(inner, settings: Settings):
 
 
 def _token_table(job: Job, settings: Settings, fault=log.error):
-    """Tokens of every memory in every injection format (``bench.formats``), counts cached per corpus and encoding."""
+    """Tokens of every memory in every injection format (``bench.selection.formats``), counts cached per corpus and encoding."""
     import tiktoken
 
-    from bench import formats as F
-    from bench import tokens
+    from bench.selection import formats as F
+    from bench.data import tokens
 
     count_many, save_counts = tokens.cached_counter(settings.cache / "tokens" /
                                                     f"{settings.encoding}-tiktoken{tiktoken.__version__}-{job.corpus_sha[:16]}.json",
@@ -315,11 +315,11 @@ def get_trace(job: Job, settings: Settings, embedder, roles: tuple[str, ...] | N
     """The trace for (corpus, embedder, store, depth, roles): from the cache when valid, else measured once and kept
     there (a cache that cannot be written is a ``fault``, not a failure)."""
     from bench.backends.layout import build_store
-    from bench.trace import Trace, build_trace, search_depth
+    from bench.replay.trace import Trace, build_trace, search_depth
 
-    if settings.run_file:  # an external retriever's run (bench.trec): no store, no trace cache (reading it is cheap)
-        from bench.trace import embed_corpus
-        from bench.trec import trace_from_run
+    if settings.run_file:  # an external retriever's run (bench.replay.trec): no store, no trace cache (reading it is cheap)
+        from bench.replay.trace import embed_corpus
+        from bench.replay.trec import trace_from_run
 
         tv, qv, _ = embed_corpus(job.corpus, embedder, progress=settings.progress)
         return trace_from_run(run_file(settings.run_file), job.corpus, roles=roles, vectors=(tv, qv), embedder=embedder.model_id)
@@ -354,13 +354,13 @@ def get_trace(job: Job, settings: Settings, embedder, roles: tuple[str, ...] | N
 
 
 def get_calibrated(job: Job, cache: Path, trace, fault=log.error) -> tuple[dict, dict]:
-    """The out-of-fold P(relevant) of every hit of ``trace`` (``bench.relevance``), from the cache when its
+    """The out-of-fold P(relevant) of every hit of ``trace`` (``bench.selection.relevance``), from the cache when its
     key matches: the trace's content (ids and scores), the corpus (labels) and the fitting code. Returns
     (question_id -> array, the cache record for meta.json)."""
-    from bench import relevance
+    from bench.selection import relevance
 
     key = rid.Key("relevance", {"trace_sha256": relevance.trace_digest(trace.table), "corpus_sha256": job.corpus_sha,
-                                "method": relevance.METHOD, "code": rid.code_digest("relevance")})
+                                "method": relevance.METHOD, "code": rid.code_digest("selection/relevance")})
     cached = Path(cache) / "relevance" / key.digest
     probs = relevance.load_checked(cached, trace.table) if cached.exists() else None
     if probs is not None:
@@ -374,7 +374,7 @@ def get_calibrated(job: Job, cache: Path, trace, fault=log.error) -> tuple[dict,
 
 
 def ranked_table(settings: Settings, traces, corpus, embedder: str) -> pd.DataFrame:
-    """ranked.csv of a job: bench.ranked over its traces, with the ``ranked:`` settings."""
+    """ranked.csv of a job: bench.metrics.ranked over its traces, with the ``ranked:`` settings."""
     from bench.metrics import ranked
 
     rc = settings.ranked or {}

@@ -151,7 +151,7 @@ class Key:
 
 # Store settings that say where a store writes, not what it computes.
 STORE_PLACE_FIELDS = ("path", "collection")
-TRACE_CODE = ("trace", "types", "backends/base", "backends/layout")  # layout: a store's per-conversation collections
+TRACE_CODE = ("replay/trace", "types", "backends/base", "backends/layout")  # layout: a store's per-conversation collections
 
 
 def trace_key(*, corpus_sha: str, embedder: Mapping, backend: Mapping, depth: int, roles, warmup: int) -> Key:
@@ -324,7 +324,7 @@ def _swap_in(tmp: Path, done: Path) -> None:
 
 def check_job(done: Path, key: Key, *, required: Iterable[str] = ()) -> str:
     """'' when ``done`` holds a complete, unaltered cached job for ``key`` (with every file in ``required``,
-    ``bench.rundir.RESULTS`` for a sweep job); else what is wrong."""
+    ``bench.results.rundir.RESULTS`` for a sweep job); else what is wrong."""
     manifest = Path(done) / MANIFEST
     if not manifest.is_file():
         return "no manifest"

@@ -1,5 +1,5 @@
 """One finished run of the whole pipeline on the demo corpus (hashing embedder, exact store),
-shared by tests/test_report.py and tests/test_html_report.py: made once per pytest session."""
+shared by tests/report/test_report.py and tests/report/test_html.py: made once per pytest session."""
 
 import functools
 import os

@@ -1,4 +1,4 @@
-"""A loopback JSON server for the HTTP clients' tests (the embedder's and bench.llm's): no network, no keys.
+"""A loopback JSON server for the HTTP clients' tests (the embedder's and bench.evaluation.llm's): no network, no keys.
 
 ``json_server(state)`` serves POSTs on 127.0.0.1 (a free port) until the block ends; ``state`` decides the
 answers: ``state.reply(payload) -> (status, headers, body bytes)``; every request is appended to

@@ -10,21 +10,21 @@ import math
 import pandas as pd
 import pytest
 
-from bench import ranked as R
-from bench import trec
+from bench.metrics import ranked as R
+from bench.replay import trec
 from bench.analysis import compare
 from bench.analysis.verdict import verdict
-from bench.answers import AnswerIndex, contained
-from bench.qa import abstains
-from bench.rundir import RunDir
+from bench.metrics.answers import AnswerIndex, contained
+from bench.evaluation.qa import abstains
+from bench.results.rundir import RunDir
 from bench.tools import regress
-from bench.trace import TRACE_COLUMNS, Trace
+from bench.replay.trace import TRACE_COLUMNS, Trace
 from bench.types import Conversation, Corpus, Question, Turn
 
 # --------------------------------------------------------------------------------------- (a) adversarial with gold
 
 # c1: turns t0..t3, sessions 0, 0, 1, 1. q1 is scored; q2 is adversarial, yet its source gave it gold (t2) and the
-# trace carries it: "only the scored questions (non-adversarial, with gold) enter the table" (bench.ranked).
+# trace carries it: "only the scored questions (non-adversarial, with gold) enter the table" (bench.metrics.ranked).
 TURNS = tuple(Turn("c1", f"t{i}", "user", "u", f"text {i}", float(i), i, i // 2) for i in range(4))
 ADV = Corpus("tiny", (Conversation("c1", TURNS),),
              (Question("q1", "c1", "?", None, ("t1",)), Question("q2", "c1", "?", None, ("t2",), adversarial=True)))
@@ -129,7 +129,7 @@ def test_the_gate_checks_labels_only_when_both_are_known():
     "I'm afraid there is no information available about that",
 ])
 def test_an_abstention_with_extra_words_is_an_abstention(reply):
-    """"the reader abstains (its normalised answer *contains* the normalised ABSTAIN phrase)" (bench.qa). Mutants:
+    """"the reader abstains (its normalised answer *contains* the normalised ABSTAIN phrase)" (bench.evaluation.qa). Mutants:
     ``==`` instead of ``in`` (extra words graded WRONG), and the un-normalised reply (another case graded WRONG)."""
     assert abstains(reply)
 

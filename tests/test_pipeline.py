@@ -16,7 +16,7 @@ import pytest
 from bench import pipeline
 from bench.data.units import UnitSpec
 from bench.embedders.hashing import HashingEmbedder
-from bench.rundir import RunDir
+from bench.results.rundir import RunDir
 
 TURNS = [
     ("t1", "user", "I adopted a grey cat named Miso last spring."),  # gold of q1

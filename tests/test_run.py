@@ -51,8 +51,8 @@ def test_code_digest_and_module_of():
     assert run.module_of("bench.backends.seekdb.SeekdbBackend") == "backends/seekdb"
     assert run.module_of("bench.embedders.synthetic.SyntheticEmbedder") == "embedders/synthetic"
     assert run.module_of("somepkg.Store") == ""
-    assert run.code_digest("trace") != run.code_digest("types")
-    assert run.code_digest("trace", "types") == run.code_digest("trace", "types")
+    assert run.code_digest("replay/trace") != run.code_digest("types")
+    assert run.code_digest("replay/trace", "types") == run.code_digest("replay/trace", "types")
     assert len(run.code_digest("*")) == 16
 
 

@@ -287,7 +287,7 @@ def test_llm_reply_quoting_the_header_is_scrubbed_before_it_is_stored(tmp_path, 
     sys.path.insert(0, str(REPO / "tests"))
     from loopback import json_server
 
-    from bench import llm
+    from bench.evaluation import llm
 
     key = "ak-" + "beef" * 8
 

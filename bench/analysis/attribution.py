@@ -17,11 +17,11 @@ order:
 - ``decay/tier``: returned, above the threshold and within the cap, yet dropped by the strategy's
   own policy (decay floor, tiers, routing, the adaptive largest-gap cut).
 
-Selections are re-derived by replaying the run's own strategies through ``bench.sweep.sweep``
+Selections are re-derived by replaying the run's own strategies through ``bench.selection.sweep.sweep``
 (pure) with a recorder around each strategy function, at one threshold per strategy (the
 recommended one), so nothing here re-implements a strategy; who may see a memory is
-``bench.visibility``'s rule and exact ranks come from the trace. ``classify``/``attribute`` are pure;
-``attribute_job`` attributes the misses of one finished job as ``bench.rundir.load_job`` read it (its corpus
+``bench.replay.visibility``'s rule and exact ranks come from the trace. ``classify``/``attribute`` are pure;
+``attribute_job`` attributes the misses of one finished job as ``bench.results.rundir.load_job`` read it (its corpus
 snapshot, traces and strategies.json: never the dataset files, never a config to instantiate).
 """
 
@@ -35,12 +35,12 @@ from collections.abc import Mapping, Sequence
 import numpy as np
 import pandas as pd
 
-from bench.rundir import STRATEGIES, JobInputs
+from bench.results.rundir import STRATEGIES, JobInputs
 from bench.strategies.spec import load_specs
 from bench.strategies.vector import passes
-from bench.trace import Trace
+from bench.replay.trace import Trace
 from bench.types import Corpus, memory_key
-from bench.visibility import Visibility
+from bench.replay.visibility import Visibility
 
 log = logging.getLogger(__name__)
 
@@ -158,7 +158,7 @@ def replay(trace: Trace, corpus: Corpus, specs: Sequence, thresholds: Sequence[f
            **sweep_kwargs) -> dict[tuple[str, float | None], dict[str, tuple[str, ...]]]:
     """Selected memory ids per (strategy, threshold) and question, from the run's own ``sweep`` (its ``record``), so the
     selections are the ones that produced the run's metrics; each strategy at ``thresholds``, not its own grid."""
-    from bench.sweep import sweep
+    from bench.selection.sweep import sweep
 
     seen: dict[tuple[str, float | None], dict[str, tuple[str, ...]]] = {}
     sweep(trace, corpus, [dataclasses.replace(s, thresholds=None) for s in specs], tuple(thresholds), token_counts,
@@ -174,7 +174,7 @@ def attribute_job(job: JobInputs, chosen: Mapping[tuple[str, str, str, str], flo
     (dataset, embedder, backend, strategy) -> threshold, NaN for strategies without one); exact ranks
     come from each trace; the strategies are rebuilt from the job's strategies.json records. ``memo`` shares token
     counts between jobs on the same corpus."""
-    from bench import tokens
+    from bench.data import tokens
 
     memo = {} if memo is None else memo
     turns = job.corpus.turns()

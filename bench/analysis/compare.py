@@ -4,7 +4,7 @@ Owns pairing configurations across two run directories (same dataset and strateg
 embedder/store of A against every one of B), each at its own run's recommended threshold (or at
 every common threshold with ``all_thresholds``), and the paired tests of
 ``bench.analysis.stats.compare_pairs`` (the report's paired t test over conversations on the same questions,
-Holm across all pairs, win/tie/loss). Reads only each run's per-question rows and ``recommend:`` settings (``bench.rundir.RunDir``).
+Holm across all pairs, win/tie/loss). Reads only each run's per-question rows and ``recommend:`` settings (``bench.results.rundir.RunDir``).
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ import pandas as pd
 from bench.analysis import stats
 from bench.analysis.recommend import CONFIG_KEYS, RecommendConfig, one_format, recommend
 from bench.analysis.tables import ROW_METRIC, load_settings
-from bench.rundir import QUESTIONS, RunDir
+from bench.results.rundir import QUESTIONS, RunDir
 
 log = logging.getLogger(__name__)
 

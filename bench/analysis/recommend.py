@@ -31,7 +31,7 @@ import pandas as pd
 from bench import metrics
 from bench.analysis.choose import best, choose_and_score, setting_index
 from bench.analysis.stats import INTERVAL_METHODS, ClusterInterval, cluster_bootstrap, cluster_sums, mean_intervals, ratio
-from bench.rundir import QUESTIONS
+from bench.results.rundir import QUESTIONS
 
 log = logging.getLogger(__name__)
 

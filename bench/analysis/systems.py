@@ -1,6 +1,6 @@
 """Other systems' rankings beside our own, by the same arithmetic: the "systems" table (``recallbench score``).
 
-An imported ranking (``bench.rankings``) is scored per question with ``bench.metrics.ranked`` (a turn ranking through
+An imported ranking (``bench.replay.rankings``) is scored per question with ``bench.metrics.ranked`` (a turn ranking through
 ``ranked.per_question`` exactly as a trace; a session ranking at session level only, turn cells NaN), over the
 questions it ranks that are scored (not adversarial, with gold: LongMemEval's retrieval evaluation leaves the
 abstention questions out the same way). Each of our traces of the same dataset is scored on the same questions,
@@ -26,7 +26,7 @@ import numpy as np
 import pandas as pd
 
 from bench.metrics import ranked
-from bench.rankings import Ranking
+from bench.replay.rankings import Ranking
 from bench.types import Corpus, memory_key
 
 SYSTEMS_CSV = "systems.csv"

@@ -1,6 +1,6 @@
 """A finished run's analysis: every table the report shows, computed from the run directory alone.
 
-``analyse(run)`` reads (through ``bench.rundir.RunDir``) the per-question rows, the summary and the
+``analyse(run)`` reads (through ``bench.results.rundir.RunDir``) the per-question rows, the summary and the
 ``recommend:`` settings, and for calibration and miss attribution each job's corpus snapshot, traces
 and strategies; it returns an ``Analysis``: the recommendation (``bench.analysis.recommend``), the
 significance of the recommendation against every other configuration, the Pareto frontier, score
@@ -35,7 +35,7 @@ from bench.analysis.recommend import (
 )
 from bench.analysis.verdict import verdict_table
 from bench.embedders.names import shorten
-from bench.rundir import META, QUESTIONS, RunDir, load_job, strategy_names
+from bench.results.rundir import META, QUESTIONS, RunDir, load_job, strategy_names
 
 log = logging.getLogger(__name__)
 
@@ -130,7 +130,7 @@ def pareto(summary: pd.DataFrame) -> pd.DataFrame:
 
 
 def calibrations(jobs, best: pd.DataFrame, not_similarity: frozenset = frozenset()) -> list[ScoreCalibration]:
-    """Score calibration of every trace of ``jobs`` (``bench.rundir.JobInputs``); jobs of a multirun share
+    """Score calibration of every trace of ``jobs`` (``bench.results.rundir.JobInputs``); jobs of a multirun share
     traces: one per (dataset, embedder, store, role filter). The recommended threshold is marked, unless
     the recommended strategy is in ``not_similarity`` (its threshold is a delta, an alpha or a probability)."""
     out, done = [], set()

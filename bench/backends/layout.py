@@ -6,7 +6,7 @@
   namespace (Pinecone) or matrix (exact) per conversation, as agent-memory apps keep one per user.
   A question's search goes to its conversation's collection only, with the conversation dropped
   from the filter (every row there is that conversation's); the role and time filters still run
-  inside the store, so ``bench.visibility``'s rule stays exact. A search without a conversation
+  inside the store, so ``bench.replay.visibility``'s rule stays exact. A search without a conversation
   (the contract test's unfiltered queries, readiness probes) asks every collection and merges.
 
 ``build_store(node)`` is the one place a store is built from its plain config: it reads ``layout``

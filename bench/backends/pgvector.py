@@ -21,7 +21,7 @@ Index modes (``index``):
   The trap these settings expose: with a filter, an HNSW scan collects ``ef_search`` candidates and
   filters them AFTER the index scan, so with ``iterative_scan=off`` a selective filter returns fewer rows
   than asked (40 of 2,000 at the default ef_search=40). The trace counts such short lists
-  (``bench.trace``: ``short_results``); ``iterative_scan`` makes the scan continue until the LIMIT is met
+  (``bench.replay.trace``: ``short_results``); ``iterative_scan`` makes the scan continue until the LIMIT is met
   or ``max_scan_tuples`` is reached.
 Which plan runs is PostgreSQL's choice (``ANALYZE`` runs in ``wait_ready``): on small tables or with a
 selective btree path it may scan exactly even when an ANN index exists (measured on LoCoMo shared, depth 689:

@@ -1,8 +1,8 @@
 """``recallbench answer RUN``: answer-level metrics of a finished run with an LLM reader and judge.
 
-What is asked and how it is scored is ``bench.qa``; the client, prices and cache ``bench.llm``.
+What is asked and how it is scored is ``bench.evaluation.qa``; the client, prices and cache ``bench.evaluation.llm``.
 Prints the estimate (calls, tokens, dollars) first; ``--dry-run`` stops there (no key needed).
-Each setting (format, LLM config, sample, seed, points: ``bench.qa.setting_tag``) writes its own files, so a second
+Each setting (format, LLM config, sample, seed, points: ``bench.evaluation.qa.setting_tag``) writes its own files, so a second
 setting never overwrites the first: analysis/answers-<tag>.csv (per question and point),
 analysis/answers_summary-<tag>.csv (per point) and answers-<tag>.md; answers.md (linked from report.md) is rebuilt
 from every answers-*.md in the run directory, one section per setting.
@@ -16,7 +16,7 @@ from pathlib import Path
 import pandas as pd
 
 from bench.cli.common import add_run_dir, fail, finished_run, parser, setup_logging
-from bench.rundir import ANALYSIS, REPORT_MD, RunDir
+from bench.results.rundir import ANALYSIS, REPORT_MD, RunDir
 
 ANSWERS = "answers"
 ANSWERS_SUMMARY = "answers_summary"
@@ -46,7 +46,7 @@ def cache_dir(run: RunDir) -> Path:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from bench import llm, qa
+    from bench.evaluation import llm, qa
 
     ap = parser("answer", "Answer-level metrics of a finished run: an LLM answers each sampled question from the injected "
                 "context of chosen operating points (default: the recommended point and full context) and an LLM judge "

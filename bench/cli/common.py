@@ -68,8 +68,8 @@ def add_run_dir(ap: argparse.ArgumentParser, help: str = "a finished run (defaul
 
 
 def finished_run(path):
-    """The finished run at ``path`` (a ``bench.rundir.RunDir``); ValueError with the line to show when it has no summary."""
-    from bench.rundir import SUMMARY, RunDir
+    """The finished run at ``path`` (a ``bench.results.rundir.RunDir``); ValueError with the line to show when it has no summary."""
+    from bench.results.rundir import SUMMARY, RunDir
 
     run = RunDir(path)
     if not run.finished():

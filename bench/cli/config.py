@@ -177,7 +177,7 @@ def check_before_work(cfg: DictConfig) -> None:
     the switches, each plugin's keys, every strategy, the threshold grid, the formats, the report's settings."""
     from collections import Counter
 
-    from bench import formats as F
+    from bench.selection import formats as F
     from bench.analysis.recommend import RecommendConfig
     from bench.strategies.spec import threshold_grid
 

@@ -1,5 +1,5 @@
 """``recallbench export [RUN] [--out DIR] [--format trec|json|json-sessions]``: every trace of a finished run as a TREC
-run file plus qrels (bench.trec), or as the JSON LongMemEval-style scorers take (bench.rankings: ``{question_id: [id, ...]}``
+run file plus qrels (bench.replay.trec), or as the JSON LongMemEval-style scorers take (bench.replay.rankings: ``{question_id: [id, ...]}``
 best first; turn ids, or the sessions of the ranked turns deduplicated in rank order). Read back by ``recallbench score``."""
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ FORMATS = ("trec", "json", "json-sessions")
 
 def json_ranking(trace, corpus, *, sessions: bool = False) -> dict[str, list[str]]:
     """{question_id: [memory key, ...]} of a trace in its order; ``sessions``: each question's ranked turns' sessions
-    (``<conversation_id>|session<n>``, bench.ranked.session_map), deduplicated in rank order."""
+    (``<conversation_id>|session<n>``, bench.metrics.ranked.session_map), deduplicated in rank order."""
     from bench.metrics.ranked import session_map, session_ranking
 
     smap = session_map(corpus) if sessions else None
@@ -44,12 +44,12 @@ def main(argv: list[str] | None = None) -> int:
     except ValueError as e:
         return fail(str(e))
     from bench.output import write_atomic
-    from bench.trec import export_trace
+    from bench.replay.trec import export_trace
 
     out = Path(args.out) if args.out else run.path / ("trec" if args.format == "trec" else "json")
     jobs = run.job_dirs()
     written = 0
-    from bench.trace import Trace
+    from bench.replay.trace import Trace
 
     for job in jobs:
         corpus = job.corpus()  # the job's snapshot: which questions are scored (the qrels hold only those)

@@ -8,7 +8,7 @@ from bench.cli.common import add_run_dir, fail, finished_run, parser, setup_logg
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = parser("score", "Score rankings of any system with recallbench's arithmetic (bench.ranked) beside a finished run's "
+    ap = parser("score", "Score rankings of any system with recallbench's arithmetic (bench.metrics.ranked) beside a finished run's "
                          "own, on the same questions, with a paired test per metric (clusters = conversations). A ranking is "
                          "JSON {question_id: [session or turn id, ...]} best first (what LongMemEval-style scorers take), "
                          "LongMemEval's retrieval log (records with retrieval_results.ranked_items[].corpus_id), or a TREC run. "
@@ -31,7 +31,7 @@ def main(argv: list[str] | None = None) -> int:
         return fail(f"--name given {len(args.name)} times for {len(args.files)} files (one name per file, or none)")
     from bench.analysis import systems
     from bench.output import write_csv
-    from bench.rankings import read_ranking
+    from bench.replay.rankings import read_ranking
 
     jobs = run.job_dirs()
     if args.job is not None:

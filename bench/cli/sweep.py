@@ -36,7 +36,7 @@ from bench.output import (
     write_atomic,
 )
 from bench.resources import configs_dir
-from bench.rundir import ANALYSIS, FAILED, FAULTS, REPORT_MD, SUMMARY, RunDir, collect_jobs
+from bench.results.rundir import ANALYSIS, FAILED, FAULTS, REPORT_MD, SUMMARY, RunDir, collect_jobs
 
 log = logging.getLogger("bench")
 

@@ -3,7 +3,7 @@
 ``dataset_card(corpus)`` returns the text (the report embeds it; ``recallbench data check``
 prints it); ``defect_kinds(corpus)`` returns ``[(kind, count, examples)]``, most frequent first;
 ``defect_summary(defects)`` the one line "3 label defects: 2 evidence_not_found, 1 gold_after_asked_at".
-Tokens are counted with ``bench.tokens.count_tokens(text, "cl100k_base")`` when that module is
+Tokens are counted with ``bench.data.tokens.count_tokens(text, "cl100k_base")`` when that module is
 importable and works, else estimated as characters / 4 and labelled so.
 """
 
@@ -45,14 +45,14 @@ def defect_summary(defects: Iterable[Defect]) -> str:
 def count_corpus_tokens(texts: Sequence[str]) -> tuple[int, str]:
     """Total tokens of ``texts`` and a label saying how they were counted."""
     try:
-        from bench.tokens import count_tokens
+        from bench.data.tokens import count_tokens
     except ImportError:
-        return _chars4(texts), "≈ chars/4 (bench.tokens not importable)"
+        return _chars4(texts), "≈ chars/4 (bench.data.tokens not importable)"
     try:
         return sum(count_tokens(t, ENCODING) for t in texts), f"{ENCODING} (tiktoken)"
     except Exception as e:  # offline tokenizer files missing, ...: still print a card
-        log.warning("token counting with bench.tokens failed (%s); falling back to chars/4", e)
-        return _chars4(texts), f"≈ chars/4 (bench.tokens failed: {type(e).__name__})"
+        log.warning("token counting with bench.data.tokens failed (%s); falling back to chars/4", e)
+        return _chars4(texts), f"≈ chars/4 (bench.data.tokens failed: {type(e).__name__})"
 
 
 def _chars4(texts: Sequence[str]) -> int:

@@ -4,7 +4,7 @@ A job stores the corpus it measured beside its results, so whatever reads the ru
 calibration, attribution, the Python API) needs neither the dataset files nor the loader config.
 Every field of every turn, question and defect is kept; turns are stored column-wise per
 conversation (roles and speakers repeat, so they compress well). Floats survive JSON exactly
-(shortest repr), ``None`` stays ``None``. ``bench.rundir`` checks a loaded snapshot against the
+(shortest repr), ``None`` stays ``None``. ``bench.results.rundir`` checks a loaded snapshot against the
 job's ``corpus_sha256`` (``bench.run.corpus_digest``).
 """
 

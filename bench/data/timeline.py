@@ -9,7 +9,7 @@ adversarial questions that carry gold.
 * ``add_reachability_defects(corpus, sources)``: the loaded corpus with one ``Defect`` more per
   gold turn a store can never return and per question that sees no turn at all. The store filter
   shows a turn when ``timestamp <= asked_at``; a turn without timestamp counts as 0.0 (1970-01-01),
-  a question without ``asked_at`` sees the whole conversation (``bench.trace.visible``):
+  a question without ``asked_at`` sees the whole conversation (``bench.replay.trace.visible``):
 
   - ``gold_after_asked_at``: a gold turn said after the question was asked; field = the source
     field of that gold entry, value = turn id, turn time and asked_at (ISO, UTC).

@@ -84,7 +84,7 @@ def check_spec(settings: Mapping | None, where: str = "memory") -> UnitSpec:
         v = getattr(spec, key)
         if isinstance(v, bool) or not isinstance(v, int) or v < (1 if key == "chunk_tokens" else 0):
             raise ValueError(f"config {where}.{key}: expected an integer >= {1 if key == 'chunk_tokens' else 0}, got {v!r}")
-    from bench.tokens import SUPPORTED
+    from bench.data.tokens import SUPPORTED
 
     if spec.encoding not in SUPPORTED:
         raise ValueError(f"config {where}.encoding: expected one of {', '.join(SUPPORTED)}, got {spec.encoding!r}")
@@ -105,7 +105,7 @@ def build_units(corpus: Corpus, spec: UnitSpec) -> tuple[Corpus, dict[str, tuple
     spec = check_spec(asdict(spec))
     encode = decode = None
     if spec.unit == "chunk":
-        from bench.tokens import get_encoding
+        from bench.data.tokens import get_encoding
 
         enc = get_encoding(spec.encoding)  # offline: the encodings ship with recallbench
         encode, decode = enc.encode_ordinary, enc.decode

@@ -17,7 +17,7 @@ the prefixes it adds.
 What an embedder offers beyond its two sides is declared, as a store declares ``Capabilities``, in one frozen
 record ``capabilities: EmbedderCapabilities`` (plumbing only or a result, cacheable, offline, a metered API and
 its price, whether it counts unknown characters or loads its model lazily); callers read the record, they never
-probe the object with ``hasattr``. ``tests/test_embedder_contract.py`` checks every ``configs/embedder/*.yaml``.
+probe the object with ``hasattr``. ``tests/embedders/test_embedder_contract.py`` checks every ``configs/embedder/*.yaml``.
 """
 
 from __future__ import annotations

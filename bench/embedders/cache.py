@@ -81,7 +81,7 @@ class CachedEmbedder:
         self.progress = progress
         self.model_id = inner.model_id
         self.identity = dict(inner.identity)
-        # what the inner model declares; the cache batches itself (bench.trace.embed_texts passes every text in one call:
+        # what the inner model declares; the cache batches itself (bench.replay.trace.embed_texts passes every text in one call:
         # the cache splits, writes and reports progress) and offers none of the inner model's extra methods
         self.capabilities = replace(inner.capabilities, batches_itself=True, counts_unknown=False, loads_lazily=False,
                                     own_progress=False)

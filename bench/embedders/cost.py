@@ -42,7 +42,7 @@ def inputs_to_embed(embedder, documents: Sequence[str], queries: Sequence[str]) 
 
 def corpus_estimate(embedder, price_per_mtok: float | None, documents: Sequence[str], queries: Sequence[str]) -> dict:
     """The estimate for embedding a corpus's memories (documents) and questions (queries)."""
-    from bench.tokens import count_tokens_many
+    from bench.data.tokens import count_tokens_many
 
     todo = inputs_to_embed(embedder, documents, queries)
     return estimate(len(todo), sum(count_tokens_many(todo, ENCODING)), price_per_mtok)

@@ -1,5 +1,5 @@
 """POST JSON to an OpenAI-compatible endpoint: the one request/retry rule of every HTTP client here (the HTTP
-embedder, ``bench.embedders.http``, and the LLM client, ``bench.llm``).
+embedder, ``bench.embedders.http``, and the LLM client, ``bench.evaluation.llm``).
 
 ``post_json`` retries 408, 429, 5xx and connection errors with exponential backoff, honouring ``Retry-After``; any
 other 4xx fails at once with one clear line. Redirects are followed only within the same origin (the key is never
@@ -86,7 +86,7 @@ def post_json(url: str, body: bytes, *, key: str | None, timeout_s: float, max_r
               backoff_max_s: float, label: str, scrub: Callable[[str], str], error: type[Exception], counts,
               sleep: Callable[[float], None], before: Callable[[], None] | None = None, retry_status=RETRY_STATUS,
               max_wait_s: float = MAX_RETRY_AFTER_S) -> tuple[bytes, float]:
-    """POST ``body`` (JSON) to ``url`` with the retry rule of every HTTP client here (``bench.embedders.http``, ``bench.llm``):
+    """POST ``body`` (JSON) to ``url`` with the retry rule of every HTTP client here (``bench.embedders.http``, ``bench.evaluation.llm``):
     ``retry_status`` (408, 429), every 5xx and connection errors are retried up to ``max_retries`` times after
     ``Retry-After`` (capped at ``max_wait_s``) or an exponential backoff; any other 4xx raises ``error`` at once. Messages start with
     ``label``, name the URL without query or credentials and pass through ``scrub`` (the key never shows).

@@ -7,7 +7,7 @@ Modules (each owns its metrics' definitions and NaN rules, in its docstring):
 - ``ranked``: the store's ranking (no threshold): recall_any@k, recall_all@k, nDCG@k (trec_eval), MRR (ranked.csv).
 - ``conventions``: LongMemEval's arithmetic of recall_any/recall_all/nDCG (conventions.csv).
 - ``answers``: answer coverage of the injected memories, offline (answer_recall, answer_contained).
-- ``text``: SQuAD's normalisation and token F1 of a generated answer (``bench.qa``).
+- ``text``: SQuAD's normalisation and token F1 of a generated answer (``bench.evaluation.qa``).
 
 ``METRICS`` is the table the recommender (``bench.analysis.recommend.OBJECTIVES``), the regression gate and the
 report read a metric's direction from (``direction``): +1 when higher is better, -1 when lower is. ``from
@@ -80,7 +80,7 @@ METRICS: dict[str, Metric] = _table(
     ("conventions.recall_any", conventions.recall_any, HIGHER, *UNIT, "LongMemEval recall_any@k"),
     ("conventions.recall_all", conventions.recall_all, HIGHER, *UNIT, "LongMemEval recall_all@k"),
     ("conventions.ndcg", conventions.ndcg, HIGHER, *UNIT, "LongMemEval nDCG@k (its dcg: ranks 1 and 2 count in full)"),
-    # a generated answer against the gold one (bench.qa)
+    # a generated answer against the gold one (bench.evaluation.qa)
     ("token_f1", text.token_f1, HIGHER, *UNIT, "SQuAD token F1 of an answer against the gold answer"),
 )
 

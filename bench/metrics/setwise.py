@@ -91,9 +91,9 @@ def f1_abstain(*, selected: Collection[str], gold: Collection[str], adversarial:
 
 
 def tokens(*, items, encoding: str | None = None) -> float:
-    """Injected tokens of the selected memories, (role, text) pairs as injected (``bench.tokens.count_injected_tokens``;
-    the sweep counts them per injection format with ``bench.formats``). Lower is better."""
-    from bench.tokens import DEFAULT_ENCODING, count_injected_tokens
+    """Injected tokens of the selected memories, (role, text) pairs as injected (``bench.data.tokens.count_injected_tokens``;
+    the sweep counts them per injection format with ``bench.selection.formats``). Lower is better."""
+    from bench.data.tokens import DEFAULT_ENCODING, count_injected_tokens
 
     return float(count_injected_tokens(items, encoding or DEFAULT_ENCODING))
 

@@ -1,6 +1,6 @@
 """Text-answer metrics: SQuAD's answer normalisation and token F1 of a generated answer against the gold one.
 
-``token_f1`` is what ``bench.qa`` (the LLM answer evaluation) reports beside the judge's accuracy; it is the
+``token_f1`` is what ``bench.evaluation.qa`` (the LLM answer evaluation) reports beside the judge's accuracy; it is the
 published SQuAD-style F1 (lower case, no punctuation, no articles, whitespace tokens, multiset overlap).
 Answer coverage of injected memories (no model involved) is ``bench.metrics.answers``.
 """

@@ -1,4 +1,4 @@
-"""The report's answer-coverage section (bench.answers): coverage beside evidence recall at each strategy's best
+"""The report's answer-coverage section (bench.metrics.answers): coverage beside evidence recall at each strategy's best
 threshold, where the two disagree, and a plot of answer coverage vs injected tokens (full context included)."""
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from bench.metrics import scored
 from bench.output import confined, md_text, one_line
 from bench.report import names
 from bench.report.plots import NEUTRAL, _figure, _figure_legend, _grid, _save, _side_legend, _style, _tokens_axis, styles
-from bench.rundir import RunDir
+from bench.results.rundir import RunDir
 
 CONFIG = ["dataset", "embedder", "backend", "strategy", "threshold", "format"]
 
@@ -89,7 +89,7 @@ def section(run: RunDir, summary: pd.DataFrame, best: pd.DataFrame, *, styles_: 
              "`evidence_missed_answer_in` = questions with no gold memory injected whose answer was injected anyway (another "
              "turn says it); `evidence_all_answer_out` = every gold memory injected but the answer's words not (the evidence "
              "paraphrases it, or the label points elsewhere). Adversarial questions keep their abstention column. Every "
-             "threshold: summary.csv. Definitions: bench/answers.py.")
+             "threshold: summary.csv. Definitions: bench/metrics/answers.py.")
     lines = ["## Answer coverage (offline: is the gold answer in the injected context?)", "", note, "",
              "| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
     for r in chosen.to_dict("records"):

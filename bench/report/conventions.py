@@ -1,4 +1,4 @@
-"""Report section: retrieval in the conventions people publish (conventions.csv of each job, ``bench.conventions``).
+"""Report section: retrieval in the conventions people publish (conventions.csv of each job, ``bench.metrics.conventions``).
 
 Every table says its memory unit, indexed roles, embedder with its truncation length, k and the any/all rule,
 and that abstention questions are left out, so a number copied from it carries its conventions along.
@@ -12,7 +12,7 @@ from bench.metrics.conventions import FILE, OVERALL
 from bench.output import read_csv
 from bench.output import md_code as C
 from bench.output import md_text as E
-from bench.rundir import RunDir
+from bench.results.rundir import RunDir
 
 TITLE = "## Retrieval as published (LongMemEval's conventions and arithmetic)"
 
@@ -53,7 +53,7 @@ def section(run: RunDir) -> list[str]:
              "session level from turn or chunk units is its turn-to-session rule (the cut-off grows until k distinct sessions). "
              "Its nDCG counts ranks 1 and 2 in full (trec_eval's nDCG is in the ranked section). The rankings are this run's: a "
              "question sees only the memories dated at or before it was asked (LongMemEval's own runs rank the whole haystack), "
-             "so gold said later is a miss (dataset card: gold after asked_at). Definitions: bench/conventions.py; "
+             "so gold said later is a miss (dataset card: gold after asked_at). Definitions: bench/metrics/conventions.py; "
              "every value in conventions.csv of each job.", ""]
     keys = ["dataset", "embedder", "backend", "unit", "roles", "level"]
     for key, g in df.groupby(keys, sort=False, dropna=False):

@@ -17,7 +17,7 @@ import logging
 import re
 from pathlib import Path
 
-from bench.rundir import REPORT_HTML, REPORT_MD, RunDir
+from bench.results.rundir import REPORT_HTML, REPORT_MD, RunDir
 
 log = logging.getLogger(__name__)
 

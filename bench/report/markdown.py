@@ -4,7 +4,7 @@
 saved in ``analysis/`` (recommendation, operating points, Pareto frontier, significance, LOCO stability, categories,
 calibration, miss attribution, what would help most, label releases) plus the summary tables: ``report.md``, the
 self-contained ``report.html`` and PNG figures. It computes and writes no table. It starts with the recommendation. Everything
-comes from the run directory (``bench.rundir.RunDir``): calibration and attribution read each job's
+comes from the run directory (``bench.results.rundir.RunDir``): calibration and attribution read each job's
 corpus snapshot and traces, so the report works after the dataset files moved. Strategies are found
 by what they are (``kind`` and ``params`` in strategies.json), rows labelled with their configured
 names. Re-run at any time (``make report``).
@@ -32,7 +32,7 @@ from bench.report.significance import significance_table
 from bench.report.significance import threshold as _thr
 from bench.report.strategies import strategy_sections
 from bench.report.systems import section as systems_section
-from bench.rundir import ANALYSIS, QUESTIONS, REPORT_MD, RunDir, strategy_names
+from bench.results.rundir import ANALYSIS, QUESTIONS, REPORT_MD, RunDir, strategy_names
 
 log = logging.getLogger(__name__)
 
@@ -569,7 +569,7 @@ def thresholds_transfer_section(a: Analysis) -> list[str]:
              "chosen in hindsight on the held-out data minus the family's held-out F1 (negative: it beats every fixed cosine "
              "threshold). The calibrated family **needs labelled data**: P(relevant) is the store's similarity mapped through an "
              "isotonic fit (pool adjacent violators) of gold vs non-gold candidates, fitted per embedder and store, leave one "
-             "conversation out (a question is never scored by a map that saw its labels; `bench/relevance.py`). Transfer to "
+             "conversation out (a question is never scored by a map that saw its labels; `bench/selection/relevance.py`). Transfer to "
              "another corpus is measured only across corpora (a run over two or more datasets that share no conversation, e.g. "
              "`-m dataset=locomo,longmemeval_oracle`); leaving one conversation out measures stability within one corpus. Tables: "
              "`analysis/transfer.csv`, `analysis/transfer_folds.csv`.", ""]
@@ -725,7 +725,7 @@ def coverage_section(jobs: list[dict]) -> list[str]:
 
 
 def ranked_section(run: RunDir) -> list[str]:
-    """The ranked retrieval metrics of the traces (ranked.csv, bench.ranked), when the run has them."""
+    """The ranked retrieval metrics of the traces (ranked.csv, bench.metrics.ranked), when the run has them."""
     from bench.metrics.ranked import report_table
 
     table = run.ranked()
@@ -739,7 +739,7 @@ def ranked_section(run: RunDir) -> list[str]:
             "sessions (no sessions: n/a). Mean [95 % CI about the mean of conversations like these, "
             "as `recommend.ci_method` says: Student t with conversations − 1 df by default]; ranked.csv also has the prediction interval "
             "for a new corpus of as many conversations (pred_low, pred_high) and every "
-            "value. Definitions: bench/ranked.py.", "", *report_table(table), ""]
+            "value. Definitions: bench/metrics/ranked.py.", "", *report_table(table), ""]
 
 
 APPENDIX = "# Appendix"
@@ -834,7 +834,7 @@ def write_report(run_dir: Path, a: Analysis | None) -> Path:
         lines += ["## Store latency (per query, store call only, warm-up discarded)", "", *like,
                   _table(named(lat), ["dataset", "configuration", "layout", "depth", "latency_p50_ms", "latency_p95_ms", "latency_p99_ms", "latency origin"]), ""]
     lines += cover
-    if run.has("answers.md"):  # written by `recallbench answer` (bench.qa)
+    if run.has("answers.md"):  # written by `recallbench answer` (bench.evaluation.qa)
         lines += ["## Answer-level metrics (LLM reader and judge)", "",
                   "Answer accuracy vs injected tokens vs dollars per 1,000 questions: [answers.md](answers.md).", ""]
 

@@ -4,7 +4,7 @@ and the claims of the strategy articles measured on the run's data (one section 
 Owns ``strategy_sections(summary, jobs, strategies) -> list[str]`` (markdown lines, called by
 ``bench.report.write_report``). Reads tables only: ``summary`` is summary.csv, ``jobs`` the job
 metadata (meta.json / jobs.json; its ``format_tokens`` records come from
-``bench.sweep.format_tokens_table``), ``strategies`` the run's strategies.json records. A seed's
+``bench.selection.sweep.format_tokens_table``), ``strategies`` the run's strategies.json records. A seed's
 setting is found by what a strategy is, never by its name: ``SEEDS`` maps each setting to a
 strategy kind (its function) and parameters, e.g. the limit strategy with k=5; rows are labelled
 with the names the user configured. A section whose strategies were not run is left out.
@@ -18,7 +18,7 @@ from collections.abc import Sequence
 import pandas as pd
 
 from bench.output import md_text as E
-from bench.rundir import strategy_names
+from bench.results.rundir import strategy_names
 
 GROUP = ["dataset", "embedder", "backend"]
 SEEKDB_THRESHOLD = 0.65  # the seekdb agent-memory article's threshold
@@ -263,7 +263,7 @@ def format_section(summary: pd.DataFrame, fmt_records: Sequence[dict], key, stra
             for (name, t), v in pivot.items()]
     return ["## Injection formats: mean injected tokens per question", "",
             "A = `role: text` lines; B = JSON objects with role, content, date; C = `## Relevant Past Context` with "
-            "`From session on <date>:` anchors and `[turn]` lines (see bench/formats.py).", "",
+            "`From session on <date>:` anchors and `[turn]` lines (see bench/selection/formats.py).", "",
             *_table(["strategy", "threshold", "A", "B", "C", "B vs A", "C vs A"], rows), ""]
 
 

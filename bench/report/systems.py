@@ -67,7 +67,7 @@ def section(run) -> list[str]:
         return []
     return ["## Systems: imported rankings beside ours (same questions, same arithmetic)", "",
             "Rankings of other systems read by `recallbench score` (JSON {question_id: [id, ...]}, LongMemEval retrieval logs, "
-            "or TREC runs; bench/rankings.py), scored with bench/ranked.py over the scored questions they rank (abstention "
+            "or TREC runs; bench/replay/rankings.py), scored with bench/metrics/ranked.py over the scored questions they rank (abstention "
             "questions excluded, as LongMemEval's retrieval evaluation does). A session-id ranking is scored at session level "
             "only (a session is gold when it holds a gold turn). Our rows are each trace on the same questions; "
             "Δ = imported − ours, p from the paired t test over conversations (bench.analysis.stats.paired_t_test; a LongMemEval "

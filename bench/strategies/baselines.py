@@ -6,7 +6,7 @@ from collections.abc import Sequence
 
 from bench.strategies.spec import strategy
 from bench.types import Hit, Hits, Question, Turn
-from bench.visibility import keys_of
+from bench.replay.visibility import keys_of
 
 NAN = float("nan")
 

@@ -33,7 +33,7 @@ import numpy as np
 from bench.strategies.spec import strategy
 from bench.strategies.vector import passes
 from bench.types import Hit, Question, Turn
-from bench.visibility import keys_of, texts_of
+from bench.replay.visibility import keys_of, texts_of
 
 STOPWORDS = frozenset("""
 a about above after again all also am an and any are as at be been before being below between both but by

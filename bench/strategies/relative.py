@@ -5,7 +5,7 @@ cuts speak another unit, so a setting chosen on one model or one corpus may carr
 (``bench.analysis.transfer`` measures whether it does, across embedders and across corpora; a P(relevant)
 cut depends on the corpus's base rate of relevant memories):
 
-- ``calibrated_threshold``: the out-of-fold P(relevant) of each candidate >= p (``bench.relevance``:
+- ``calibrated_threshold``: the out-of-fold P(relevant) of each candidate >= p (``bench.selection.relevance``:
   fitted on labelled data, leave one conversation out); needs labelled data.
 - ``relative_delta``: similarity >= top1 - delta (the question's best score minus delta).
 - ``relative_ratio``: similarity >= alpha * top1 (a question whose best score is <= 0 recalls nothing).

@@ -13,7 +13,7 @@ took, the tier of each hit, the state a stateful policy hands to the next questi
 inputs are supplied by the sweep only when the strategy asks for them: ``tokens`` (memory key ->
 injected tokens, ``needs_tokens``), ``state`` (``stateful``; see ``bench.strategies.tiers``) and
 ``calibrated`` (``calibrated``: per hit, in the hits' order, the out-of-fold calibrated probability that
-the hit is relevant, ``bench.relevance``; derived from the trace and the labels before the sweep).
+the hit is relevant, ``bench.selection.relevance``; derived from the trace and the labels before the sweep).
 
 What a strategy is and reads is declared next to its function with ``@strategy(family=..., ...)`` (its family,
 one of ``FAMILIES``, whose rule its inputs must keep; ``Inputs``:
@@ -61,7 +61,7 @@ class Inputs:
     uses_store: bool = True  # False: a baseline that ignores the trace (full context, recency, keyword, BM25)
     stateful: bool = False  # replayed in time order; fn takes ``state=`` and returns a Selection with the next state
     needs_tokens: bool = False  # fn takes ``tokens=`` (memory key -> injected tokens, format A)
-    calibrated: bool = False  # fn takes ``calibrated=`` (per hit: out-of-fold P(relevant), bench.relevance)
+    calibrated: bool = False  # fn takes ``calibrated=`` (per hit: out-of-fold P(relevant), bench.selection.relevance)
     threshold_on: str = "similarity"  # what the threshold is compared with (THRESHOLD_ON)
 
 
@@ -141,7 +141,7 @@ class StrategySpec:
     roles: tuple[str, ...] | None = None  # role filter pushed down to the store (its own trace)
     stateful: bool = False  # replayed in time order; fn takes ``state=`` and returns a Selection with the next state
     needs_tokens: bool = False  # fn takes ``tokens=`` (memory key -> injected tokens, format A)
-    calibrated: bool = False  # fn takes ``calibrated=`` (per hit: out-of-fold P(relevant), bench.relevance)
+    calibrated: bool = False  # fn takes ``calibrated=`` (per hit: out-of-fold P(relevant), bench.selection.relevance)
     thresholds: tuple[float, ...] | None = None  # its own threshold grid (YAML ``thresholds``); None: the run's
 
     @property
@@ -266,7 +266,7 @@ def load_spec(node: Mapping) -> StrategySpec:
 
 
 def load_specs(records: Sequence[Mapping], where: object = "strategies.json") -> list[StrategySpec]:
-    """StrategySpecs rebuilt from a run's strategies.json records (``bench.rundir.strategy_record``: their plain
+    """StrategySpecs rebuilt from a run's strategies.json records (``bench.results.rundir.strategy_record``: their plain
     configs, no Hydra), for replaying its selections. One that no longer builds (its code changed since the run) is
     skipped with a warning naming ``where``."""
     out = []

@@ -84,7 +84,7 @@ def hybrid(hits: Sequence[Hit], *, question: Question | None = None, eligible: S
 
 # The strategies above that keep the first n hits, n from the number of hits and how many of them score >= the
 # threshold (int arrays, one entry per question; ``k`` as configured): the sweep computes their selections for
-# every question at once with these (``bench.sweep``; tests/test_sweep.py checks they equal the functions).
+# every question at once with these (``bench.selection.sweep``; tests/selection/test_sweep.py checks they equal the functions).
 PREFIX_RULES = {
     limit: lambda n_hits, n_above, k=5: np.minimum(n_hits, k),
     threshold: lambda n_hits, n_above: n_above,

@@ -40,7 +40,7 @@ def vm_hwm() -> int:
 def run(store: str, conversations: int, *, dim: int = 384, batch: int = 1000, seed: int = 0, workdir: str | None = None) -> dict:
     from bench.backends.session import open_session
     from bench.backends.catalog import load_backend
-    from bench.trace import disk_bytes
+    from bench.replay.trace import disk_bytes
     from bench.types import MemoryBatch, Where
 
     rng = np.random.default_rng(seed)

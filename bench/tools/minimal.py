@@ -1,6 +1,6 @@
 """The summary of a warm exact LoCoMo run, recomputed by a minimal independent script (``make bench`` P6/P7's baseline).
 
-Plain numpy + tiktoken: none of bench.sweep / metrics / strategies / formats / trace / backends. From
+Plain numpy + tiktoken: none of bench.selection.sweep / metrics / strategies / formats / trace / backends. From
 the corpus (``bench.data.locomo.load_locomo``) and the embedding cache's files (shards of sha256 keys
 of ``prefix + text`` and float32 vectors, ``bench/embedders/cache.py``) it computes the 36 summary rows
 of ``recallbench sweep dataset=locomo backend=exact`` with the default strategies (limit5, threshold,
@@ -138,7 +138,7 @@ def _nanmean(x: np.ndarray) -> float:
 def summary(corpus, model_dir: Path, *, encoding: str = "cl100k_base", query_prefix: str = "", document_prefix: str = "",
             thresholds=THRESHOLDS, timings: dict | None = None) -> list[dict]:
     """Every stage: vectors from the cache, ranking, line tokens, sweep; ``timings`` gets each stage's seconds."""
-    from bench.tokens import get_encoding  # only to make tiktoken's rank files available offline
+    from bench.data.tokens import get_encoding  # only to make tiktoken's rank files available offline
 
     t0 = time.perf_counter()
     turns = corpus.turns()

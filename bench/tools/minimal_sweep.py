@@ -1,6 +1,6 @@
 """PS4's baseline: the default sweep's per-question rows recomputed from a trace by a minimal independent numpy script.
 
-None of bench.sweep / metrics / strategies / formats / visibility: plain numpy over plain arrays. From
+None of bench.selection.sweep / metrics / strategies / formats / visibility: plain numpy over plain arrays. From
 the trace (per question: the hit ids best first, their scores, its gold ids) and the corpus as arrays
 (per memory: key, conversation, timestamp, format-A token pieces; per question: conversation, asked_at,
 adversarial) it computes, per strategy x threshold x question, n_selected, n_correct, n_gold, precision,
@@ -145,7 +145,7 @@ def summary(out: dict[str, np.ndarray], adversarial: np.ndarray) -> list[dict]:
 
 
 def inputs_from(corpus, trace, table) -> Inputs:
-    """``Inputs`` of a corpus, a ``bench.trace.Trace`` and a ``bench.formats.TokenTable`` (format A; not timed by PS4)."""
+    """``Inputs`` of a corpus, a ``bench.replay.trace.Trace`` and a ``bench.selection.formats.TokenTable`` (format A; not timed by PS4)."""
     turns = corpus.turns()
     if table.unsafe_a:
         raise ValueError(f"minimal_sweep: {len(table.unsafe_a)} A lines do not start with a letter; this script prices sums only")

@@ -48,8 +48,8 @@ from bench.backends.servers import started_servers
 from bench.backends.session import INGEST_BATCH, open_session
 from bench.cli.common import entry, parser, reports_dir, setup_logging
 from bench.output import write_atomic
-from bench.rundir import RunDir
-from bench.trace import disk_bytes
+from bench.results.rundir import RunDir
+from bench.replay.trace import disk_bytes
 from bench.types import MemoryBatch, Where
 
 log = logging.getLogger("bench.tools.stores")

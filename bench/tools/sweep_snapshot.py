@@ -22,13 +22,13 @@ def main(argv: list[str] | None = None) -> int:
         print(__doc__.splitlines()[-1], file=sys.stderr)
         return 2
     run, out, strats, *overrides = args
-    from bench import formats as F
-    from bench import tokens
+    from bench.selection import formats as F
+    from bench.data import tokens
     from bench.cli.config import build, build_strategies
     from bench.strategies.spec import threshold_grid
-    from bench.sweep import format_tokens_table, summarise, sweep
+    from bench.selection.sweep import format_tokens_table, summarise, sweep
     from bench.tools.perf.common import compose
-    from bench.trace import Trace
+    from bench.replay.trace import Trace
 
     cfg = compose([*overrides, f"strategy={strats}"])
     corpus = build(cfg.dataset)

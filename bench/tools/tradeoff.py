@@ -105,7 +105,7 @@ def locomo_data(n_queries: int, *, seed: int = 0, overrides=("dataset=locomo", "
     """The corpus's turn and question vectors from the embedding cache (``reports/cache/embeddings``), in the tuple
     ``bench.tools.stores.synthetic`` returns (ids are ``m<row>``); ``n_queries`` questions drawn with ``seed``."""
     from bench.tools.perf.common import REPO, cached_embedder
-    from bench.trace import embed_corpus
+    from bench.replay.trace import embed_corpus
 
     corpus, emb = cached_embedder(list(overrides), REPO / "reports" / "cache" / "embeddings")
     tv, qv, _ = embed_corpus(corpus, emb)

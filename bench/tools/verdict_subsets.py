@@ -24,7 +24,7 @@ import yaml
 from bench.analysis.recommend import one_format, recommend
 from bench.analysis.tables import ROW_METRIC, load_settings, significance
 from bench.analysis.verdict import verdict_table
-from bench.rundir import RunDir
+from bench.results.rundir import RunDir
 
 
 def verdicts(rows: pd.DataFrame, cfg) -> pd.DataFrame:

@@ -4,7 +4,7 @@
 ``observe(case, dir)`` runs one and ``judge(case, obs)`` says whether it was handled: a one-line
 error (ValueError / FileNotFoundError in the library, the user-facing line of the CLI) naming
 file, record and field, or the documented report-and-skip (a ``Defect``), never a traceback and
-never a half-written result. ``tests/test_bad_input.py`` runs the same table. ``run_cli`` runs
+never a half-written result. ``tests/tools/test_bad_input.py`` runs the same table. ``run_cli`` runs
 ``python -m bench`` as a user would (offline, loopback only).
 """
 
@@ -122,7 +122,7 @@ class Case:
 
 def _mixed_ok(corpus) -> bool:
     from bench.embedders.hashing import HashingEmbedder
-    from bench.tokens import count_tokens_many
+    from bench.data.tokens import count_tokens_many
 
     text = corpus.turns()[1].text
     v = HashingEmbedder(dim=64).embed_documents([text])

@@ -1,7 +1,7 @@
 """Hostile checks, classes 1 (keys in new shapes), 2 (credentials on a redirect) and 8 (query strings in base URLs).
 
 Each check plants a fresh random key, drives ``python -m bench`` (or a public client: ``HTTPEmbedder``,
-``bench.llm.ChatClient``) against a loopback ``ReplyServer`` defined here (self-contained, so this file runs
+``bench.evaluation.llm.ChatClient``) against a loopback ``ReplyServer`` defined here (self-contained, so this file runs
 on an older tree too), then greps every file written and the console for the key in every shape
 (``needles``: raw, any case, reversed, hex, base64 at any offset, its first 16 characters).
 """
@@ -274,7 +274,7 @@ def regress_baseline(d: Path) -> tuple[bool, str]:
 
 
 def llm_quotes_header(d: Path) -> tuple[bool, str]:
-    from bench import llm
+    from bench.evaluation import llm
 
     key = new_key("ak-")
 
@@ -311,7 +311,7 @@ def redirect(code: int, *, llm_client: bool = False, same_origin: bool = False):
                 srv_url[0] = srv.url
                 try:
                     if llm_client:
-                        from bench import llm
+                        from bench.evaluation import llm
 
                         cfg = llm.LLMConfig(name="hostile", base_url=f"{srv.url}/v1", model="m", api_key_env="RB_HOSTILE_REDIRECT_KEY",
                                             max_retries=0)
@@ -359,7 +359,7 @@ def query_version_embedder(d: Path) -> tuple[bool, str]:
 
 
 def query_version_llm(d: Path) -> tuple[bool, str]:
-    from bench import llm
+    from bench.evaluation import llm
 
     with ReplyServer(lambda r: (200, {}, json.dumps({"choices": [{"message": {"content": "ok"}}]}).encode())) as srv:
         cfg = llm.LLMConfig(name="hostile", base_url=f"{srv.url}/openai/deployments/m?api-version=2024-02-01", model="m")

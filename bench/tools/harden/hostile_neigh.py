@@ -2,7 +2,7 @@
 adversarial questions that carry gold.
 
 Each check drives public functions that also exist on the old tree (``bench.run.private_store_dir``,
-``remove_stale_store_dirs``, ``save_job``; ``bench.trace.build_trace``; ``bench.llm.Cache.key`` and ``ChatClient``;
+``remove_stale_store_dirs``, ``save_job``; ``bench.replay.trace.build_trace``; ``bench.evaluation.llm.Cache.key`` and ``ChatClient``;
 the loaders) or ``python -m bench`` itself, so the same table runs on an older tree. ``LyingStore`` is the store
 double: the exact store with one lie (it is built by the CLI from ``backend._target_``).
 """
@@ -111,7 +111,7 @@ def _corpus(d: Path):
 def _lie_check(lie: str, roles: tuple[str, ...] | None):
     def run(d: Path) -> tuple[bool, str]:
         from bench.embedders.hashing import HashingEmbedder
-        from bench.trace import build_trace
+        from bench.replay.trace import build_trace
 
         corpus = _corpus(d)
         try:
@@ -276,7 +276,7 @@ def _job_race(d: Path) -> tuple[bool, str]:
 # ----------------------------------------------------------------------------- servers that lie (LLM)
 
 def _query_key(d: Path) -> tuple[bool, str]:
-    from bench.llm import Cache, LLMConfig
+    from bench.evaluation.llm import Cache, LLMConfig
 
     msgs = [{"role": "user", "content": "hi"}]
     a = LLMConfig(name="a", base_url="https://llm.example/v1?deployment=model-a", model="m")
@@ -290,7 +290,7 @@ def _negative_usage(d: Path) -> tuple[bool, str]:
     from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
     import threading
 
-    from bench.llm import ChatClient, LLMConfig
+    from bench.evaluation.llm import ChatClient, LLMConfig
 
     class Handler(BaseHTTPRequestHandler):
         def do_POST(self):  # noqa: N802

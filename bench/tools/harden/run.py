@@ -150,7 +150,7 @@ def planted_shapes(root: Path, reports: Path, env: dict, console: list) -> tuple
     multirun, and in one that stops before its first job; a 401 whose key starts past character 280;
     ``regress --write-baseline`` with a query key; an LLM reply quoting the request's Authorization header
     (stored in the answer cache and an answers.csv)."""
-    from bench import llm
+    from bench.evaluation import llm
     from bench.tools.harden.hostile_keys import TRANSFORMS, ReplyServer, error, http, new_key, quoted, vectors
 
     k = {name: new_key(f"{name[:2]}-PLANTED-") for name in ("query", "echo", "echoq", "override", "early", "long", "regress", "llm")}

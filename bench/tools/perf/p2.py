@@ -1,6 +1,6 @@
 """P2: the harness's own cost per query.
 
-Times: the harness overhead per query on the synthetic corpus at 14,726 memories (``bench.trace.build_trace``: wall time
+Times: the harness overhead per query on the synthetic corpus at 14,726 memories (``bench.replay.trace.build_trace``: wall time
 of the query loop minus the summed store calls).
 Reference: the exact store's own search time (the summed store calls).
 Target: <= 5 %.
@@ -27,7 +27,7 @@ def p2_harness(n_memories: int = 14_726, *, depth: int = SEARCH_DEPTH, questions
     from bench.backends.exact import ExactBackend
     from bench.data.synthetic import generate
     from bench.embedders.synthetic import SyntheticEmbedder
-    from bench.trace import build_trace
+    from bench.replay.trace import build_trace
 
     corpus = generate(n_memories, questions_per_conversation=questions_per_conversation)
     trace = build_trace(corpus, SyntheticEmbedder(), ExactBackend(), depth=depth, progress=False)
@@ -38,7 +38,7 @@ def p2_harness(n_memories: int = 14_726, *, depth: int = SEARCH_DEPTH, questions
     workload = f"synthetic corpus, exact store, conversation + time filter, k={depth}"
     return [
         Ratio("P2", f"harness overhead per query / exact store search time ({n_memories:,} memories)", 100 * loop, "<=", 5.0, "%",
-              method=(f"bench.trace.build_trace ({workload}): (wall time of the query loop - summed store calls) / summed "
+              method=(f"bench.replay.trace.build_trace ({workload}): (wall time of the query loop - summed store calls) / summed "
                       "store calls; the loop (bench.backends.session.Session.search_all) times the call and keeps the hits"),
               details=details),
         Ratio("P2/info", "exact reference pass (trace exact_scores + fidelity) / exact store search time", 100 * post, "<=", 100.0, "%",

@@ -26,7 +26,7 @@ def p4_adapter(name: str, corpus, tv: np.ndarray, qv: np.ndarray, *, stores_dir:
                overrides: dict | None = None) -> Ratio:
     from bench.backends.catalog import load_backend
     from bench.backends.session import INGEST_BATCH, open_session
-    from bench.trace import batches, question_filter
+    from bench.replay.trace import batches, question_filter
 
     backend = load_backend(name, stores_dir=stores_dir, collection=f"perf_{name}", **(overrides or {}))
     k = min(depth, backend.capabilities.max_k)
@@ -53,7 +53,7 @@ def p4_all(stores: Sequence[str] | None = None, *, n_memories: int = 6000) -> li
     from bench.backends.servers import started_servers
     from bench.data.synthetic import generate
     from bench.embedders.synthetic import SyntheticEmbedder
-    from bench.trace import embed_corpus
+    from bench.replay.trace import embed_corpus
 
     stores, skipped = split_runnable(stores)
     for reason in skipped:

@@ -64,7 +64,7 @@ def minimal_cmd(locomo: Path, emb, out_csv: Path, encoding: str = "cl100k_base")
 
 def p6_p7(data_dir: Path, *, repeats: int = 3, sweep_repeats: int = 5, extra: Sequence[str] = ()) -> list[Ratio]:
     """P6: the warm exact LoCoMo run (a CLI child process, report included) / the minimal script (a child process), CPU
-    seconds, best of interleaved repeats. P7: the run's sweep stage in-process (``bench.sweep.sweep`` + the format side
+    seconds, best of interleaved repeats. P7: the run's sweep stage in-process (``bench.selection.sweep.sweep`` + the format side
     table + ``summarise`` over the trace the run cached) / the script's sweep stage on the same vectors."""
     import pandas as pd
 

@@ -1,6 +1,6 @@
 """P7: the run's sweep stage against the minimal script's.
 
-Times: the run's sweep stage in-process (``bench.sweep.sweep`` + the format side table + ``summarise`` over the trace
+Times: the run's sweep stage in-process (``bench.selection.sweep.sweep`` + the format side table + ``summarise`` over the trace
 P6's warm-up run cached), CPU seconds.
 Reference: the minimal script's sweep stage (``bench.tools.minimal.sweep``) over its own ranking of the same vectors;
 best of interleaved repeats.
@@ -21,13 +21,13 @@ from bench.tools.perf.common import Ratio, best_ratio, compose
 
 
 def p7_sweep_stage(run_dir: Path, corpus, emb, overrides: Sequence[str], *, repeats: int) -> Ratio:
-    from bench import formats as F
-    from bench import tokens
+    from bench.selection import formats as F
+    from bench.data import tokens
     from bench.cli.config import build_strategies
     from bench.strategies.spec import threshold_grid
-    from bench.sweep import format_tokens_table, summarise, sweep
+    from bench.selection.sweep import format_tokens_table, summarise, sweep
     from bench.tools import minimal as M
-    from bench.trace import Trace
+    from bench.replay.trace import Trace
 
     cfg = compose(overrides)
     specs = build_strategies(cfg.strategy)
@@ -70,7 +70,7 @@ def p7_sweep_stage(run_dir: Path, corpus, emb, overrides: Sequence[str], *, repe
     best = min(a, key=lambda x: x["total"])
     return Ratio("P7", "the run's sweep stage (sweep + format side table + summarise) / the minimal script's sweep stage",
                  best_ratio([x["total"] for x in a], b), "<=", 1.2,
-                 method=("in-process CPU time (time.process_time) over the trace the warm run cached: bench.sweep.sweep (format A, "
+                 method=("in-process CPU time (time.process_time) over the trace the warm run cached: bench.selection.sweep.sweep (format A, "
                          "the default strategies, 17 thresholds) + format_tokens_table (the B/C side table run_job computes) + "
                          "summarise, vs bench.tools.minimal.sweep over its own ranking of the same vectors; "
                          f"{repeats} interleaved repeats, best of each"),

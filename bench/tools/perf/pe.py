@@ -1,7 +1,7 @@
 """PE: memory and speed of embedding long turns.
 
 Times: embedding LongMemEval-sized long turns (synthetic, 35 % past 256 tokens; ``--pe-texts``, default 23,614) with
-MiniLM through our path (``CachedEmbedder`` + ``bench.trace.embed_texts``), a child process: its peak RSS (VmHWM) and
+MiniLM through our path (``CachedEmbedder`` + ``bench.replay.trace.embed_texts``), a child process: its peak RSS (VmHWM) and
 its throughput.
 Reference: the raw onnxruntime loop (``common.RawOnnx``) on the same texts, a child process.
 Target: our peak RSS <= 1.5 GB and our throughput / raw >= 0.9; the raw loop's peak RSS beside them (information).
@@ -34,12 +34,12 @@ def long_texts(n: int, *, long_share: float = 0.35, seed: int = 0) -> list[str]:
 
 def embed_child(which: str, n: int) -> dict:
     """Run in a child process: embed ``long_texts(n)`` with ``which`` ("ours": ``CachedEmbedder(MiniLMEmbedder)`` through
-    ``bench.trace.embed_texts`` on an empty cache, as a run does; "raw": ``RawOnnx``); texts/s and this process's VmHWM."""
+    ``bench.replay.trace.embed_texts`` on an empty cache, as a run does; "raw": ``RawOnnx``); texts/s and this process's VmHWM."""
     texts = long_texts(n)
     if which == "ours":
         from bench.embedders.cache import CachedEmbedder
         from bench.embedders.minilm import MiniLMEmbedder
-        from bench.trace import embed_texts
+        from bench.replay.trace import embed_texts
 
         inner = MiniLMEmbedder(progress=False)
         inner.embed(["warm up the session"])
@@ -72,7 +72,7 @@ def pe_embedding_memory(n: int = 23_614) -> list[Ratio]:
     """Peak RSS of our embedding path on long turns, and its throughput against the raw session, a child process each."""
     ours, raw = _embed_in_child("ours", n), _embed_in_child("raw", n)
     method = (f"{n:,} synthetic turns (35 % of 300-600 words, past MiniLM's 256 tokens; bench.tools.perf.pe.long_texts), one child "
-              "process per side: CachedEmbedder(MiniLMEmbedder) through bench.trace.embed_texts on an empty cache vs the "
+              "process per side: CachedEmbedder(MiniLMEmbedder) through bench.replay.trace.embed_texts on an empty cache vs the "
               "hand-written RawOnnx loop; peak RSS = the child's VmHWM at the end")
     details = {"ours": ours, "raw": raw}
     return [Ratio("PE/rss", "peak RSS embedding LongMemEval-sized long turns (MiniLM, our path)", ours["vm_hwm_bytes"] / 1e9, "<=", 1.5,

@@ -39,7 +39,7 @@ def pl_layout(name: str, corpus, tv: np.ndarray, qv: np.ndarray, *, stores_dir: 
     conversation-filtered query beside them (information: the layout recallbench measured before)."""
     from bench.backends.catalog import load_backend
     from bench.backends.session import INGEST_BATCH, open_session
-    from bench.trace import batches
+    from bench.replay.trace import batches
     from bench.types import Where
 
     qs = corpus.questions
@@ -79,7 +79,7 @@ def pl_layout(name: str, corpus, tv: np.ndarray, qv: np.ndarray, *, stores_dir: 
 def pl_all(stores: Sequence[str] = LAYOUT_STORES, *, n_memories: int = 6000, k: int = SEARCH_DEPTH) -> list[Ratio]:
     from bench.data.synthetic import generate
     from bench.embedders.synthetic import SyntheticEmbedder
-    from bench.trace import embed_corpus
+    from bench.replay.trace import embed_corpus
 
     corpus = generate(n_memories, questions_per_conversation=30, seed=4)
     tv, qv, _ = embed_corpus(corpus, SyntheticEmbedder())

@@ -34,7 +34,7 @@ def synthetic_trace(n_questions: int = 500, n_candidates: int = 500, *, seed: in
     turn a candidate, scores sorted best first, 1-3 gold turns, an answer from a gold turn's words; no asked_at."""
     import pandas as pd
 
-    from bench.trace import TRACE_COLUMNS, Trace
+    from bench.replay.trace import TRACE_COLUMNS, Trace
     from bench.types import Conversation, Corpus, Question, Turn
 
     rng = np.random.default_rng(seed)
@@ -67,11 +67,11 @@ def sweep_pair(corpus, trace, *, repeats: int = 3, encoding: str = "cl100k_base"
     """CPU seconds of our sweep stage (``sweep`` + ``format_tokens_table`` + ``summarise``, as ``run_job`` calls them) and of
     ``bench.tools.minimal_sweep`` (``rows`` + ``summary``) on one trace, best of interleaved repeats, and the largest difference
     between their per-question rows (format A)."""
-    from bench import formats as F
-    from bench import tokens
+    from bench.selection import formats as F
+    from bench.data import tokens
     from bench.cli.config import build_strategies
     from bench.strategies.spec import threshold_grid
-    from bench.sweep import format_tokens_table, summarise, sweep
+    from bench.selection.sweep import format_tokens_table, summarise, sweep
     from bench.tools import minimal_sweep as M
 
     cfg = compose(["dataset=locomo", f"strategy={PS_STRATEGIES}"])  # the default strategies and grid; the corpus is given
@@ -126,10 +126,10 @@ def ps4_sweep(dataset: str, *, repeats: int = 3, synthetic: tuple[int, int] | No
     """PS4: our sweep stage / the minimal numpy script on one trace of ``dataset`` (a warm exact run's, embeddings from the
     real cache) and on a synthetic LongMemEval_S-sized trace; the rows must agree to 1e-9 or the ratio is not reported."""
     from bench.cli.config import build
-    from bench.trace import Trace
+    from bench.replay.trace import Trace
 
     out = []
-    method = ("in-process CPU (time.process_time): bench.sweep.sweep (format A, default strategies, 17 thresholds) + "
+    method = ("in-process CPU (time.process_time): bench.selection.sweep.sweep (format A, default strategies, 17 thresholds) + "
               "format_tokens_table + summarise with one shared preparation, as run_job calls them, vs bench.tools.minimal_sweep "
               f"rows + summary on the same trace and token pieces; best of {repeats} interleaved repeats each; per-question rows "
               "must agree to 1e-9")

@@ -62,7 +62,7 @@ from pathlib import Path
 import pandas as pd
 
 from bench.cli.common import parser, reports_dir, setup_logging
-from bench.rundir import QUESTIONS, RunDir
+from bench.results.rundir import QUESTIONS, RunDir
 from bench.tools.regress.experiment import finish_run, run_experiment, write_baseline
 from bench.tools.regress.gate import GateResult, gate
 from bench.tools.regress.latency_pass import latency_pass, parse_fault_slow

@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from dataclasses import asdict
 from pathlib import Path
 
-from bench.rundir import JOBS, LATENCY, RunDir
+from bench.results.rundir import JOBS, LATENCY, RunDir
 from bench.tools.regress.runs import load_run, question_set_id
 from bench.tools.regress.settings import BASELINE_FILES, REPO, RUN_FLAGS, GateConfig, RegressError, gate_config
 

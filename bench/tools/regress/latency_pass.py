@@ -19,7 +19,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from bench.rundir import RunDir
+from bench.results.rundir import RunDir
 from bench.tools.regress.checks.latency import LATENCY_COLUMNS
 from bench.tools.regress.runs import job_dirs, load_job_config
 from bench.tools.regress.settings import NAN, REFERENCE, GateConfig, RegressError, gate_config
@@ -39,7 +39,7 @@ def time_searches(backends: Mapping[str, object], questions: Sequence, vectors: 
     query): backend, repeat, query, ms, ref_ms (``LATENCY_COLUMNS``; none when the reference is the only store).
     """
     from bench.backends.session import Session
-    from bench.trace import question_filter
+    from bench.replay.trace import question_filter
 
     if reference not in backends:
         raise ValueError(f"latency: no {reference!r} store (the reference must be timed in the same run)")
@@ -106,7 +106,7 @@ def measure_latency(run_dir: Path, cfg: GateConfig, stores_dir: Path, slow: Mapp
     from bench.backends.session import INGEST_BATCH, open_session
     from bench.embedders.cache import CachedEmbedder
     from bench.plugins import instantiate as build
-    from bench.trace import batches, embed_corpus, search_depth
+    from bench.replay.trace import batches, embed_corpus, search_depth
 
     slow = dict(slow or {})
     jobs = job_dirs(run_dir)

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from bench.rundir import META, QUESTIONS, SUMMARY, RunDir
+from bench.results.rundir import META, QUESTIONS, SUMMARY, RunDir
 from bench.tools.regress.settings import QUALITY_METRICS, REPO, RegressError
 
 

@@ -9,7 +9,7 @@ from dataclasses import dataclass, fields
 from pathlib import Path
 
 from bench.cli.common import work_dir
-from bench.rundir import LATENCY, META, QUESTIONS, SUMMARY, RunDir
+from bench.results.rundir import LATENCY, META, QUESTIONS, SUMMARY, RunDir
 
 
 REPO = work_dir()  # where the command runs (the sweep's paths.root): reports/ and caches go there, never into the package

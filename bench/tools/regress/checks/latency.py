@@ -10,7 +10,7 @@ import math
 import numpy as np
 import pandas as pd
 
-from bench.rundir import LATENCY
+from bench.results.rundir import LATENCY
 from bench.tools.regress.checks.common import _check
 from bench.tools.regress.settings import CHECK_COLUMNS, FAIL, NAN, OK, REFERENCE, SKIPPED, TOO_NOISY, GateConfig
 

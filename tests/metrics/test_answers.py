@@ -1,0 +1,205 @@
+"""Answer coverage (bench.metrics.answers): SQuAD normalisation, token recall and containment, hand-worked; the index equals
+the plain functions; the sweep's columns and summary."""
+
+import math
+from collections import Counter
+
+import pandas as pd
+import pytest
+
+from bench.metrics.answers import STOP_WORDS, AnswerIndex, answer_tokens, contained, token_recall
+from bench.metrics.text import normalise
+from bench.strategies.spec import load_spec
+from bench.selection.sweep import summarise, sweep
+from bench.replay.trace import TRACE_COLUMNS, Trace
+from bench.types import Conversation, Corpus, Question, Turn
+
+
+def test_squad_normalisation():
+    assert normalise("The Eiffel-Tower, in Paris!") == ["eiffeltower", "in", "paris"]
+    assert normalise("  An apple a DAY ") == ["apple", "day"]
+    assert normalise("7 May 2023") == ["7", "may", "2023"]
+    assert normalise("the.") == []
+
+
+def test_token_recall_and_containment_hand_worked():
+    ctx = ["Caroline went to the LGBTQ support group on 7 May 2023.", "She liked it."]
+    # answer tokens [7, may, 2023]: all present -> 1; contained as a phrase in memory 0
+    assert token_recall(answer="7 May 2023", context=ctx) == 1.0 and contained(answer="7 May 2023", context=ctx) == 1.0
+    # [8, may, 2023]: 2 of 3 tokens -> 2/3; not contained
+    assert token_recall(answer="8 May 2023", context=ctx) == pytest.approx(2 / 3) and contained(answer="8 May 2023", context=ctx) == 0.0
+    # multiset: "may may" needs two 'may's, the context has one -> 1/2
+    assert token_recall(answer="may may", context=ctx) == 0.5
+    # a phrase split across two memories is not contained, though every token is there
+    assert token_recall(answer="2023 liked", context=ctx) == 1.0 and contained(answer="2023 liked", context=ctx) == 0.0
+    # word boundaries: "go" is not inside "group"
+    assert contained(answer="go", context=ctx) == 0.0 and token_recall(answer="go", context=ctx) == 0.0
+    assert token_recall(answer="x", context=[]) == 0.0 and contained(answer="x", context=[]) == 0.0
+    for f in (token_recall, contained):  # no answer: undefined, never 0 (nor an answer made of stop words only)
+        assert math.isnan(f(answer="", context=ctx)) and math.isnan(f(answer="The!", context=ctx))
+        assert math.isnan(f(answer="She", context=ctx))
+
+
+def test_answer_tokens_keep_initials_together_and_drop_function_words():
+    for name in ("C. S.Lewis", "C.S. Lewis", "CS Lewis", "c s lewis"):  # SQuAD: "c slewis", "cs lewis", "cs lewis"
+        assert answer_tokens(name) == ["cs", "lewis"], name
+    assert answer_tokens("U.S.") == answer_tokens("US") == ["us"]
+    assert answer_tokens("The Eiffel-Tower, in Paris!") == ["eiffel", "tower", "paris"]  # "in" is a stop word
+    assert answer_tokens("$1,000 and 3.5 don't") == ["1000", "35", "dont"]  # digits and apostrophes as SQuAD
+    assert answer_tokens("He said no, not at all") == ["said", "no", "not", "all"]  # negations stay
+    assert answer_tokens("a week in Plan B") == ["week", "plan", "b"]  # "a" is a word, never an initial
+    assert {"in", "on", "at", "of", "to", "and"} <= STOP_WORDS and not STOP_WORDS & {"no", "not", "never", "us"}
+    assert normalise("C. S.Lewis") == ["c", "slewis"]  # SQuAD's (bench.evaluation.qa's token F1) is unchanged
+
+
+def test_function_words_earn_no_answer_coverage():
+    # SQuAD tokens ["in", "paris"]: "in" matched the context -> 0.5 on 7255a18; now only "paris" counts -> 0
+    assert token_recall(answer="in Paris", context=["We live in Rome."]) == 0.0
+    assert token_recall(answer="at the beach on Sunday", context=["We met at noon on Monday."]) == 0.0
+    assert token_recall(answer="C. S.Lewis", context=["She loves C.S. Lewis books."]) == 1.0
+    assert contained(answer="C. S.Lewis", context=["She loves C.S. Lewis books."]) == 1.0
+
+
+def _t(i, text, ts=None):
+    return Turn("c1", f"t{i}", "user", "Ann", text, float(i) if ts is None else ts, i)
+
+
+CORPUS = Corpus(
+    name="tiny",
+    conversations=(Conversation("c1", (_t(0, "We moved to Oslo in 2019."), _t(1, "Oslo is cold."), _t(2, "I adopted a cat named Miso."))),),
+    questions=(Question("q1", "c1", "Where did they move?", None, ("t0",), answer="Oslo"),
+               Question("q2", "c1", "Cat's name and city?", None, ("t2",), answer="Miso, Oslo"),
+               Question("q3", "c1", "Dog?", None, ("t1",), answer=""),  # no answer: NaN
+               Question("q4", "c1", "Adversarial?", None, ("t1",), adversarial=True, answer="Oslo")),
+)
+
+
+# The module docstring's definitions written plainly, per question: the oracle of ``AnswerIndex`` (the package's one
+# implementation, which ``token_recall`` and ``contained`` are views of).
+def token_recall_ref(*, answer, context):
+    want = Counter(answer_tokens(answer))
+    if not want:
+        return math.nan
+    have = Counter(t for text in context for t in answer_tokens(text))
+    return sum(min(c, have[t]) for t, c in want.items()) / sum(want.values())
+
+
+def contained_ref(*, answer, context):
+    phrase = " ".join(answer_tokens(answer))
+    if not phrase:
+        return math.nan
+    return float(any(f" {phrase} " in f" {' '.join(answer_tokens(text))} " for text in context))
+
+
+def test_the_functions_equal_the_oracle():
+    ctx = ["We met on 7 May 2023 in Oslo.", "May I? I liked 2023.", "C.S. Lewis, U.S. don't 1,000"]
+    for answer in ("7 May 2023", "8 May 2023", "may may", "2023 liked", "go", "x", "", "the", "C. S.Lewis", "us 1000 dont"):
+        for c in ([], ctx[:1], ctx, ctx[::-1]):
+            assert token_recall(answer=answer, context=c) == pytest.approx(token_recall_ref(answer=answer, context=c), nan_ok=True)
+            assert contained(answer=answer, context=c) == pytest.approx(contained_ref(answer=answer, context=c), nan_ok=True)
+
+
+def test_index_equals_the_plain_functions():
+    idx = AnswerIndex.build(CORPUS)
+    texts = {t.key: t.text for t in CORPUS.conversations[0].turns}
+    for q in CORPUS.questions:
+        for ids in ([], ["c1|t0"], ["c1|t1", "c1|t2"], list(texts), ["c9|t0"]):
+            got = idx.score(q.question_id, ids)
+            want = (token_recall_ref(answer=q.answer, context=[texts[i] for i in ids if i in texts]),
+                    contained_ref(answer=q.answer, context=[texts[i] for i in ids if i in texts]))
+            assert got == pytest.approx(want, nan_ok=True), (q.question_id, ids)
+    assert idx.score("q2", ["c1|t1"]) == (0.5, 0.0)  # "oslo" of ["miso", "oslo"]; the phrase "miso oslo" is nowhere
+
+
+def test_index_equals_the_plain_functions_on_initials_and_stop_words():
+    turns = (_t(0, "She loves C.S. Lewis books."), _t(1, "We met at noon on Monday."), _t(2, "Lunch in Paris, at the U.S. embassy."))
+    corpus = Corpus(name="tiny2", conversations=(Conversation("c1", turns),),
+                    questions=(Question("q1", "c1", "?", None, ("t0",), answer="C. S.Lewis"),
+                               Question("q2", "c1", "?", None, ("t1",), answer="at the beach on Sunday"),
+                               Question("q3", "c1", "?", None, ("t2",), answer="in Paris at the US embassy"),
+                               Question("q4", "c1", "?", None, ("t2",), answer="At it")))  # stop words only: NaN
+    idx, texts = AnswerIndex.build(corpus), {t.key: t.text for t in turns}
+    for q in corpus.questions:
+        for ids in ([], ["c1|t0"], ["c1|t1", "c1|t2"], list(texts)):
+            want = (token_recall_ref(answer=q.answer, context=[texts[i] for i in ids]), contained_ref(answer=q.answer, context=[texts[i] for i in ids]))
+            assert idx.score(q.question_id, ids) == pytest.approx(want, nan_ok=True), (q.question_id, ids)
+            recall, inside = idx.prefixes(q.question_id, ids)
+            assert (recall[-1], inside[-1]) == pytest.approx(want, nan_ok=True)
+    assert idx.score("q1", ["c1|t0"]) == (1.0, 1.0) and idx.score("q2", list(texts)) == (0.0, 0.0)
+    assert idx.score("q3", ["c1|t2"]) == (1.0, 1.0)  # ["paris", "us", "embassy"]: "US" = "U.S."
+
+
+def test_prefix_curves_equal_scoring_every_prefix():
+    idx = AnswerIndex.build(CORPUS)
+    ids = ["c1|t2", "c9|t0", "c1|t0", "c1|t1"]  # c9|t0 is another conversation's: it adds nothing
+    for q in CORPUS.questions:
+        recall, inside = idx.prefixes(q.question_id, ids)
+        assert len(recall) == len(inside) == len(ids) + 1
+        for n in range(len(ids) + 1):
+            assert (recall[n], inside[n]) == pytest.approx(idx.score(q.question_id, ids[:n]), nan_ok=True), (q.question_id, n)
+    recall, inside = idx.prefixes("q2", ["c1|t1", "c1|t2"])
+    assert recall.tolist() == [0.0, 0.5, 1.0] and inside.tolist() == [0.0, 0.0, 0.0]  # oslo, then miso; the phrase in neither
+
+
+def _trace(hits):
+    rows = [{"question_id": q.question_id, "conversation_id": "c1", "latency_ns": 1.0, "hit_ids": hits[q.question_id],
+             "hit_scores": [0.9 - 0.2 * i for i in range(len(hits[q.question_id]))], "exact_scores": [], "gold_ids": [],
+             "gold_exact_ranks": []} for q in CORPUS.questions]
+    return Trace(pd.DataFrame(rows, columns=TRACE_COLUMNS), {"dataset": "tiny", "embedder": "e", "backend": "exact", "roles": None})
+
+
+def test_sweep_rows_and_summary_carry_answer_coverage():
+    limit1 = load_spec({"name": "limit1", "fn": {"_target_": "bench.strategies.vector.limit", "_partial_": True, "k": 1}})
+    hits = {"q1": ["c1|t1", "c1|t0"], "q2": ["c1|t2", "c1|t1"], "q3": ["c1|t1"], "q4": ["c1|t1"]}
+    rows = sweep(_trace(hits), CORPUS, [limit1], (0.5,), {t.key: 3 for t in CORPUS.turns()})
+    by = rows.set_index("question_id")
+    # q1: injected t1 "Oslo is cold." -> evidence missed (t0 is gold) but the answer is there: recall 0, answer 1
+    assert (by.loc["q1", "recall"], by.loc["q1", "answer_recall"], by.loc["q1", "answer_contained"]) == (0.0, 1.0, 1.0)
+    # q2: t2 "...cat named Miso." -> answer tokens [miso, oslo]: 1/2, phrase not contained; evidence hit
+    assert (by.loc["q2", "recall"], by.loc["q2", "answer_recall"], by.loc["q2", "answer_contained"]) == (1.0, 0.5, 0.0)
+    assert math.isnan(by.loc["q3", "answer_recall"]) and math.isnan(by.loc["q3", "answer_contained"])
+    s = summarise(rows).iloc[0]
+    # scored: q1, q2, q3 (non-adversarial, with gold); with an answer: q1, q2. The adversarial q4 only counts for abstention.
+    assert (s["n_questions"], s["n_answer"]) == (3, 2)
+    assert s["answer_recall"] == pytest.approx(0.75) and s["answer_contained"] == pytest.approx(0.5)
+    assert s["adversarial_abstain_rate"] == 0.0 and s["n_adversarial"] == 1
+
+
+@pytest.mark.slow
+def test_the_report_shows_answer_coverage_with_its_plot(tmp_path_factory):
+    from demo_run import demo_run
+
+    run = demo_run(tmp_path_factory.mktemp("answers_report"))
+    s = pd.read_csv(run / "summary.csv")
+    assert {"n_answer", "answer_recall", "answer_contained"} <= set(s.columns) and (s["n_answer"] > 0).all()
+    full = s[s["kind"] == "full_context"].iloc[0]
+    assert full["answer_recall"] >= s["answer_recall"].max() - 1e-12  # everything injected: the most answer words
+    text = (run / "report.md").read_text()
+    assert "## Answer coverage" in text and "evidence_missed_answer_in" in text
+    assert (run / "answer_coverage_vs_tokens_0.png").stat().st_size > 1000
+
+
+def test_prefilter_skips_only_turns_that_cannot_hold_an_answer_token(monkeypatch):
+    """Answer tokens made by deleting or joining over punctuation (U.S. -> us, don't -> dont, 1,000 -> 1000, split by a
+    no-break space) are still found; a turn with none of them is skipped; the index equals the one without the prefilter."""
+    import sys
+
+    import bench.metrics.answers as A
+
+    assert set(A.SPACES) == {chr(i) for i in range(sys.maxunicode + 1) if chr(i).isspace()}
+    texts = ["We met in the U.S. last year", "I don't know", "it cost 1,000 dollars", "nothing\u00a0here", "Paris\u2003trip"]
+    turns = tuple(Turn("c", f"t{i}", "user", "user", t, float(i), i) for i, t in enumerate(texts))
+    qs = (Question("q1", "c", "where?", None, ("t0",), answer="US"), Question("q2", "c", "what?", None, ("t1",), answer="dont"),
+          Question("q3", "c", "cost?", None, ("t2",), answer="1000"), Question("q4", "c", "trip?", None, ("t4",), answer="Paris trip"))
+    corpus = Corpus("pf", (Conversation("c", turns),), qs)
+    ids = [t.key for t in turns]
+    fast = AnswerIndex.build(corpus)
+    monkeypatch.setattr(A, "PREFILTER_MAX", -1)  # every turn tokenised
+    slow = AnswerIndex.build(corpus)
+    for q in qs:
+        for n in range(len(ids) + 1):
+            assert fast.score(q.question_id, ids[:n]) == slow.score(q.question_id, ids[:n])
+    assert fast.score("q1", ids[:1]) == (1.0, 1.0) and fast.score("q2", ids[1:2]) == (1.0, 1.0)
+    assert fast.score("q3", ids[2:3]) == (1.0, 1.0) and fast.score("q4", ids[4:5]) == (1.0, 1.0)
+    assert fast.score("q1", ids[3:4]) == (0.0, 0.0)
+    assert A.squash("The U.S.\u00a0don't 1,000") == "theusdont1000"
