@@ -17,7 +17,8 @@ from bench.analysis.verdict import verdict
 from bench.metrics.answers import AnswerIndex, contained
 from bench.evaluation.qa import abstains
 from bench.results.rundir import RunDir
-from bench.tools import regress
+from bench.tools.regress.checks.coverage import coverage_checks
+from bench.tools.regress.settings import FAIL
 from bench.replay.trace import TRACE_COLUMNS, Trace
 from bench.types import Conversation, Corpus, Question, Turn
 
@@ -111,13 +112,13 @@ def test_the_gate_checks_labels_only_when_both_are_known():
     rows = pd.DataFrame({"backend": ["exact"], "strategy": ["limit5"], "threshold": [math.nan], "question_id": ["q0"]})
 
     def labels_rows(lb, lc):
-        c = regress.coverage_checks(rows, rows, [], labels=(lb, lc))
+        c = coverage_checks(rows, rows, [], labels=(lb, lc))
         return c[c["metric"] == "labels"]
 
     assert labels_rows(None, "b" * 64).empty and labels_rows("a" * 64, None).empty and labels_rows(None, None).empty
     assert labels_rows("a" * 64, "a" * 64).empty
     bad = labels_rows("a" * 64, "b" * 64)
-    assert bad["verdict"].tolist() == [regress.FAIL]
+    assert bad["verdict"].tolist() == [FAIL]
 
 
 # --------------------------------------------------------------------------------------- (d) abstention with extra words
