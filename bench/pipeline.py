@@ -381,7 +381,8 @@ def ranked_table(settings: Settings, traces, corpus, embedder: str) -> pd.DataFr
     ks = ranked.check_ks(list(rc.get("ks", ranked.DEFAULT_KS)))
     return ranked.for_traces(traces, corpus, ks=ks, embedder=embedder, confidence=float(rc.get("confidence", 0.95)),
                              n_resamples=int(rc.get("n_resamples", 1000)), seed=int(settings.seed),
-                             method=str(settings.ci_method))  # one interval rule for every table
+                             method=str(settings.ci_method),  # one interval rule for every table
+                             memory=settings.memory.describe() if settings.memory is not None else None)  # unit and indexed roles
 
 
 def write_conventions(settings: Settings, traces, corpus, embedder, out_dir: Path) -> Path:

@@ -399,13 +399,17 @@ def analyse(grid: Grid, cfg: RecommendConfig, mask: np.ndarray | None = None, *,
             for col, part in (("lo", "low"), ("hi", "high"), ("pred_lo", "pred_low"), ("pred_hi", "pred_high")):
                 cols[f"{m}_{col}"] = getattr(ci, part)[M[m]] if ci is not None else np.full(len(grid.thresholds), NAN)
     cols["n_questions"] = int((~grid.adversarial[mask] if mask is not None else ~grid.adversarial).sum())
+    # conversations with a scored question: the F1/recall/tokens intervals are over these (a conversation of adversarial
+    # questions only, e.g. a LongMemEval abstention question's own haystack, has no value there: cluster_t_interval leaves it out)
+    adv = grid.adversarial if mask is None else grid.adversarial[mask]
+    n_conv = int(len(np.unique(conv[~adv])))
     cols["chosen"] = np.arange(len(grid.thresholds)) == idx
     curve = pd.DataFrame(cols)
     point = {**grid.where(), "threshold": NAN, "feasible": idx >= 0, "objective": cfg.objective,
              "n_questions": int(curve["n_questions"].iloc[0]) if len(curve) else 0,
              "n_adversarial": int((grid.adversarial[mask] if mask is not None else grid.adversarial).sum()),
              "n_excluded": grid.n_excluded if mask is None else NAN,  # not tracked per category
-             "n_conversations": int(len(sums)), "latency_p50_ms": grid.latency_p50_ms, "latency_p99_ms": grid.latency_p99_ms,
+             "n_conversations": n_conv, "latency_p50_ms": grid.latency_p50_ms, "latency_p99_ms": grid.latency_p99_ms,
              "threshold_share": NAN, "threshold_lo": NAN, "threshold_hi": NAN, "note": ""}
     if idx < 0:
         point["note"] = ("store p99 latency %.1f ms > %g ms" % (grid.latency_p99_ms, cfg.max_p99_ms)) if not _latency_ok(grid, cfg) \

@@ -3,7 +3,9 @@
 An imported ranking (``bench.replay.rankings``) is scored per question with ``bench.metrics.ranked`` (a turn ranking through
 ``ranked.per_question`` exactly as a trace; a session ranking at session level only, turn cells NaN), over the
 questions it ranks that are scored (not adversarial, with gold: LongMemEval's retrieval evaluation leaves the
-abstention questions out the same way). Each of our traces of the same dataset is scored on the same questions,
+abstention questions out the same way; on a session-unit corpus a ranking of its memory ids is a session ranking,
+``bench.replay.rankings``). Each of our traces of the same dataset is scored on the same questions (``ours_rows``: named and
+leveled by the job's memory spec, meta.json ``memory``),
 and each pair is tested with ``bench.analysis.stats.paired_t_test`` (difference = imported - ours, clusters =
 conversations; a LongMemEval question is its own conversation, so its own cluster).
 
@@ -65,7 +67,8 @@ def ranking_rows(ranking: Ranking, corpus: Corpus, *, ks: Sequence[int] = ranked
 
 
 def system_label(row) -> str:
-    """How a system is named in the table: an imported ranking's name, or our store with its embedder and roles."""
+    """How a system is named in the table: an imported ranking's name, or our store with its embedder and roles (the
+    indexed roles of the run's memory spec and the trace's filter: ``bench.metrics.ranked.roles_label``)."""
     backend = str(row["backend"])
     if backend.startswith(IMPORT_PREFIX):
         return backend
@@ -112,11 +115,17 @@ def ours_rows(run, *, ks: Sequence[int]) -> pd.DataFrame:
     frames = []
     for job in run.job_dirs():
         corpus = job.corpus()
-        embedder = job.meta().get("embedder")
+        meta = job.meta()
+        embedder, memory = meta.get("embedder"), meta.get("memory")  # memory: unit and indexed roles (an older run: none)
         for trace in job.traces():
-            frames.append(ranked.per_question(trace, corpus, ks=ks, embedder=embedder))
+            frames.append(ranked.per_question(trace, corpus, ks=ks, embedder=embedder, memory=memory))
     frames = [f for f in frames if len(f)]
     return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
+
+
+def run_unit(job) -> str:
+    """The memory unit of a finished job (meta.json ``memory.unit``; ``turn`` for a run without one)."""
+    return ranked.unit_of(job.meta().get("memory") if job.has("meta.json") else None)
 
 
 def run_ks(run) -> tuple[int, ...]:

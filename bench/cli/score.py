@@ -41,7 +41,8 @@ def main(argv: list[str] | None = None) -> int:
     corpus = jobs[0].corpus()
     ks = systems.run_ks(run)
     names = args.name or [None] * len(args.files)
-    rankings = [read_ranking(Path(f), corpus, name=n) for f, n in zip(args.files, names)]  # every file checked before anything is written
+    unit = systems.run_unit(jobs[0])  # on a session-unit corpus its memory ids are session ids
+    rankings = [read_ranking(Path(f), corpus, name=n, unit=unit) for f, n in zip(args.files, names)]  # every file checked before anything is written
     seen = set()
     for r in rankings:
         if r.name in seen:

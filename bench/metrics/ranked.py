@@ -24,6 +24,10 @@ the question may not see (said later, another role), exactly as the set recall's
   own-format corpus without ``session`` fields puts every turn in session 0) gets NaN at session level, since
   any returned turn would find "the" session and score 1; a corpus with no such question has no session rows
   to show (the report says "no sessions in this corpus").
+- Memory units (``bench.data.units``): the ids ranked are the corpus's memories. With ``memory.unit=session`` each
+  memory is a session, so its level is the session level: values at session level only, turn cells NaN (no "turn"
+  rows that would repeat them under the wrong name). Chunk units are scored at the "turn" level (the unit's own).
+  ``roles`` names the indexed roles (``memory.roles``) and the trace's role filter (``roles_label``).
 - A question without gold: every metric NaN. As for the set metrics (``bench.metrics.setwise``), only the
   scored questions (non-adversarial, with gold) enter the table; ``n_questions`` counts them.
 """
@@ -31,7 +35,7 @@ the question may not see (said later, another role), exactly as the set recall's
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 
 import numpy as np
 import pandas as pd
@@ -125,15 +129,36 @@ def session_map(corpus) -> dict[str, str]:
     return {t.key: f"{t.conversation_id}|session{t.session}" for t in corpus.turns()}
 
 
-def per_question(trace, corpus, *, ks: Sequence[int] = DEFAULT_KS, embedder: str | None = None) -> pd.DataFrame:
+def roles_label(trace_roles, memory: Mapping | None = None) -> str:
+    """The ``roles`` of a trace's rows: the roles the corpus indexes (the run's memory spec, meta.json ``memory``:
+    ``all`` or ``user``) and the trace's own role filter, if any. ``all`` indexed: the filter (``all`` without one),
+    as before memory units existed; ``user`` indexed: ``user``, or ``user, filter <roles>`` for a filtered trace."""
+    indexed = str((memory or {}).get("roles") or "all")
+    filt = ",".join(trace_roles) if trace_roles else ""
+    if indexed == "all":
+        return filt or "all"
+    return indexed + (f", filter {filt}" if filt else "")
+
+
+def unit_of(memory: Mapping | None) -> str:
+    """The memory unit of a run's memory spec (meta.json ``memory``), ``turn`` when it has none (an older run)."""
+    return str((memory or {}).get("unit") or "turn")
+
+
+def per_question(trace, corpus, *, ks: Sequence[int] = DEFAULT_KS, embedder: str | None = None,
+                 memory: Mapping | None = None) -> pd.DataFrame:
     """One row per scored question of ``trace`` (non-adversarial, with gold): KEYS, question_id, conversation_id
-    and one column per (level, metric, k) named ``<level>/<metric>@<k>`` (``<level>/mrr`` for MRR)."""
+    and one column per (level, metric, k) named ``<level>/<metric>@<k>`` (``<level>/mrr`` for MRR).
+
+    ``memory``: the run's memory spec (meta.json ``memory``, ``bench.data.units.UnitSpec.describe``): its ``roles``
+    name the rows (``roles_label``); with ``unit`` ``session`` each memory is a session, so the unit's level IS the
+    session level: the values are in the session columns only (the turn columns, which would repeat them, are NaN)."""
     sessions = session_map(corpus)
     with_sessions = {c.conversation_id for c in corpus.conversations if len({t.session for t in c.turns}) > 1}
     questions = {q.question_id: q for q in corpus.questions}
-    roles = trace.meta.get("roles")
+    session_unit = unit_of(memory) == "session"
     base = {"dataset": trace.meta.get("dataset"), "embedder": embedder or trace.meta.get("embedder"),
-            "backend": trace.meta.get("backend"), "roles": ",".join(roles) if roles else "all"}
+            "backend": trace.meta.get("backend"), "roles": roles_label(trace.meta.get("roles"), memory)}
     out = []
     for qid, conv, hits, gold in zip(trace.table["question_id"], trace.table["conversation_id"], trace.table["hit_ids"],
                                      trace.table["gold_ids"]):
@@ -143,6 +168,8 @@ def per_question(trace, corpus, *, ks: Sequence[int] = DEFAULT_KS, embedder: str
         values = question_metrics(ranked=list(hits), gold=list(gold), ks=ks, session_of=lambda x: sessions.get(x, x))
         if q.conversation_id not in with_sessions:  # one session: nothing to rank at session level
             values.update({key: NAN for key in values if key[0] == "session"})
+        if session_unit:  # the unit is the session: its one level is the session level
+            values.update({key: NAN for key in values if key[0] == "turn"})
         out.append({**base, "question_id": qid, "conversation_id": conv, **{column(*key): v for key, v in values.items()}})
     cols = [*KEYS, "question_id", "conversation_id"] + [column(lv, m, k) for lv in LEVELS for m, k in _metric_keys(ks)]
     return pd.DataFrame(out, columns=cols)
@@ -181,9 +208,10 @@ def table(rows: pd.DataFrame, *, ks: Sequence[int] = DEFAULT_KS, confidence: flo
 
 
 def for_traces(traces: Iterable, corpus, *, ks: Sequence[int] = DEFAULT_KS, embedder: str | None = None,
-               confidence: float = 0.95, n_resamples: int = 1000, seed: int = 0, method: str = "t") -> pd.DataFrame:
-    """The tidy table over several traces of one job (one per role filter)."""
-    rows = [per_question(t, corpus, ks=ks, embedder=embedder) for t in traces]
+               confidence: float = 0.95, n_resamples: int = 1000, seed: int = 0, method: str = "t",
+               memory: Mapping | None = None) -> pd.DataFrame:
+    """The tidy table over several traces of one job (one per role filter); ``memory`` as for ``per_question``."""
+    rows = [per_question(t, corpus, ks=ks, embedder=embedder, memory=memory) for t in traces]
     rows = [r for r in rows if len(r)]
     if not rows:
         return pd.DataFrame(columns=TABLE_COLUMNS)
@@ -220,6 +248,8 @@ def report_table(df: pd.DataFrame) -> list[str]:
         return f"{r['mean']:.3f}{ci}"
 
     for key, g in df.groupby([*KEYS, "level"], sort=False):
+        if key[-1] == "turn" and not (g["n_questions"] > 0).any():  # a session-unit corpus: its one level is the session level
+            continue
         if key[-1] == "session" and not (g["n_questions"] > 0).any():
             lines.append("| " + " | ".join([*map(md_text, key), NO_SESSIONS, *[""] * len(ks), ""]) + " |")
             continue

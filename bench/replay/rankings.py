@@ -19,6 +19,10 @@ or a session:
   for a LongMemEval corpus, the source's ``haystack_session_ids`` entry (also with ``answer`` written ``noans``; read from the corpus's source files,
   only when an id needs it: the corpus keeps ordinals, never source ids, because those start with ``answer_``).
 
+On a session-unit corpus (``memory.unit=session``, ``unit="session"``) a memory is a session: its memory key
+``<conversation_id>|s<n>`` (what a ranking of that corpus's memories carries) or bare id ``s<n>`` is a session id,
+the same as ``<conversation_id>|session<n>``.
+
 One file is one level: its first id decides (a turn ranking is scored at turn and session level, a session
 ranking at session level only: turn cells are NaN). A turn the question may not see (said after it, by
 ``bench.replay.visibility``), a session none of whose turns it may see, or a LongMemEval turn the corpus does not index
@@ -57,8 +61,9 @@ class Ranking:
     dropped: int = 0
 
 
-def read_ranking(path: Path, corpus: Corpus, *, name: str | None = None) -> Ranking:
-    """The ranking in ``path``, checked against ``corpus`` (see the module docstring); ValueError with one line."""
+def read_ranking(path: Path, corpus: Corpus, *, name: str | None = None, unit: str = "turn") -> Ranking:
+    """The ranking in ``path``, checked against ``corpus`` (see the module docstring); ValueError with one line.
+    ``unit``: the corpus's memory unit (the run's meta.json ``memory.unit``): ``session`` makes its memory ids session ids."""
     path = Path(path)
     try:
         text = path.read_text(encoding="utf-8")
@@ -74,7 +79,7 @@ def read_ranking(path: Path, corpus: Corpus, *, name: str | None = None) -> Rank
 
         run, tag = read_run(path, corpus)
         fmt, lists, name = "trec", [(q, f"question {q!r}", [d for d, _ in hits]) for q, hits in run.items()], name or tag
-    resolver = _Resolver(corpus, path)
+    resolver = _Resolver(corpus, path, unit)
     ranked: dict[str, tuple[str, ...]] = {}
     level = None
     dropped = 0
@@ -184,8 +189,8 @@ def _record(path: Path, where: str, r) -> tuple[str, str, list]:
 class _Resolver:
     """Maps an id of one question's list to (level, normalised key); ValueError naming the field otherwise."""
 
-    def __init__(self, corpus: Corpus, path: Path):
-        self.corpus, self.path = corpus, path
+    def __init__(self, corpus: Corpus, path: Path, unit: str = "turn"):
+        self.corpus, self.path, self.unit = corpus, path, unit
         self.questions = {q.question_id: q for q in corpus.questions}
         self.turns = {t.key: t for c in corpus.conversations for t in c.turns}
         self.sessions = {c.conversation_id: {t.session for t in c.turns} for c in corpus.conversations}
@@ -202,9 +207,9 @@ class _Resolver:
             if t.conversation_id != conv:
                 raise ValueError(f"{self.path}: {field}: id {raw!r} is a memory of conversation {t.conversation_id!r}, "
                                  f"not of question {qid!r}, whose conversation is {conv!r}")
-            return "turn", raw
+            return self._memory(t)
         if f"{conv}|{raw}" in self.turns:
-            return "turn", f"{conv}|{raw}"
+            return self._memory(self.turns[f"{conv}|{raw}"])
         c, sep, rest = raw.rpartition("|")
         m = _SESSION.fullmatch(rest) if sep else None
         if m and c in self.sessions:
@@ -219,6 +224,12 @@ class _Resolver:
         raise ValueError(f"{self.path}: {field}: id {raw!r} is not a turn or session of question {qid!r} (conversation "
                          f"{conv!r}) in {self.corpus.name} (turns: '<conversation_id>|<turn_id>' or the turn id; sessions: "
                          f"'<conversation_id>|session<n>'{'; or LongMemEval haystack session / turn ids' if self._lme() else ''})")
+
+    def _memory(self, t) -> tuple[str, str]:
+        """(level, key) of a memory of the corpus: a turn, or on a session-unit corpus its session (the memory is one)."""
+        if self.unit == "session":
+            return "session", f"{t.conversation_id}|session{t.session}"
+        return "turn", t.key
 
     def visible(self, qid: str, key: str, level: str = "turn") -> bool:
         """A turn the question may see (``bench.replay.visibility``); a session holding at least one such turn."""

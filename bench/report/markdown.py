@@ -231,7 +231,7 @@ def recommendation_section(a: Analysis, strategies: list[dict]) -> list[str]:
                          f"({cfg.confidence:.0%} range of the chosen threshold {_thr(b['threshold_lo'])}–{_thr(b['threshold_hi'])}); "
                          f"{b['n_questions']} scored questions (+{b['n_adversarial']} adversarial"
                          + (f"; {n_excl} without gold excluded" if n_excl else "")
-                         + f") in {b['n_conversations']} conversations."
+                         + f") in {b['n_conversations']} conversations with a scored question (the intervals' conversations)."
                          + (f" Note: {E(b['note'])}." if b["note"] else ""))
         lo = rec.loco
         lo = lo[(lo[CONFIG_KEYS] == b[CONFIG_KEYS]).all(axis=1)] if len(lo) else lo

@@ -69,6 +69,7 @@ def section(run) -> list[str]:
             "Rankings of other systems read by `recallbench score` (JSON {question_id: [id, ...]}, LongMemEval retrieval logs, "
             "or TREC runs; bench/replay/rankings.py), scored with bench/metrics/ranked.py over the scored questions they rank (abstention "
             "questions excluded, as LongMemEval's retrieval evaluation does). A session-id ranking is scored at session level "
-            "only (a session is gold when it holds a gold turn). Our rows are each trace on the same questions; "
-            "Δ = imported − ours, p from the paired t test over conversations (bench.analysis.stats.paired_t_test; a LongMemEval "
+            "only (a session is gold when it holds a gold turn); on a session-unit corpus (`memory.unit=session`) a memory is a "
+            "session, so its memory ids are session ids and its one level is the session level. Our rows are each trace on the same questions; "
+            "Δ = imported − ours, roles = the roles the run indexed (`memory.roles`) and the trace's filter, p from the paired t test over conversations (bench.analysis.stats.paired_t_test; a LongMemEval "
             "question is its own conversation). Every value: systems.csv, systems_questions.csv.", "", *body]

@@ -67,6 +67,7 @@ def test_report_starts_with_an_actionable_recommendation(run):
     assert best["f1_pred_lo"] <= best["f1_lo"] <= best["f1_hi"] <= best["f1_pred_hi"]
     assert "about the mean of conversations like these (Student t with conversations − 1 degrees of freedom" in rec
     assert "LOCO gap" in rec and "How sure" in rec and "Runner-up" in rec and "Scores" in rec
+    assert f") in {best['n_conversations']} conversations with a scored question (the intervals' conversations)." in rec
     assert "Plumbing run" in text.split("## Recommendation")[0]  # hashing embedder: flagged before anything else
 
 
