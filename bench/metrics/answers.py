@@ -97,6 +97,30 @@ def contained(*, answer: str, context: Sequence[str]) -> float:
     return coverage(answer=answer, context=context)[1]
 
 
+def _candidates(turns: Sequence[Turn], want: set) -> list[int]:
+    """Positions (ascending) of the turns whose ``squash`` holds one of the tokens ``want``: the others cannot hold
+    them. An ASCII conversation is squashed once, its texts joined by NUL (which squash keeps), and each token's
+    occurrences are mapped to their turn; otherwise turn by turn."""
+    texts = [t.text for t in turns]
+    blob = "\0".join(texts)
+    if not blob.isascii() or blob.count("\0") != len(texts) - 1:
+        return [i for i, x in enumerate(texts) if any(w in squash(x) for w in want)]
+    blob = squash(blob)
+    at = []
+    for w in want:
+        k = blob.find(w)
+        while k >= 0:
+            at.append(k)
+            k = blob.find(w, k + 1)
+    out, row, prev = [], 0, 0
+    for k in sorted(at):
+        row += blob.count("\0", prev, k)
+        prev = k
+        if not out or out[-1] != row:
+            out.append(row)
+    return out
+
+
 @dataclass(frozen=True)
 class _Question:
     local: dict  # memory key -> row of ``counts`` / ``inside``
@@ -125,20 +149,16 @@ class AnswerIndex:
         per_conv: dict[str, tuple] = {}
         for c in corpus.conversations:
             postings: dict[str, tuple[list, list]] = {}
-            texts, want = [], wanted.get(c.conversation_id, set())
-            few = len(want) <= PREFILTER_MAX
-            for i, t in enumerate(c.turns):
-                if few:
-                    sq = squash(t.text)
-                    if not any(w in sq for w in want):  # none of the wanted tokens: nothing to find in this turn
-                        texts.append("  ")  # what an empty token list gives
-                        continue
+            want = wanted.get(c.conversation_id, set())
+            texts = ["  "] * len(c.turns)  # what an empty token list gives
+            for i in _candidates(c.turns, want) if len(want) <= PREFILTER_MAX else range(len(c.turns)):
+                t = c.turns[i]
                 toks = answer_tokens(t.text)
                 for tok in want.intersection(toks):
                     rows, counts = postings.setdefault(tok, ([], []))
                     rows.append(i)
                     counts.append(toks.count(tok))
-                texts.append(f" {' '.join(toks)} ")
+                texts[i] = f" {' '.join(toks)} "
             starts = np.cumsum([0] + [len(x) + 1 for x in texts])[:-1]
             per_conv[c.conversation_id] = ({t.key: i for i, t in enumerate(c.turns)}, postings, "\0".join(texts), starts)
         out: dict = {}
