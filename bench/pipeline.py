@@ -61,6 +61,8 @@ class Settings:
     ranked: Mapping = field(default_factory=dict)  # ks, confidence, n_resamples
     conventions_ks: tuple | None = None  # None: bench.metrics.conventions.KS
     memory: object = None  # a bench.data.units.UnitSpec (None: one memory per turn, every role)
+    # metadata filter of every question's search (config ``filter``; bench.replay.visibility.parse_filter); None: none
+    metadata_filter: Mapping | None = None
     run_file: str | None = None  # a TREC run read as the trace instead of searching the store
     seed: int = 0
     ci_method: str = "t"
@@ -71,6 +73,12 @@ class Settings:
     strict: bool = False
     overrides: tuple[str, ...] = ()  # the command's overrides (meta.json), secrets redacted
     record: str | None = None
+    score: str = "similarity"  # what thresholds compare with: similarity | native | one_minus_distance (bench.selection.basis)
+    replay: str = "batch"  # batch | live (bench.replay.live: timeline order, no wait_ready between writes)
+    live: Mapping = field(default_factory=dict)  # live replay settings: batch (turns per write)
+    faults: Mapping | None = None  # injected store faults (bench.replay.faults; part of the trace key), None: none
+    degrade: Mapping = field(default_factory=dict)  # timeouts_ms, fallback_k (bench.selection.degrade -> degradation.csv)
+    e2e: Mapping = field(default_factory=dict)  # sample, threshold (bench.selection.e2e -> latency_e2e.csv)
 
 
 @dataclass(frozen=True)
@@ -99,6 +107,7 @@ def run(inputs: Inputs, settings: Settings, out_dir: Path) -> Result:
     """One job into ``out_dir``: corpus -> embeddings -> trace per role filter -> calibration -> sweep -> ranked -> files."""
     from bench.selection import formats as F
     from bench.selection.sweep import format_tokens_table, summarise, sweep, threshold_grid
+    from bench.strategies.spec import score_bounds
 
     out_dir, faults, job = Path(out_dir), [], None
     fault = partial(_fault, out_dir, faults)
@@ -109,21 +118,28 @@ def run(inputs: Inputs, settings: Settings, out_dir: Path) -> Result:
             return _resume(done, job, settings, out_dir)
         embedder = _cached(job.embedder, settings)
         check_unique(job.strategies)
-        grid = threshold_grid(*settings.thresholds)
+        grid = threshold_grid(*settings.thresholds, bounds=score_bounds(settings.score))
         formats = F.check_formats(list(settings.formats))  # injection formats swept (rows repeat per format)
         table = _token_table(job, settings, fault)
         token_counts = dict(table.memory["A"])  # "role: message" lines
         readable, cost = _coverage(job, embedder, settings)
         out_dir.mkdir(parents=True, exist_ok=True)
         out = RunDir(out_dir)
-        parts, metas, by_format, fitted, traces = [], [], [], [], []
+        parts, metas, by_format, fitted, traces, scored = [], [], [], [], [], []
+        lives = []  # live replay: (roles, trace, record) per role filter
         for roles in dict.fromkeys(s.roles for s in job.strategies):
-            trace = get_trace(job, settings, embedder, roles, fault)
+            trace, record = get_live(job, settings, embedder, roles, fault) if settings.replay == "live" else \
+                (get_trace(job, settings, embedder, roles, fault), None)
             if trace.meta.get("reused_from"):  # from the trace cache, unchanged: copy its file
                 trace.save_copy(Path(trace.meta["reused_from"]), out.trace_dir(roles))
             else:
                 trace.save(out.trace_dir(roles))
+            if record is not None:
+                record.save(out.trace_dir(roles))
+                lives.append((roles, trace, record))
             traces.append(trace)
+            trace = _scored(trace, settings.score)  # the score the strategies see, mapped once (bench.selection.basis)
+            scored.append(trace)
             specs = [s for s in job.strategies if s.roles == roles]
             probs = None
             if any(s.calibrated for s in specs):  # derived from the trace and the labels, before the sweep
@@ -140,7 +156,14 @@ def run(inputs: Inputs, settings: Settings, out_dir: Path) -> Result:
         _write_inputs(out, job)
         out.write_meta(redact(_meta(job, settings, embedder, metas, grid, formats, by_format, readable, cost, fitted)))
         out.write_ranked(ranked_table(settings, traces, job.corpus, embedder.model_id))
-        write_conventions(settings, traces, job.corpus, job.embedder, out_dir)
+        write_conventions(settings, traces, job.corpus, job.embedder, out_dir, job.strategies)
+        if lives:
+            write_live(job, settings, embedder, lives, out_dir, fault)
+        write_degradation(settings, traces, parts, job, table, out_dir)
+        try:  # a measurement beside the results: an embedder that fails now (network) does not lose the job
+            write_e2e(settings, scored, job, table, grid, formats, out_dir)  # the traces the strategies saw
+        except Exception as exc:  # noqa: BLE001
+            fault(f"end-to-end latency not measured (latency_e2e.csv): {error_line(exc)}")
         out.write_results(rows, summary)  # summary.csv last: a job directory with it is complete
         if settings.record is not None:
             out.write_config(settings.record)
@@ -169,11 +192,19 @@ def prepare(inputs: Inputs, settings: Settings) -> Job:
         log.warning("%s: %s (see %s)", corpus.name, defect_summary(corpus.defects), CARD)
         if settings.strict:
             raise ValueError(f"strict=true: {corpus.name} ({corpus.source}) has {defect_summary(corpus.defects)}")
+    if settings.metadata_filter:  # a bad metadata filter stops the job before any embedding
+        from bench.replay.visibility import check_filter, parse_filter
+
+        check_filter(parse_filter(settings.metadata_filter), corpus)
     embedder = resolve(_built(inputs.embedder), [t.text for t in corpus.turns()] + [q.text for q in corpus.questions],
                        cache_dir=settings.cache / "coverage")
     sha = rid.corpus_digest(corpus)
     key = rid.job_key(settings=job_settings(settings.config), corpus_sha=sha, embedder=embedder.identity)
     strategies = tuple(load_spec(n) for n in inputs.strategies)
+    ratio = [s.name for s in strategies if s.threshold_on == "ratio"]
+    if settings.score != "similarity" and ratio:  # alpha x the best score means nothing on a distance or 2c - 1
+        raise ValueError(f"score={settings.score}: {', '.join(ratio)} compare(s) a ratio of similarities (alpha x the best); "
+                         "use score=similarity for them")
     return Job(corpus, sha, embedder, dict(inputs.store), strategies, tuple(inputs.strategies), key)
 
 
@@ -186,6 +217,8 @@ def check_unique(strategies) -> None:
 def job_settings(config: Mapping) -> dict:
     """The resolved config that decides a job's results (paths, progress and report-time settings removed)."""
     out = {k: v for k, v in config.items() if k not in JOB_KEY_IGNORES}
+    if out.get("replay", "batch") == "batch":
+        out.pop("live", None)  # live replay settings do not decide a batch job
     for node in ("embedder", "backend"):
         if isinstance(out.get(node), dict):
             out[node] = {k: v for k, v in out[node].items() if k not in ("progress", "price_per_mtok", *rid.STORE_PLACE_FIELDS)}
@@ -322,11 +355,21 @@ def get_trace(job: Job, settings: Settings, embedder, roles: tuple[str, ...] | N
         from bench.replay.trec import trace_from_run
 
         tv, qv, _ = embed_corpus(job.corpus, embedder, progress=settings.progress)
+        if settings.metadata_filter:
+            raise ValueError("filter: a metadata filter applies to a store's search, not to a run_file (its ranking is given)")
+        if _faults(settings) is not None:
+            raise ValueError("faults: injected faults wrap a store's search, not a run_file (its ranking is given)")
         return trace_from_run(run_file(settings.run_file), job.corpus, roles=roles, vectors=(tv, qv), embedder=embedder.model_id)
+    from bench.replay.visibility import check_filter, filter_spec, parse_filter
+
+    metadata = parse_filter(settings.metadata_filter)
+    check_filter(metadata, job.corpus)
     store = dict(job.store)
     depth = search_depth(settings.depth, job.corpus)
-    key = rid.trace_key(corpus_sha=job.corpus_sha, embedder=job.embedder.identity, backend=store, depth=depth,
-                        roles=roles, warmup=int(settings.warmup))
+    faults = _faults(settings)
+    key = rid.trace_key(corpus_sha=job.corpus_sha, embedder=job.embedder.identity, depth=depth,
+                        backend={**store, "faults": {**faults.describe(), "code": rid.code_digest("replay/faults")}} if faults else store,
+                        roles=roles, warmup=int(settings.warmup), metadata_filter=filter_spec(metadata))
     cached = settings.cache / "traces" / key.digest
     status = "miss"
     if settings.trace_cache and cached.exists():
@@ -344,13 +387,98 @@ def get_trace(job: Job, settings: Settings, embedder, roles: tuple[str, ...] | N
         place["path"] = str(rid.private_store_dir(store["path"]))
     backend = build_store(store, **place)  # build_trace opens it and drops and closes it (bench.backends.session)
     trace = build_trace(job.corpus, embedder, backend, depth=depth, roles=roles, warmup=int(settings.warmup),
-                        progress=settings.progress)
+                        progress=settings.progress, metadata=metadata, faults=faults)
     trace.meta.update(trace_key=key.digest, dataset_source=job.corpus.source, cache={**key.describe(), "status": status})
     try:
         trace.save(cached)
     except OSError as exc:
         fault(f"could not write the trace cache {cached}: {error_line(exc)}")
     return trace
+
+
+def _scored(trace, score: str):
+    from bench.selection.basis import apply_basis
+
+    return apply_basis(trace, score)
+def get_live(job: Job, settings: Settings, embedder, roles: tuple[str, ...] | None, fault=log.error):
+    """(trace, bench.replay.live.LiveRecord) of a live replay (``replay: live``): from the trace cache when valid (its key
+    holds the live settings: a live trace never stands for a batch one), else measured once and kept there."""
+    from bench.backends.layout import build_store
+    from bench.replay import live
+    from bench.replay.trace import search_depth
+
+    if settings.run_file:
+        raise ValueError("replay=live searches the store as the timeline runs: it cannot read a run_file (set run_file=null)")
+    if settings.metadata_filter or _faults(settings) is not None:
+        raise ValueError("replay=live does not apply a metadata filter or injected faults yet (set filter=null faults=null, "
+                         "or replay=batch)")
+    store = dict(job.store)
+    depth = search_depth(settings.depth, job.corpus)
+    batch, pace = live_batch(settings.live), live_pace(settings.live)
+    replay = {"mode": "live", "batch": batch, **({"pace_ms": pace} if pace else {})}  # pace 0: the key as before pace existed
+    key = rid.trace_key(corpus_sha=job.corpus_sha, embedder=job.embedder.identity, backend=store, depth=depth,
+                        roles=roles, warmup=int(settings.warmup), replay=replay)
+    cached = settings.cache / "traces" / key.digest
+    status = "miss"
+    if settings.trace_cache and cached.exists():
+        found, problem = live.load_checked(cached, job.corpus)
+        if found is not None:
+            trace, record = found
+            log.info("live trace cache hit %s (measured %s): no store query", key.digest, trace.meta.get("measured_at"))
+            trace.meta["reused_from"] = str(cached)
+            trace.meta["cache"] = {**key.describe(), "status": "hit"}
+            return trace, record
+        log.warning("live trace cache %s not reused: %s; measuring again", cached, problem)
+        status = f"invalid ({problem})"
+    place = {"collection": f"rb_{key.digest[:12]}_{rid.process_token()}"}
+    if store.get("path"):
+        rid.remove_stale_store_dirs(Path(store["path"]).parent)
+        place["path"] = str(rid.private_store_dir(store["path"]))
+    backend = build_store(store, **place)
+    trace, record = live.build_live_trace(job.corpus, embedder, backend, depth=depth, roles=roles, batch=batch,
+                                          pace_ms=pace, progress=settings.progress)
+    trace.meta.update(trace_key=key.digest, dataset_source=job.corpus.source, cache={**key.describe(), "status": status})
+    try:
+        live.save(trace, record, cached)
+    except OSError as exc:
+        fault(f"could not write the trace cache {cached}: {error_line(exc)}")
+    return trace, record
+
+
+def live_batch(live: Mapping | None) -> int:
+    """``live.batch`` (turns per write) checked: a positive integer; bench.replay.live.DEFAULT_BATCH when unset."""
+    from bench.replay.live import DEFAULT_BATCH
+
+    value = (live or {}).get("batch", DEFAULT_BATCH)
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ValueError(f"config live.batch: expected a positive integer (turns per write), got {value!r}")
+    return value
+
+
+def live_pace(live: Mapping | None) -> float:
+    """``live.pace_ms`` (think time after each write, ms) checked: a number >= 0; 0 when unset."""
+    value = (live or {}).get("pace_ms", 0)
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not value >= 0:
+        raise ValueError(f"config live.pace_ms: expected a number of milliseconds >= 0, got {value!r}")
+    return float(value)
+
+
+def write_live(job: Job, settings: Settings, embedder, lives, out_dir: Path, fault=log.error) -> None:
+    """The live tables of a live job (``bench.analysis.live``) and its growth figure, in ``out_dir/live/``; the batch
+    trace they compare with is the ordinary one (``get_trace``: from the trace cache, else measured)."""
+    from dataclasses import replace
+
+    from bench.analysis import live as tables
+    from bench.report.live import growth_figure
+
+    batch_settings = replace(settings, replay="batch")
+    ks = tuple((settings.ranked or {}).get("ks") or (1, 3, 5, 10))
+    parts = []
+    for roles, trace, record in lives:
+        batch = get_trace(job, batch_settings, embedder, roles, fault)
+        parts.append(tables.live_tables(trace, record, batch, job.corpus, ks=ks))
+    written = tables.write(Path(out_dir) / tables.FOLDER, tables.concat(parts))
+    growth_figure(written["growth"], Path(out_dir) / tables.FOLDER / "growth.png")
 
 
 def get_calibrated(job: Job, cache: Path, trace, fault=log.error) -> tuple[dict, dict]:
@@ -385,17 +513,75 @@ def ranked_table(settings: Settings, traces, corpus, embedder: str) -> pd.DataFr
                              memory=settings.memory.describe() if settings.memory is not None else None)  # unit and indexed roles
 
 
-def write_conventions(settings: Settings, traces, corpus, embedder, out_dir: Path) -> Path:
-    """conventions.csv of a job: LongMemEval's arithmetic at ``conventions_ks`` (bench.metrics.conventions), on the job's unit."""
+def write_conventions(settings: Settings, traces, corpus, embedder, out_dir: Path, strategies=()) -> Path:
+    """conventions.csv of a job: LongMemEval's arithmetic at ``conventions_ks`` (bench.metrics.conventions), on the job's unit;
+    rows for the embedder's ranking (the store's trace), then for each whole-haystack lexical ranking among ``strategies``
+    (bench.strategies.lexical.haystack_rankers: BM25 over the memories each question may see), whose ranking is also
+    written as LongMemEval JSON, ``rankings/<name>.json``, for ``recallbench score`` (the systems table)."""
     from bench.metrics import conventions
     from bench.data.units import UnitSpec
     from bench.metrics.ranked import check_ks
+    from bench.replay.visibility import parse_filter
+    from bench.strategies.lexical import haystack_rankers, haystack_rankings
 
     spec = settings.memory or UnitSpec()
     ks = check_ks(list(conventions.KS if settings.conventions_ks is None else settings.conventions_ks), "conventions.ks")
-    df = conventions.table(conventions.pick_trace(traces), corpus, unit=spec.unit, roles=spec.roles, embedder=embedder.model_id,
-                           max_length=embedder.identity.get("max_length"), ks=ks)
-    return conventions.write(out_dir / conventions.FILE, df)
+    parts = [conventions.table(conventions.pick_trace(traces), corpus, unit=spec.unit, roles=spec.roles, embedder=embedder.model_id,
+                               max_length=embedder.identity.get("max_length"), ks=ks)]
+    for r in haystack_rankers(strategies):
+        rankings = haystack_rankings(corpus, r.rank, roles=r.roles, metadata=parse_filter(settings.metadata_filter))
+        conventions.write_ranking(out_dir / conventions.RANKINGS / f"{r.name}.json", rankings)  # for `recallbench score`
+        trace = conventions.ranking_trace(rankings, backend="none (ranked over the memories each question may see)")
+        parts.append(conventions.table(trace, corpus, unit=spec.unit, roles=spec.roles if r.roles is None else ",".join(r.roles),
+                                       embedder="none", max_length=None, ks=ks, system=r.system))
+    return conventions.write(out_dir / conventions.FILE, pd.concat(parts, ignore_index=True))
+
+
+def _faults(settings: Settings):
+    from bench.replay.faults import from_config
+
+    return from_config(settings.faults)
+
+
+def write_degradation(settings: Settings, traces, parts, job: Job, table, out_dir: Path) -> Path:
+    """degradation.csv of a job: the timeout policy and the injected faults' cost (bench.selection.degrade), per trace."""
+    from bench.output import write_csv
+    from bench.replay.faults import failed_ids
+    from bench.replay.visibility import parse_filter
+    from bench.selection import degrade
+
+    timeouts, k = degrade.check_settings(settings.degrade)
+    metadata = parse_filter(settings.metadata_filter)  # the fallback sees what the search could
+    frames = [degrade.degradation_table(rows, job.corpus, cost=table.cost, roles=tuple(t.meta["roles"]) if t.meta.get("roles") else None,
+                                        timeouts_ms=timeouts, fallback_k=k, failed_ids=failed_ids(t.meta), metadata=metadata)
+              for t, rows in zip(traces, parts)]
+    return write_csv(out_dir / degrade.FILE, pd.concat(frames, ignore_index=True))
+
+
+def write_e2e(settings: Settings, traces, job: Job, table, grid, formats, out_dir: Path) -> Path | None:
+    """latency_e2e.csv (per query) and latency_e2e_summary.csv of a job (bench.selection.e2e): each store-reading
+    strategy at the threshold nearest ``e2e.threshold``, in the first swept format; the query embedding re-timed on a sample."""
+    from bench.output import write_csv
+    from bench.selection import e2e
+    from bench.selection.sweep import sweep
+
+    sample, want = e2e.check_settings(settings.e2e)
+    embed_ns, http_ns = e2e.embed_times(job.embedder, [q.text for q in job.corpus.questions], sample=sample, seed=int(settings.seed))
+    frames = []
+    for trace in traces:
+        roles = tuple(trace.meta["roles"]) if trace.meta.get("roles") else None
+        for spec in (s for s in job.strategies if s.roles == roles and s.uses_store):
+            t = e2e.pick_threshold(list(spec.thresholds or grid), want) if spec.thresholded else None
+            record: dict = {}
+            sweep(trace, job.corpus, [spec], [t] if t is not None else grid, dict(table.memory["A"]), formats=(formats[0],),
+                  format_tokens=table, record=record, answer_coverage=False)
+            frames.append(e2e.end_to_end(trace, job.corpus, {(spec.name, t): record[(spec.name, None if t is None else round(float(t), 10))]},
+                                         embed_ns=embed_ns, http_ns=http_ns, fmt=formats[0]))
+    if not frames:
+        return None
+    rows = pd.concat(frames, ignore_index=True)
+    write_csv(out_dir / e2e.SUMMARY_FILE, e2e.summary(rows))
+    return write_csv(out_dir / e2e.FILE, rows)
 
 
 # --- the record ----------------------------------------------------------------------------------

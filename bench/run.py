@@ -65,6 +65,8 @@ def corpus_digest(corpus) -> str:
         h.update(canonical(["c", c.conversation_id]).encode("utf-8"))
         for t in c.turns:
             h.update(canonical(["t", t.turn_id, t.role, t.speaker, t.text, t.timestamp, t.position, t.session]).encode("utf-8"))
+            if t.metadata:  # only when present: a corpus without metadata keeps its digest
+                h.update(canonical(["m", [[k, list(v) if isinstance(v, tuple) else v] for k, v in t.metadata]]).encode("utf-8"))
     for q in corpus.questions:
         h.update(canonical(["q", q.question_id, q.conversation_id, q.text, q.asked_at, list(q.evidence), q.category,
                             q.adversarial, q.answer]).encode("utf-8"))
@@ -151,17 +153,23 @@ class Key:
 
 # Store settings that say where a store writes, not what it computes.
 STORE_PLACE_FIELDS = ("path", "collection")
-TRACE_CODE = ("replay/trace", "types", "backends/base", "backends/layout")  # layout: a store's per-conversation collections
+TRACE_CODE = ("replay/trace", "types", "backends/base", "backends/layout", "backends/scores", "replay/visibility")  # layout: a store's per-conversation collections
 
 
-def trace_key(*, corpus_sha: str, embedder: Mapping, backend: Mapping, depth: int, roles, warmup: int) -> Key:
+def trace_key(*, corpus_sha: str, embedder: Mapping, backend: Mapping, depth: int, roles, warmup: int,
+              metadata_filter: Mapping | None = None, replay: Mapping | None = None) -> Key:
     """What decides a trace: the corpus content, the embedder, the store and its settings, the
-    search depth, the role filter, the warm-up, and the replay + store adapter code."""
+    search depth, the role filter, the metadata filter (in the key only when set), the warm-up, and the
+    replay + store adapter code. ``replay``: a live replay's settings (``bench.replay.live``; None: batch replay, whose
+    keys stay as they were)."""
     settings = {k: v for k, v in backend.items() if k not in STORE_PLACE_FIELDS}
     store_module = module_of(str(backend.get("_target_", "")))
+    live = {"replay": dict(replay)} if replay is not None else {}
     return Key("trace", {"corpus_sha256": corpus_sha, "embedder": dict(embedder), "store": settings, "depth": depth,
-                         "roles": list(roles) if roles else None, "warmup": warmup,
-                         "code": code_digest(*TRACE_CODE, *([store_module] if store_module else []))})
+                         "roles": list(roles) if roles else None, "warmup": warmup, **live,
+                         "code": code_digest(*TRACE_CODE, *(["replay/live"] if live else []),
+                                             *([store_module] if store_module else [])),
+                         **({"metadata_filter": dict(metadata_filter)} if metadata_filter else {})})
 
 
 def job_key(*, settings: Mapping, corpus_sha: str, embedder: Mapping) -> Key:

@@ -43,6 +43,9 @@ class Turn:
     session: int = 0  # 0-based session ordinal within the conversation (never a source session id)
     # the id a store sees (memory_key); built once here, so every hit, trace and table shares one string per turn
     key: str = field(init=False, repr=False, compare=False)
+    # extra fields the corpus declares (own format: metadata.json), as sorted (name, value) pairs; a string list is a
+    # tuple. Absent optional fields are left out. () for corpora without a schema.
+    metadata: tuple[tuple[str, object], ...] = field(default=(), repr=False)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "key", memory_key(self.conversation_id, self.turn_id))
@@ -115,17 +118,20 @@ class Hits(Sequence):
 
     ids: tuple[str, ...] = ()
     scores: tuple[float, ...] = ()
+    native: tuple[float, ...] = ()  # the store's own score of each hit (its distance...: bench.backends.scores), or ()
 
     def __post_init__(self) -> None:
         if len(self.ids) != len(self.scores):
             raise ValueError(f"Hits: {len(self.ids)} ids but {len(self.scores)} scores")
+        if self.native and len(self.native) != len(self.ids):
+            raise ValueError(f"Hits: {len(self.ids)} ids but {len(self.native)} native scores")
 
     def __len__(self) -> int:
         return len(self.ids)
 
     def __getitem__(self, i):
         if isinstance(i, slice):
-            return Hits(self.ids[i], self.scores[i])
+            return Hits(self.ids[i], self.scores[i], self.native[i])
         return Hit(self.ids[i], self.scores[i])
 
     def __iter__(self) -> Iterator[Hit]:
@@ -148,6 +154,9 @@ class Where:
     conversation_id: str | None = None
     roles: tuple[str, ...] | None = None
     before: float | None = None  # only memories with timestamp <= before
+    # metadata conditions, all must hold: (field, op, value), op in eq | in | gte | lte | gt | lt (``in``: a tuple);
+    # built and evaluated by bench.replay.visibility (parse_filter, meta_admits)
+    metadata: tuple[tuple[str, str, object], ...] | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -160,6 +169,7 @@ class MemoryBatch:
     roles: tuple[str, ...]
     timestamps: tuple[float, ...]  # missing timestamps are stored as 0.0
     positions: tuple[int, ...] = field(default=())
+    metadata: tuple[tuple[tuple[str, object], ...], ...] = field(default=())  # per row: Turn.metadata; () when none
 
     def __post_init__(self) -> None:
         n = len(self.ids)

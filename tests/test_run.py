@@ -63,13 +63,25 @@ def test_trace_key_ignores_where_a_store_writes_but_not_what_it_computes():
     assert k == run.trace_key(backend={**store, "path": "/y", "collection": "b"}, **kw).digest
     others = [run.trace_key(backend={**store, "ef_search": 64}, **kw),
               run.trace_key(backend={**store, "layout": "per_conversation"}, **kw),  # bench.backends.layout
+              run.trace_key(backend={**store, "metric": "l2"}, **kw),  # the store's native metric (bench.backends.scores)
               run.trace_key(backend=store, **{**kw, "depth": 11}),
               run.trace_key(backend=store, **{**kw, "roles": ("user",)}),
               run.trace_key(backend=store, **{**kw, "embedder": {"model_id": "m", "endpoint": "http://b/v1"}}),
-              run.trace_key(backend=store, **{**kw, "corpus_sha": "d"})]
-    assert k not in {o.digest for o in others} and len({o.digest for o in others}) == 6
+              run.trace_key(backend=store, **{**kw, "corpus_sha": "d"}),
+              run.trace_key(backend=store, **{**kw, "metadata_filter": {"project": {"eq": "alpha"}}}),
+              run.trace_key(backend=store, **{**kw, "metadata_filter": {"project": {"eq": "beta"}}})]
+    assert k not in {o.digest for o in others} and len({o.digest for o in others}) == 9
+    assert run.trace_key(backend=store, **{**kw, "metadata_filter": None}).digest == run.trace_key(backend=store, **kw).digest
     inputs = run.trace_key(backend=store, **kw).describe()["inputs"]
     assert inputs["code"] == run.code_digest(*run.TRACE_CODE, "backends/exact")  # the store adapter's own code counts
+
+
+def test_the_score_basis_is_part_of_the_job_key_not_of_the_trace_key():
+    from bench.pipeline import job_settings
+
+    jobs = {run.job_key(settings=job_settings({"score": basis, "paths": {"reports": "x"}}), corpus_sha="c", embedder={}).digest
+            for basis in ("similarity", "native", "one_minus_distance")}
+    assert len(jobs) == 3  # what thresholds compare with decides the results (bench.selection.basis); the trace is the same
 
 
 def job_dir(tmp_path: Path) -> Path:

@@ -40,7 +40,7 @@ from bench.strategies.spec import load_specs
 from bench.strategies.vector import passes
 from bench.replay.trace import Trace
 from bench.types import Corpus, memory_key
-from bench.replay.visibility import Visibility
+from bench.replay.visibility import Visibility, parse_filter
 
 log = logging.getLogger(__name__)
 
@@ -100,7 +100,7 @@ def attribute(
     question_id -> {gold key: exact rank} (from :func:`gold_ranks`). Adversarial questions are skipped (they have no gold to miss).
     """
     questions = {q.question_id: q for q in corpus.questions}
-    vis_of = Visibility(corpus)
+    vis_of = Visibility(corpus, parse_filter(trace.meta.get("metadata_filter")))  # the trace's metadata filter, if any
     roles = tuple(spec.roles) if getattr(spec, "roles", None) else None
     cap_k = spec.params.get("k") if hasattr(spec, "params") else None
     t = threshold if spec.thresholded else None

@@ -32,7 +32,10 @@ import numpy as np
 
 from bench.types import Hits, MemoryBatch, Where
 
-FILTER_KINDS = frozenset({"conversation", "role", "before"})
+# "metadata": Where.metadata (the corpus's own fields, bench.replay.visibility.parse_filter); a store without it is
+# post-filtered by the trace (bench.replay.trace.PostFiltered)
+FILTER_KINDS = frozenset({"conversation", "role", "before", "metadata"})
+META_PREFIX = "m_"  # a metadata field's key in a store's own metadata (apart from conversation_id, role, ts)
 EMBEDDED, LOCAL_SERVER, CLOUD = "embedded", "local server", "cloud"  # Capabilities.kind
 
 
@@ -63,6 +66,17 @@ class Capabilities:
     # the client packages it needs, the one open() imports first leading; () for a store on numpy alone. Read by the
     # contract test (a missing client is one line naming the extra), never a list kept beside the stores
     clients: tuple[Client, ...] = ()
+    # the metrics it offers (``metric:`` in its YAML), each with the kind of number its search returns for it
+    # (bench.backends.scores: the conversions to a similarity, in one place); the first is the default
+    scores: tuple[tuple[str, str], ...] = (("cosine", "cosine"),)
+
+    @property
+    def metrics(self) -> tuple[str, ...]:
+        return tuple(m for m, _ in self.scores)
+
+    def native_kind(self, metric: str) -> str:
+        """The kind of number (bench.backends.scores.KINDS) this store's search returns under ``metric``."""
+        return dict(self.scores)[metric]
 
     @property
     def kind(self) -> str:
@@ -126,14 +140,31 @@ def import_client(module: str, *, store: str, package: str, extra: str):
                                  f"reinstall it: pip install --force-reinstall 'recallbench[{extra}]'") from None
 
 
-def best_first(ids: Iterable[str], similarities: Iterable[float]) -> Hits:
-    """Hits by similarity descending, ties by id; a repeated id keeps its best similarity."""
+def best_first(ids: Iterable[str], similarities: Iterable[float], native: Iterable[float] | None = None) -> Hits:
+    """Hits by similarity descending, ties by id; a repeated id keeps its best similarity. ``native``: the store's own
+    score of each hit (parallel to ``ids``), kept beside the similarity (``Hits.native``)."""
     best: dict[str, float] = {}
-    for i, s in zip(ids, similarities, strict=True):
+    if native is None:
+        for i, s in zip(ids, similarities, strict=True):
+            if i not in best or s > best[i]:
+                best[i] = s
+        order = sorted(best, key=lambda i: (-best[i], i))
+        return Hits(tuple(order), tuple(map(best.__getitem__, order)))
+    own: dict[str, float] = {}
+    for i, s, x in zip(ids, similarities, native, strict=True):
         if i not in best or s > best[i]:
-            best[i] = s
+            best[i], own[i] = s, x
     order = sorted(best, key=lambda i: (-best[i], i))
-    return Hits(tuple(order), tuple(map(best.__getitem__, order)))
+    return Hits(tuple(order), tuple(map(best.__getitem__, order)), tuple(map(own.__getitem__, order)))
+
+
+def native_hits(ids: Iterable[str], native: Iterable[float], kind: str) -> Hits:
+    """Hits from a store's own scores of ``kind`` (bench.backends.scores): each converted to a similarity by the one
+    conversion table, best first (``best_first``), the native values kept."""
+    from bench.backends.scores import similarity
+
+    ids, native = list(ids), [float(x) for x in native]
+    return best_first(ids, [similarity(kind, x) for x in native], native)
 
 
 def client_collections(backend) -> list[str]:
@@ -148,9 +179,18 @@ def client_collections(backend) -> list[str]:
             backend._disconnect()
 
 
-def check_metric(metric: str) -> None:
-    if metric != "cosine":
-        raise ValueError(f"only metric='cosine' is supported (got {metric!r}); vectors are L2-normalised")
+def check_metric(metric: str | None, backend=None) -> str:
+    """The metric a store opens with: its configured ``backend.metric`` (``metric`` None, or equal to it), checked
+    against what its capabilities offer (``bench.backends.scores.check_metric``: one line naming what it offers).
+    Without ``backend``: cosine only (a store that declares nothing else)."""
+    from bench.backends import scores
+
+    if backend is None:
+        return scores.check_metric("store", metric or "cosine", (("cosine", "cosine"),))
+    configured = getattr(backend, "metric", "cosine")
+    if metric is not None and metric != configured:
+        raise ValueError(f"{backend.name}: opened with metric {metric!r} but configured with metric {configured!r} (backend.metric)")
+    return scores.check_metric(backend.name, configured, backend.capabilities.scores)
 
 
 def mongo_filter(where: Where, store: str) -> dict | None:
@@ -167,6 +207,25 @@ def mongo_filter(where: Where, store: str) -> dict | None:
             raise ValueError(f"{store}: Where.before is NaN")
         if before != math.inf:
             conds.append({"ts": {"$lte": max(before, -1e300)}})
+    _OPS = {"eq": "$eq", "in": "$in", "gte": "$gte", "lte": "$lte", "gt": "$gt", "lt": "$lt"}
+    for name, op, value in where.metadata or ():
+        if op == "in":
+            conds.append({META_PREFIX + name: {"$in": [store_value(v) for v in value]}})
+        else:
+            conds.append({META_PREFIX + name: {_OPS[op]: store_value(value)}})
     if not conds:
         return None
     return conds[0] if len(conds) == 1 else {"$and": conds}
+
+
+def store_value(v):
+    """A metadata value as stores keep it: every number as a float (an integer field compares with float filters)."""
+    return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else v
+
+
+def store_metadata(batch: MemoryBatch, i: int) -> dict:
+    """Row ``i``'s metadata as a store's own metadata keys (``META_PREFIX`` + name), scalar fields only (a string
+    list is post-filtered, bench.replay.trace.pushes_down); {} for a batch without metadata."""
+    if not batch.metadata:
+        return {}
+    return {META_PREFIX + k: store_value(v) for k, v in batch.metadata[i] if not isinstance(v, tuple)}

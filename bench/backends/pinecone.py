@@ -23,12 +23,15 @@ import numpy as np
 
 from bench.backends.base import (
     FILTER_KINDS,
+    META_PREFIX,
     BackendUnavailable,
     Capabilities,
     Client,
-    best_first,
     check_metric,
     import_client,
+    native_hits,
+    store_metadata,
+    store_value,
 )
 from bench.output import check_env_name
 from bench.types import Hits, MemoryBatch, Where
@@ -43,9 +46,6 @@ _BYTES_PER_VALUE = 24  # generous JSON size of one float
 _SAFE_ID_CHARS = "".join(chr(c) for c in range(33, 127) if chr(c) != "%") + " "
 
 
-def _similarity(score: float) -> float:
-    """A cosine index's ``score`` already is cosine similarity (higher is better)."""
-    return float(score)
 
 
 def _to_pinecone_id(memory_id: str) -> str:
@@ -66,6 +66,8 @@ def pinecone_filter(where: Where) -> dict | None:
         flt["role"] = {"$in": list(where.roles)}
     if where.before is not None:
         flt["ts"] = {"$lte": float(where.before)}
+    for name, op, value in where.metadata or ():  # the corpus's own fields (bench.backends.base.store_metadata)
+        flt.setdefault(META_PREFIX + name, {})[f"${op}"] = [store_value(v) for v in value] if op == "in" else store_value(value)
     return flt or None
 
 
@@ -81,9 +83,12 @@ class PineconeBackend:
         api_key_env: str = "PINECONE_API_KEY",
         timeout_s: float = 30.0,
         poll_interval_s: float = 0.2,
+        metric: str = "cosine",
     ) -> None:
         if not isinstance(collection, str) or not collection or len(collection) > 512 or not collection.isascii():
             raise ValueError(f"pinecone: collection (namespace) must be 1-512 ASCII characters (got {collection!r})")
+        self.metric = metric  # a cosine index only: its score is the cosine similarity (bench.backends.scores)
+        check_metric(None, self)
         self.collection = collection
         self.index_name = index_name or None
         self.host = host or None
@@ -107,8 +112,8 @@ class PineconeBackend:
         return text.replace(self._key, "***") if self._key else text
 
     # ---- lifecycle
-    def open(self, *, dim: int, metric: str = "cosine") -> None:
-        check_metric(metric)
+    def open(self, *, dim: int, metric: str | None = None) -> None:
+        check_metric(metric, self)
         Pinecone = _client("pinecone").Pinecone  # noqa: N806
         errors = _client("pinecone.errors.exceptions")
         key = os.environ.get(self.api_key_env, "")
@@ -174,7 +179,8 @@ class PineconeBackend:
             vid = _to_pinecone_id(memory_id)
             if len(vid) > 512:
                 raise ValueError(f"pinecone: batch row {i}: field id {memory_id[:60]!r}... is longer than 512 encoded chars")
-            meta = {"conversation_id": str(batch.conversation_ids[i]), "role": str(batch.roles[i]), "ts": float(batch.timestamps[i])}
+            meta = {"conversation_id": str(batch.conversation_ids[i]), "role": str(batch.roles[i]), "ts": float(batch.timestamps[i]),
+                    **store_metadata(batch, i)}
             items.append({"id": vid, "values": vectors[i].tolist(), "metadata": meta})
         for start in range(0, len(items), per_batch):
             chunk = items[start : start + per_batch]
@@ -230,7 +236,7 @@ class PineconeBackend:
             include_values=False,
             include_metadata=False,
         )
-        return best_first([_from_pinecone_id(m.id) for m in res.matches], [_similarity(m.score) for m in res.matches])
+        return native_hits([_from_pinecone_id(m.id) for m in res.matches], [m.score for m in res.matches], "cosine")
 
     def reference_query(self, vector: np.ndarray, *, k: int, where: Where) -> tuple[list[str], list[float]]:
         res = self._index.query(top_k=k, vector=vector.tolist(), namespace=self.collection, filter=pinecone_filter(where))

@@ -12,13 +12,18 @@ Owns the Qdrant adapter. Two modes, one contract:
 
 Points: Qdrant ids are integers or UUIDs, so a memory id becomes ``uuid5(NAMESPACE_URL, id)`` and the id
 itself is kept in the payload (``mid``) beside ``conversation_id``, ``role`` (keyword payload indexes) and
-``ts`` (float payload index). Filters are Qdrant filters (``must``: match value, match any, range lte),
+``ts`` (float payload index), and a corpus's metadata fields (``m_<name>``, numbers as floats). Filters are Qdrant
+filters (``must``: match value, match any, ranges; membership among numbers a nested ``should``),
 applied inside the search; with payload indexes Qdrant's planner switches to an exact scan of the
 matching points when fewer than ``full_scan_threshold`` (KB of vectors) match. Cosine distance: the score
-IS the cosine similarity (Qdrant normalises vectors at insert), so ``_similarity`` is the identity.
+IS the cosine similarity (Qdrant normalises vectors at insert); ``metric: l2`` (Euclid) and ``ip`` (Dot): ``SCORES``.
 
 Settings: build ``m``, ``ef_construct``, ``full_scan_threshold`` (KB), ``indexing_threshold_kb``; search
 ``hnsw_ef`` (None: Qdrant's default, the search's limit) and ``exact`` (brute force; capabilities say exact).
+Quantisation: build ``quantization: none | int8`` (Qdrant's scalar int8 quantization, kept in RAM, built by the
+optimizer with each indexed segment); search ``rescore`` (true: the candidates are re-scored with the original
+vectors, the score is the exact metric; false: the score is Qdrant's int8 estimate, its similarity clipped to [-1, 1])
+and ``oversampling`` (candidates fetched = limit x oversampling before rescoring; null: Qdrant's default).
 """
 
 from __future__ import annotations
@@ -33,7 +38,8 @@ import uuid
 
 import numpy as np
 
-from bench.backends.base import FILTER_KINDS, BackendUnavailable, Capabilities, Client, best_first, check_metric, import_client
+from bench.backends.base import FILTER_KINDS, BackendUnavailable, Capabilities, Client, check_metric, import_client, native_hits
+from bench.backends.base import META_PREFIX, best_first, store_metadata
 from bench.types import Hits, MemoryBatch, Where
 
 log = logging.getLogger(__name__)
@@ -43,6 +49,7 @@ SERVER_CLIENT = Client("qdrant_client", "qdrant-client", "qdrant")  # a Qdrant s
 MAX_K = 100_000
 _SAFE = re.compile(r"[^A-Za-z0-9_.-]")
 UPSERT_BATCH = 1000
+QUANTIZATION = ("none", "int8")
 
 
 # An Edge shard can be opened once per process (its WAL is locked): instances on the same directory share it.
@@ -75,9 +82,10 @@ def point_id(memory_id: str) -> str:
     return str(uuid.uuid5(uuid.NAMESPACE_URL, memory_id))
 
 
-def _similarity(score: float) -> float:
-    """Qdrant's cosine score is already the cosine similarity (higher is better)."""
-    return float(score)
+# metric -> Qdrant's Distance and what its score is (bench.backends.scores): Cosine the cosine similarity, Euclid the
+# Euclidean distance (not squared, lower is better), Dot the dot product
+SCORES = (("cosine", "cosine"), ("l2", "l2"), ("ip", "dot"))
+_DISTANCE = {"cosine": ("Cosine", "COSINE"), "l2": ("Euclid", "EUCLID"), "ip": ("Dot", "DOT")}  # (Edge, client) names
 
 
 def shard_name(collection: str) -> str:
@@ -102,7 +110,42 @@ def _conditions(where: Where) -> list[tuple[str, str, object]]:
         if math.isnan(where.before):
             raise ValueError("qdrant: Where.before is NaN")
         out.append(("ts", "lte", max(float(where.before), -1e300)))
+    for name, op, value in where.metadata or ():  # the corpus's own fields, payload keys META_PREFIX + name
+        key = META_PREFIX + name
+        if op in ("gte", "lte", "gt", "lt"):
+            out.append((key, "range", {op: float(value)}))
+        elif op == "eq" or len(value) == 1:
+            out.append(_match(key, value if op == "eq" else value[0]))
+        elif all(isinstance(v, str) for v in value):
+            out.append((key, "any", list(value)))
+        else:  # numbers or booleans: one of several conditions
+            out.append((key, "or", [_match(key, v) for v in value]))
     return out
+
+
+def _match(key: str, value) -> tuple[str, str, object]:
+    """Equality on a payload field: a match for a string or boolean, a [v, v] range for a number (stored as a float)."""
+    if isinstance(value, (str, bool)):
+        return (key, "eq", value)
+    return (key, "range", {"gte": float(value), "lte": float(value)})
+
+
+def _qdrant_filter(conds, mod, edge: bool):
+    """The Qdrant filter (``must`` of the conditions) in the Edge (``edge``) or qdrant-client (``mod``: models) classes."""
+    if not conds:
+        return None
+
+    def one(f, kind, x):
+        if kind == "eq":
+            return mod.FieldCondition(key=f, match=mod.MatchValue(x) if edge else mod.MatchValue(value=x))
+        if kind == "any":
+            return mod.FieldCondition(key=f, match=mod.MatchAny(x) if edge else mod.MatchAny(any=x))
+        if kind == "or":
+            return mod.Filter(should=[one(*c) for c in x])
+        rng = {"lte": x} if kind == "lte" else x
+        return mod.FieldCondition(key=f, range=mod.RangeFloat(**rng) if edge else mod.Range(**rng))
+
+    return mod.Filter(must=[one(*c) for c in conds])
 
 
 class QdrantBackend:
@@ -111,7 +154,8 @@ class QdrantBackend:
     def __init__(self, collection: str = "recallbench", path: str | None = None, url: str | None = None,
                  api_key_env: str | None = None, m: int = 16, ef_construct: int = 100, full_scan_threshold: int = 10_000,
                  indexing_threshold_kb: int = 10_000, hnsw_ef: int | None = None, exact: bool = False,
-                 timeout_s: float = 60.0) -> None:
+                 timeout_s: float = 60.0, metric: str = "cosine", quantization: str = "none", rescore: bool = True,
+                 oversampling: float | None = None) -> None:
         if url is None and not path:
             raise ValueError("qdrant: give `path` (Qdrant Edge, in-process) or `url` (a Qdrant server)")
         for field, value in (("m", m), ("ef_construct", ef_construct), ("full_scan_threshold", full_scan_threshold),
@@ -120,6 +164,11 @@ class QdrantBackend:
                 raise ValueError(f"qdrant: {field} must be a positive integer (got {value!r})")
         if hnsw_ef is not None and (not isinstance(hnsw_ef, int) or hnsw_ef <= 0):
             raise ValueError(f"qdrant: hnsw_ef must be a positive integer or null (got {hnsw_ef!r})")
+        if quantization not in QUANTIZATION:
+            raise ValueError(f"qdrant: quantization must be one of {', '.join(QUANTIZATION)} (got {quantization!r})")
+        if oversampling is not None and (isinstance(oversampling, bool) or not isinstance(oversampling, (int, float))
+                                         or not oversampling >= 1):
+            raise ValueError(f"qdrant: oversampling must be a number >= 1 or null (got {oversampling!r})")
         if api_key_env is not None and not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", str(api_key_env)):
             raise ValueError("qdrant: api_key_env must be the NAME of an environment variable (the value was not shown)")
         self.collection = collection
@@ -128,10 +177,15 @@ class QdrantBackend:
         self.path = os.path.abspath(path) if (path and url is None) else None
         self.m, self.ef_construct, self.full_scan_threshold = m, ef_construct, full_scan_threshold
         self.indexing_threshold_kb, self.hnsw_ef, self.exact, self.timeout_s = indexing_threshold_kb, hnsw_ef, bool(exact), timeout_s
+        self.quantization, self.rescore = quantization, bool(rescore)
+        self.oversampling = None if oversampling is None else float(oversampling)
         # a server url is a store nothing here starts (kind "cloud"); ":memory:" is the client's in-process local mode
         remote = url is not None and url != ":memory:"
         self.capabilities = Capabilities(exact=self.exact, filters=FILTER_KINDS, persistent=url is None or remote,
-                                         server=remote, max_k=MAX_K, clients=(CLIENT, SERVER_CLIENT) if url is None else (SERVER_CLIENT,))
+                                         server=remote, max_k=MAX_K, clients=(CLIENT, SERVER_CLIENT) if url is None else (SERVER_CLIENT,),
+                                         scores=SCORES)
+        self.metric = metric  # cosine | l2 | ip: the collection's Distance (fixed when it is created)
+        self._kind = self.capabilities.native_kind(check_metric(None, self))
         self._shard = None  # Edge mode
         self._client = None  # client mode
         self._dim = 0
@@ -167,8 +221,8 @@ class QdrantBackend:
         return os.path.join(self.path, self._name)
 
     # ---------------------------------------------------------------- contract
-    def open(self, *, dim: int, metric: str = "cosine") -> None:
-        check_metric(metric)
+    def open(self, *, dim: int, metric: str | None = None) -> None:
+        check_metric(metric, self)
         if not isinstance(dim, int) or dim <= 0:
             raise ValueError(f"qdrant: dim must be a positive integer (got {dim!r})")
         if self.url is None:
@@ -192,10 +246,11 @@ class QdrantBackend:
     def _load_or_create(self, q, folder: str, dim: int):
         if os.path.isdir(folder) and os.listdir(folder):
             return q.EdgeShard.load(folder)
-        cfg = q.EdgeConfig(vectors=q.EdgeVectorParams(size=dim, distance=q.Distance.Cosine),
+        cfg = q.EdgeConfig(vectors=q.EdgeVectorParams(size=dim, distance=getattr(q.Distance, _DISTANCE[self.metric][0])),
                            hnsw_config=q.HnswIndexConfig(m=self.m, ef_construct=self.ef_construct,
                                                          full_scan_threshold=self.full_scan_threshold),
-                           optimizers=q.EdgeOptimizersConfig(indexing_threshold=self.indexing_threshold_kb))
+                           optimizers=q.EdgeOptimizersConfig(indexing_threshold=self.indexing_threshold_kb),
+                           quantization_config=self._quantization_config(q, edge=True))
         shard = q.EdgeShard.create(folder, cfg)
         for field, kind in (("conversation_id", q.PayloadSchemaType.Keyword), ("role", q.PayloadSchemaType.Keyword),
                             ("ts", q.PayloadSchemaType.Float)):
@@ -210,15 +265,31 @@ class QdrantBackend:
             if size != dim:
                 raise ValueError(f"qdrant: collection {self._name!r} holds dim={size}, asked for dim={dim}")
             return
-        client.create_collection(self._name, vectors_config=m.VectorParams(size=dim, distance=m.Distance.COSINE),
+        client.create_collection(self._name, vectors_config=m.VectorParams(size=dim, distance=getattr(m.Distance, _DISTANCE[self.metric][1])),
                                  hnsw_config=m.HnswConfigDiff(m=self.m, ef_construct=self.ef_construct,
                                                               full_scan_threshold=self.full_scan_threshold),
-                                 optimizers_config=m.OptimizersConfigDiff(indexing_threshold=self.indexing_threshold_kb))
+                                 optimizers_config=m.OptimizersConfigDiff(indexing_threshold=self.indexing_threshold_kb),
+                                 quantization_config=self._quantization_config(m, edge=False))
         if self.url == ":memory:":
             return  # the client's local mode ignores payload indexes (and warns)
         for field, kind in (("conversation_id", m.PayloadSchemaType.KEYWORD), ("role", m.PayloadSchemaType.KEYWORD),
                             ("ts", m.PayloadSchemaType.FLOAT)):
             client.create_payload_index(self._name, field, field_schema=kind)
+
+    def _quantization_config(self, mod, *, edge: bool):
+        """Scalar int8 quantization in RAM (None: none), in the Edge or qdrant-client (``mod``: models) classes."""
+        if self.quantization == "none":
+            return None
+        if edge:
+            return mod.ScalarQuantizationConfig(type=mod.ScalarType.Int8, always_ram=True)
+        return mod.ScalarQuantization(scalar=mod.ScalarQuantizationConfig(type=mod.ScalarType.INT8, always_ram=True))
+
+    def _search_params(self, mod):
+        """SearchParams of this store's search settings (the same class names in Edge and qdrant-client models)."""
+        quant = None
+        if self.quantization != "none":
+            quant = mod.QuantizationSearchParams(rescore=self.rescore, oversampling=self.oversampling)
+        return mod.SearchParams(hnsw_ef=self.hnsw_ef, exact=self.exact, quantization=quant)
 
     def _require_open(self):
         if not self._dim:
@@ -244,7 +315,7 @@ class QdrantBackend:
             if not isinstance(ts, (int, float)) or not math.isfinite(ts):
                 raise ValueError(f"qdrant: batch row {i} (id {batch.ids[i]!r}): field timestamp must be a finite number")
             payloads.append({"mid": batch.ids[i], "conversation_id": str(batch.conversation_ids[i]),
-                             "role": str(batch.roles[i]), "ts": float(ts)})
+                             "role": str(batch.roles[i]), "ts": float(ts), **store_metadata(batch, i)})
         for s in range(0, len(rows), UPSERT_BATCH):
             part = list(zip(rows[s:s + UPSERT_BATCH], payloads[s:s + UPSERT_BATCH]))
             if self.url is None:
@@ -278,24 +349,24 @@ class QdrantBackend:
         if _nothing_matches(where):
             return Hits()
         ids, scores = self._query(v.tolist(), int(k), where)
-        return best_first(ids, map(_similarity, scores))
+        if self.quantization != "none" and not self.rescore:  # int8 estimates may stray past the ends of the range
+            from bench.backends.scores import similarity
+
+            return best_first(ids, [min(1.0, max(-1.0, similarity(self._kind, x))) for x in scores], [float(x) for x in scores])
+        return native_hits(ids, scores, self._kind)
 
     def _query(self, v: list[float], k: int, where: Where) -> tuple[list[str], list[float]]:
         conds = _conditions(where)
         if self.url is None:
             q = self._edge()
-            flt = q.Filter(must=[q.FieldCondition(key=f, match=q.MatchValue(x)) if kind == "eq" else
-                                 q.FieldCondition(key=f, match=q.MatchAny(x)) if kind == "any" else
-                                 q.FieldCondition(key=f, range=q.RangeFloat(lte=x)) for f, kind, x in conds]) if conds else None
+            flt = _qdrant_filter(conds, q, edge=True)
             res = self._shard.query(q.QueryRequest(limit=k, query=q.Query.Nearest(v), filter=flt, with_payload=["mid"],
-                                                   params=q.SearchParams(hnsw_ef=self.hnsw_ef, exact=self.exact)))
+                                                   params=self._search_params(q)))
         else:
             m = self._models()
-            flt = m.Filter(must=[m.FieldCondition(key=f, match=m.MatchValue(value=x)) if kind == "eq" else
-                                 m.FieldCondition(key=f, match=m.MatchAny(any=x)) if kind == "any" else
-                                 m.FieldCondition(key=f, range=m.Range(lte=x)) for f, kind, x in conds]) if conds else None
+            flt = _qdrant_filter(conds, m, edge=False)
             res = self._client.query_points(self._name, query=v, query_filter=flt, limit=k, with_payload=["mid"],
-                                            search_params=m.SearchParams(hnsw_ef=self.hnsw_ef, exact=self.exact)).points
+                                            search_params=self._search_params(m)).points
         return [p.payload["mid"] for p in res], [p.score for p in res]
 
     def reference_query(self, vector: np.ndarray, *, k: int, where: Where) -> tuple[list[str], list[float]]:
@@ -310,9 +381,11 @@ class QdrantBackend:
             must.append(q.FieldCondition(key="role", match=q.MatchAny(list(where.roles))))
         if where.before is not None and where.before != math.inf:
             must.append(q.FieldCondition(key="ts", range=q.RangeFloat(lte=where.before)))
+        if where.metadata:  # the corpus's own fields, as search builds them
+            must.extend(_qdrant_filter([c for c in _conditions(where) if c[0].startswith(META_PREFIX)], q, edge=True).must)
         res = self._shard.query(q.QueryRequest(limit=k, query=q.Query.Nearest(np.asarray(vector, dtype=np.float32).tolist()),
                                                filter=q.Filter(must=must) if must else None, with_payload=["mid"],
-                                               params=q.SearchParams(hnsw_ef=self.hnsw_ef, exact=self.exact)))
+                                               params=self._search_params(q)))
         return [p.payload["mid"] for p in res], [p.score for p in res]
 
     def list_collections(self) -> list[str]:

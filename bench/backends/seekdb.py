@@ -6,8 +6,9 @@ the per-connection session variables, the async-index wait, the restart warm-up,
 one-embedded-instance-per-process guard.
 
 Facts it is built on (FACTS.md, re-checked with pyseekdb 1.4.0.post1):
-- cosine distance = 1 - cos, ascending; converted in ``_similarity`` only. ``inner_product`` is
-  never used (sorted the wrong way in this version).
+- cosine distance = 1 - cos, ascending (``metric: cosine``); ``metric: l2``: the Euclidean distance, not squared;
+  converted by ``bench.backends.scores`` only (the distance kept as the native score). ``inner_product`` is
+  never offered (sorted the wrong way in this version).
 - ``HNSWConfiguration(ef_search=...)`` is ignored at query time: the session variable
   ``ob_hnsw_ef_search`` decides. Each search runs with ef = max(``ef_search``, k); the variable is
   set on the connection only when that value changes.
@@ -55,13 +56,15 @@ from bench.backends.base import (
     BackendUnavailable,
     Capabilities,
     Client,
-    best_first,
     check_metric,
+    native_hits,
     client_collections,
     import_client,
     mongo_filter,
+    store_metadata,
 )
 from bench.output import check_env_name
+from bench.backends.scores import similarity
 from bench.types import Hits, MemoryBatch, Where
 
 log = logging.getLogger(__name__)
@@ -81,9 +84,9 @@ _EMBEDDED_LOCK = threading.Lock()
 _EMBEDDED: dict[str, object] = {"path": None, "users": 0}
 
 
-def _similarity(distance: float) -> float:
-    """seekdb cosine distance (1 - cos, in [0, 2]) -> cosine similarity (higher is better)."""
-    return 1.0 - float(distance)
+# metric -> what seekdb returns (FACTS.md, pyseekdb 1.4.0.post1): cosine 1 - cos; l2 the Euclidean distance (not
+# squared). Not ip: its inner_product search returns the k LEAST similar rows (a bug of that release).
+SCORES = (("cosine", "cosine_distance"), ("l2", "l2"))
 
 
 def safe_collection_name(name: str) -> str:
@@ -164,7 +167,8 @@ class SeekdbBackend:
     """seekdb via pyseekdb. Embedded when ``host`` is None (``path`` required), else a seekdb server."""
 
     name = "seekdb"
-    capabilities = Capabilities(exact=False, filters=FILTER_KINDS, persistent=True, server=False, max_k=MAX_K, clients=CLIENTS)
+    capabilities = Capabilities(exact=False, filters=FILTER_KINDS, persistent=True, server=False, max_k=MAX_K, clients=CLIENTS,
+                                scores=SCORES)
 
     def __init__(
         self,
@@ -182,6 +186,7 @@ class SeekdbBackend:
         query_timeout_s: float = 120.0,
         batch_size: int = 500,
         refresh_after_s: float = 1.0,
+        metric: str = "cosine",
     ) -> None:
         if host is None and not path:
             raise ValueError("seekdb: give `path` (embedded mode) or `host` (server mode)")
@@ -194,7 +199,9 @@ class SeekdbBackend:
         if host is not None:
             self.name = "seekdb_server"
             self.capabilities = Capabilities(exact=False, filters=FILTER_KINDS, persistent=True, server=True,
-                                             max_k=MAX_K, local_server="seekdb", clients=CLIENTS)
+                                             max_k=MAX_K, local_server="seekdb", clients=CLIENTS, scores=SCORES)
+        self.metric = metric  # the HNSW distance (cosine | l2), fixed when the collection is created
+        self._kind = self.capabilities.native_kind(check_metric(None, self))
         self.collection = collection
         self._table = safe_collection_name(collection)
         self.path = os.path.abspath(path) if (path and host is None) else None
@@ -283,8 +290,8 @@ class SeekdbBackend:
 
     # ---------------------------------------------------------------- contract
 
-    def open(self, *, dim: int, metric: str = "cosine") -> None:
-        check_metric(metric)
+    def open(self, *, dim: int, metric: str | None = None) -> None:
+        check_metric(metric, self)
         if not isinstance(dim, int) or dim <= 0:
             raise ValueError(f"seekdb: dim must be a positive integer (got {dim!r})")
         was_connected = self._client is not None
@@ -301,16 +308,16 @@ class SeekdbBackend:
         client = self._client
         if client.has_collection(self._table):
             col = client.get_collection(self._table, embedding_function=None)
-            if col.dimension != dim or str(col.distance).lower() != "cosine":
+            if col.dimension != dim or str(col.distance).lower() != self.metric:
                 raise ValueError(
                     f"seekdb ({self._where()}): collection {self.collection!r} exists with dimension "
-                    f"{col.dimension} and distance {col.distance!r}; this run needs dimension {dim}, cosine "
+                    f"{col.dimension} and distance {col.distance!r}; this run needs dimension {dim}, {self.metric} "
                     "(use another collection name or drop it)"
                 )
             self._col, self._dim = col, dim
             self._warm_up()
         else:
-            config = pyseekdb.HNSWConfiguration(dimension=dim, distance="cosine", M=self.m,
+            config = pyseekdb.HNSWConfiguration(dimension=dim, distance=self.metric, M=self.m,
                                                 ef_construction=self.ef_construction)
             self._col = client.create_collection(self._table, configuration=config, embedding_function=None)
             self._dim = dim
@@ -355,6 +362,8 @@ class SeekdbBackend:
                 for c, r, t in zip(batch.conversation_ids[start:end], batch.roles[start:end],
                                    batch.timestamps[start:end], strict=True)
             ]
+            if batch.metadata:  # the corpus's own fields (bench.backends.base.store_metadata)
+                metadatas = [{**m, **store_metadata(batch, start + j)} for j, m in enumerate(metadatas)]
             try:
                 self._col.add(ids=ids, embeddings=embeddings, metadatas=metadatas)
             except Exception as exc:
@@ -429,12 +438,12 @@ class SeekdbBackend:
         self._set_ef(max(self.ef_search, int(k)))
         res = self._col.query(query_embeddings=q.tolist(), n_results=int(k), where=_native_filter(where), include=[])
         ids = [m.decode() if isinstance(m, bytes) else str(m) for m in res["ids"][0]]
-        return best_first(ids, map(_similarity, res["distances"][0]))
+        return native_hits(ids, res["distances"][0], self._kind)
 
     def reference_query(self, vector: np.ndarray, *, k: int, where: Where) -> tuple[list[str], list[float]]:
         """With the connection's current ``ob_hnsw_ef_search`` (``search`` sets it to max(ef_search, k))."""
         res = self._col.query(query_embeddings=vector.tolist(), n_results=k, where=_native_filter(where), include=[])
-        return res["ids"][0], [1.0 - d for d in res["distances"][0]]
+        return res["ids"][0], [similarity(self._kind, d) for d in res["distances"][0]]
 
     def close(self) -> None:
         self._probes = []

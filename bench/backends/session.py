@@ -81,6 +81,12 @@ class Session:
         wall = time.perf_counter() - t0
         return Ingest(rows=rows, batches=n, add_seconds=add_ns / 1e9, wall_seconds=wall, ready_seconds=self.ready(timeout_s))
 
+    def timed_add(self, batch: MemoryBatch) -> int:
+        """ns inside ``backend.add(batch)`` alone, no ``wait_ready`` after it (live replay: an agent writes, then reads)."""
+        start = time.perf_counter_ns()
+        self.backend.add(batch)
+        return time.perf_counter_ns() - start
+
     def ready(self, timeout_s: float = READY_TIMEOUT_S) -> float:
         """``wait_ready``; the seconds it took."""
         t0 = time.perf_counter()

@@ -29,6 +29,7 @@ from pathlib import Path
 import numpy as np
 
 from bench.backends.base import FILTER_KINDS, Capabilities, Client, check_metric
+from bench.backends.scores import similarity
 from bench.types import Hits, MemoryBatch, Where
 
 log = logging.getLogger(__name__)
@@ -39,9 +40,8 @@ DEFAULT_CHUNK = 1024  # vec0's chunk_size when none is given
 _SAFE = re.compile(r"[^A-Za-z0-9_.-]")
 
 
-def _similarity(distance: float) -> float:
-    """vec0 ``distance_metric=cosine`` returns 1 - cos."""
-    return 1.0 - float(distance)
+# metric -> vec0 distance_metric and what it returns: cosine 1 - cos; l2 the Euclidean distance (not squared); no dot metric
+SCORES = (("cosine", "cosine_distance"), ("l2", "l2"))
 
 
 def safe_name(collection: str) -> str:
@@ -56,15 +56,19 @@ def safe_name(collection: str) -> str:
 
 class SqliteVecBackend:
     name = "sqlite_vec"
-    capabilities = Capabilities(exact=True, filters=FILTER_KINDS, persistent=True, server=False, max_k=MAX_K, clients=CLIENTS)
+    capabilities = Capabilities(exact=True, filters=FILTER_KINDS - {"metadata"}, persistent=True, server=False, max_k=MAX_K, clients=CLIENTS,
+                                scores=SCORES)
     reopens_cheaply = True  # one file per collection: the per-conversation layout keeps a bounded number open (bench.backends.layout)
     ready_when_added = True  # add() commits: rows are searchable when it returns
     # a per-conversation collection holds one user's rows: vec0 allocates vectors a chunk at a time (1024 rows by default,
     # 1.6 MB at 384-d even for two rows), so a file per user takes chunks of 64 rows (156 KB for two rows)
     per_conversation_settings = {"chunk_size": 64}
 
-    def __init__(self, path: str, collection: str = "recallbench", chunk_size: int | None = None) -> None:
-        """chunk_size: rows per vec0 vector chunk of a new table (a positive multiple of 8; None = vec0's 1024)."""
+    def __init__(self, path: str, collection: str = "recallbench", chunk_size: int | None = None, metric: str = "cosine") -> None:
+        """chunk_size: rows per vec0 vector chunk of a new table (a positive multiple of 8; None = vec0's 1024).
+        metric: cosine | l2 (vec0's distance_metric; bench.backends.scores)."""
+        self.metric = metric
+        self._kind = self.capabilities.native_kind(check_metric(None, self))
         if chunk_size is not None and (type(chunk_size) is not int or chunk_size <= 0 or chunk_size % 8):
             raise ValueError(f"sqlite_vec: chunk_size must be a positive multiple of 8 (got {chunk_size!r})")
         self.path = Path(path)
@@ -78,8 +82,8 @@ class SqliteVecBackend:
     def __repr__(self) -> str:
         return f"SqliteVecBackend(file={str(self.file)!r})"
 
-    def open(self, *, dim: int, metric: str = "cosine") -> None:
-        check_metric(metric)
+    def open(self, *, dim: int, metric: str | None = None) -> None:
+        metric = check_metric(metric, self)
         if not isinstance(dim, int) or dim <= 0:
             raise ValueError(f"sqlite_vec: dim must be a positive int (got {dim!r})")
         sqlean, sqlite_vec = (c.load("sqlite_vec") for c in CLIENTS)
@@ -104,7 +108,7 @@ class SqliteVecBackend:
                 conn.execute(
                     "CREATE VIRTUAL TABLE IF NOT EXISTS memories USING vec0("
                     "conversation_id TEXT partition key, "
-                    f"embedding float[{int(dim)}] distance_metric=cosine, "
+                    f"embedding float[{int(dim)}] distance_metric={metric}, "
                     "role TEXT, ts FLOAT"
                     + (f", chunk_size={int(self.chunk_size)}" if self.chunk_size and self.chunk_size != DEFAULT_CHUNK else "") + ")"
                 )
@@ -183,7 +187,7 @@ class SqliteVecBackend:
         if not rows:
             return Hits()
         ids, distances = zip(*rows)  # already best first: ORDER BY distance, then id
-        return Hits(ids, tuple(map(_similarity, distances)))
+        return Hits(ids, tuple(similarity(self._kind, d) for d in distances), tuple(map(float, distances)))
 
     def reference_query(self, vector: np.ndarray, *, k: int, where: Where) -> tuple[list[str], list[float]]:
         clauses, params = ["embedding MATCH ?", "k = ?"], [vector.tobytes(), k]
@@ -200,7 +204,7 @@ class SqliteVecBackend:
             f"WITH knn AS (SELECT rowid, distance FROM memories WHERE {' AND '.join(clauses)}) "
             "SELECT memory_ids.memory_id, knn.distance FROM knn JOIN memory_ids ON memory_ids.rowid = knn.rowid", params
         ).fetchall()
-        return [i for i, _ in rows], [1.0 - d for _, d in rows]
+        return [i for i, _ in rows], [similarity(self._kind, d) for _, d in rows]
 
     def count(self) -> int:
         conn = self._require_open()

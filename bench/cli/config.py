@@ -179,7 +179,7 @@ def check_before_work(cfg: DictConfig) -> None:
 
     from bench.selection import formats as F
     from bench.analysis.recommend import RecommendConfig
-    from bench.strategies.spec import threshold_grid
+    from bench.strategies.spec import score_bounds, threshold_grid
 
     check_required(cfg)
     check_flags(cfg)  # strict=flase is an error, not true
@@ -195,7 +195,7 @@ def check_before_work(cfg: DictConfig) -> None:
     dupes = sorted(n for n, c in names.items() if c > 1)
     if dupes:
         raise ValueError(f"strategy names must be unique within a run: {', '.join(dupes)} used twice (configs/strategy/*.yaml 'name')")
-    threshold_grid(cfg.thresholds.start, cfg.thresholds.stop, cfg.thresholds.step)
+    threshold_grid(cfg.thresholds.start, cfg.thresholds.stop, cfg.thresholds.step, bounds=score_bounds(cfg.get("score")))
     F.check_formats(cfg.get("formats") or ["A"])
     RecommendConfig.from_settings(OmegaConf.to_container(cfg, resolve=True), source="the run's config")
 

@@ -79,8 +79,11 @@ def check_settings(cfg: DictConfig) -> None:
     if cfg.depth is not None:
         _number("depth", cfg.depth, integer=True, lo=1)
     _number("warmup", cfg.warmup, integer=True, lo=0)
+    from bench.strategies.spec import score_bounds
+
+    lo, hi = score_bounds(cfg.get("score"))  # [0, 1] on the similarity; wider on a store's own score (bench.selection.basis)
     for k in ("start", "stop", "step"):
-        _number(f"thresholds.{k}", cfg.thresholds[k], lo=0, hi=1)
+        _number(f"thresholds.{k}", cfg.thresholds[k], lo=0 if k == "step" else lo, hi=hi - lo if k == "step" else hi)
     if cfg.get("ranked"):
         from bench.metrics.ranked import check_ks
 
@@ -90,7 +93,20 @@ def check_settings(cfg: DictConfig) -> None:
 
         check_ks(list(cfg.conventions.get("ks") or []), "conventions.ks")
     _unit_spec(cfg)
+    _replay(cfg)
+    _degradation_settings(cfg)
     check_before_work(cfg)  # switches, plugin keys, strategies, the report's settings (bench.cli.config)
+
+
+def _degradation_settings(cfg: DictConfig) -> None:
+    """faults, degrade and e2e (bench.replay.faults, bench.selection.degrade, bench.selection.e2e): one line naming the field."""
+    from bench.replay.faults import from_config
+    from bench.selection import degrade, e2e
+
+    c = OmegaConf.to_container(cfg, resolve=True)
+    from_config(c.get("faults"))
+    degrade.check_settings(c.get("degrade"))
+    e2e.check_settings(c.get("e2e"))
 
 
 def plain_job(cfg: DictConfig) -> tuple[pipeline.Inputs, pipeline.Settings]:
@@ -103,11 +119,25 @@ def plain_job(cfg: DictConfig) -> tuple[pipeline.Inputs, pipeline.Settings]:
         cache=Path(cfg.paths.cache), config=c, depth=cfg.depth, warmup=int(cfg.warmup),
         thresholds=(cfg.thresholds.start, cfg.thresholds.stop, cfg.thresholds.step), formats=tuple(cfg.get("formats") or ["A"]),
         encoding=cfg.tokens.encoding, ranked=c.get("ranked") or {}, conventions_ks=(c.get("conventions") or {}).get("ks"),
-        memory=_unit_spec(cfg), run_file=cfg.get("run_file"), seed=int(cfg.get("seed", 0)),
+        memory=_unit_spec(cfg), metadata_filter=c.get("filter") or None, run_file=cfg.get("run_file"), seed=int(cfg.get("seed", 0)),
         ci_method=str((cfg.get("recommend") or {}).get("ci_method", "t")), progress=bool(cfg.progress),
         trace_cache=bool(cfg.trace_cache), resume=bool(cfg.get("resume", True)), strict=as_bool("strict", cfg.get("strict", False)),
-        overrides=tuple(_overrides()), record=redacted_yaml(cfg))
+        score=str(cfg.get("score") or "similarity"),  # the score thresholds compare with (bench.selection.basis)
+        overrides=tuple(_overrides()), record=redacted_yaml(cfg), replay=_replay(cfg), live=c.get("live") or {},
+        faults=c.get("faults"), degrade=c.get("degrade") or {}, e2e=c.get("e2e") or {})
     return inputs, settings
+
+
+def _replay(cfg: DictConfig) -> str:
+    """``replay``: batch (the default) or live (bench.replay.live); ``live.batch`` checked for a live run."""
+    value = str(cfg.get("replay") or "batch")
+    if value not in ("batch", "live"):
+        raise ValueError(f"config replay: expected batch or live, got {value!r}")
+    if value == "live":
+        live = OmegaConf.to_container(cfg.live, resolve=True) if cfg.get("live") is not None else None
+        pipeline.live_batch(live)
+        pipeline.live_pace(live)
+    return value
 
 
 def _unit_spec(cfg: DictConfig):

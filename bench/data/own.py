@@ -17,6 +17,21 @@ timestamp           ISO-8601 string (no offset = UTC), or number = POSIX seconds
 session             integer >= 0, optional, default 0 (0-based session ordinal)
 ==================  ========================================================================
 
+Extra fields per memory (metadata) are declared in ``metadata.json`` beside the turns file (optional): one
+JSON object, field name -> type, or -> ``{"type": ..., "required": true}`` (a bare type is optional)::
+
+    {"memory_type": {"type": "string", "required": true}, "project": "string", "priority": "integer",
+     "score": "number", "pinned": "boolean", "tags": "string list"}
+
+Types: ``string`` (non-empty), ``integer``, ``number`` (integer or float, finite), ``boolean``, ``string list``
+(a JSON list of strings; in ``turns.csv`` a cell holding a JSON list). In ``turns.csv`` an integer, number or
+boolean cell is parsed (``true``/``false``). A field name is letters, digits and ``_`` (not starting with a digit)
+and not a turn field. A declared field absent or null on a turn is absent (an error when required). Each turn's
+values become ``Turn.metadata`` (sorted (name, value) pairs); a bad value is one error line naming file, line,
+turn and field, e.g. ``x/turns.jsonl:4 (turn_id 'D1:2'): field 'priority' must be an integer, got '2'``. Fields
+in neither the turn fields nor the schema are reported as ``unknown_field`` as always. Without ``metadata.json``
+nothing changes. Strategies filter on these fields with ``filter`` (``bench.replay.visibility.parse_filter``).
+
 Turn order = file order within a conversation (lines of different conversations may interleave);
 conversation order = order of first appearance. ``position`` is that 0-based order.
 
@@ -91,6 +106,8 @@ TURN_FIELDS = ("conversation_id", "turn_id", "role", "speaker", "text", "timesta
 QUESTION_FIELDS = ("question_id", "conversation_id", "text", "asked_at", "evidence", "category", "adversarial",
                    "answer")
 _TURN_REQUIRED = ("conversation_id", "turn_id", "role", "text")
+SCHEMA_FILE = "metadata.json"  # the metadata schema of a dataset directory (optional)
+META_TYPES = ("string", "integer", "number", "boolean", "string list")
 MAX_TEXT_CHARS = 100_000  # longest string field accepted (LongMemEval's longest turn: 5,425 characters)
 ID_SEPARATOR = "|"  # memory ids are "<conversation_id>|<turn_id>" (bench.types.memory_key)
 
@@ -152,7 +169,8 @@ class _Row:
 
 
 def _type_word(name: str) -> str:
-    return {"str": "a string", "int": "an integer", "bool": "a boolean (true/false)", "list": "a list"}.get(name, name)
+    return {"str": "a string", "int": "an integer", "bool": "a boolean (true/false)", "list": "a list",
+            "int or float": "a number"}.get(name, name)
 
 
 def _jsonl(path: Path, id_field: str) -> Iterator[_Row]:
@@ -238,9 +256,10 @@ def load_own(*, path: str | os.PathLike, name: str | None = None) -> Corpus:
     turns_by_conv: dict[str, list[Turn]] = {}
     seen_turns: dict[tuple[str, str], int] = {}
     reported: set[str] = set()
+    schema = read_schema(d / SCHEMA_FILE)
     rows = _jsonl(jsonl, "turn_id") if jsonl.exists() else _csv(csv_path)
     for row in rows:
-        _unknown(row, TURN_FIELDS, reported, defects)
+        _unknown(row, TURN_FIELDS + tuple(schema), reported, defects)
         cid = row.get("conversation_id", str, required=True, nonempty=True)
         if ID_SEPARATOR in cid:
             raise row.error("conversation_id", f"must not contain {ID_SEPARATOR!r} (it separates conversation and "
@@ -261,7 +280,7 @@ def load_own(*, path: str | os.PathLike, name: str | None = None) -> Corpus:
             raise row.error("turn_id", f"duplicate in conversation {cid!r} (first at line {seen_turns[cid, tid]})")
         seen_turns[cid, tid] = row.line
         conv = turns_by_conv.setdefault(cid, [])
-        conv.append(Turn(cid, tid, role, speaker, text, ts, len(conv), session))
+        conv.append(Turn(cid, tid, role, speaker, text, ts, len(conv), session, _metadata(row, schema)))
 
     if not turns_by_conv:
         raise ValueError(f"{jsonl if jsonl.exists() else csv_path}: holds no turns (a dataset needs at least one)")
@@ -318,6 +337,104 @@ def load_own(*, path: str | os.PathLike, name: str | None = None) -> Corpus:
     return corpus
 
 
+def read_schema(path: Path) -> dict[str, tuple[str, bool]]:
+    """``metadata.json`` -> {field: (type, required)} ({} when the file is absent); one error line per problem."""
+    if not path.exists():
+        return {}
+    file = str(path)
+    try:
+        data = json.loads(read_text(path))
+    except json.JSONDecodeError as e:
+        raise ValueError(f"{file}:{e.lineno}: malformed JSON (column {e.colno}): {e.msg}") from None
+    if not isinstance(data, dict):
+        raise ValueError(f"{file}: expected a JSON object (field name -> type), got {type(data).__name__}")
+    out: dict[str, tuple[str, bool]] = {}
+    for name, spec in data.items():
+        if not name.isidentifier() or not name.isascii():
+            raise ValueError(f"{file}: field {name!r}: a name is letters, digits and '_', not starting with a digit")
+        if name in TURN_FIELDS:
+            raise ValueError(f"{file}: field {name!r}: is a turn field already; choose another name")
+        required = False
+        if isinstance(spec, dict):
+            extra = sorted(set(spec) - {"type", "required"})
+            if extra:
+                raise ValueError(f"{file}: field {name!r}: unknown key(s) {', '.join(map(repr, extra))} (expected 'type', 'required')")
+            required = spec.get("required", False)
+            if not isinstance(required, bool):
+                raise ValueError(f"{file}: field {name!r}: 'required' must be true or false, got {short(required)}")
+            spec = spec.get("type")
+        if spec not in META_TYPES:
+            raise ValueError(f"{file}: field {name!r}: type must be one of {', '.join(map(repr, META_TYPES))}, got {short(spec)}")
+        out[name] = (spec, required)
+    return out
+
+
+def _metadata(row: _Row, schema: dict[str, tuple[str, bool]]) -> tuple[tuple[str, object], ...]:
+    """The row's declared fields, typed and checked, as sorted (name, value) pairs (absent ones left out)."""
+    out = []
+    for name in sorted(schema):
+        typ, required = schema[name]
+        value = row.data.get(name)
+        if isinstance(value, str) and row.file.endswith(".csv"):
+            value = row.data[name] = _csv_cell(row, name, typ, value)
+        if value is None:
+            if required:
+                raise row.error(name, "is required (metadata.json)")
+            continue
+        if typ == "string":
+            value = row.get(name, str, nonempty=True)
+        elif typ == "integer":
+            value = row.get(name, int)
+        elif typ == "boolean":
+            value = row.get(name, bool)
+        elif typ == "number":
+            value = row.get(name, (int, float))
+            if not math.isfinite(value):
+                raise row.error(name, f"must be a finite number, got {short(value)}")
+            value = float(value)
+        else:
+            items = row.get(name, list)
+            for i, v in enumerate(items):
+                if not isinstance(v, str) or not v.strip():
+                    raise row.error(f"{name}[{i}]", f"must be a non-empty string, got {short(v)}")
+                if unicode_problem(v):
+                    raise row.error(f"{name}[{i}]", unicode_problem(v))
+            value = tuple(items)
+        out.append((name, value))
+    return tuple(out)
+
+
+def _csv_cell(row: _Row, name: str, typ: str, cell: str):
+    """A CSV cell of a declared field as its type (left as the string when it is a string field)."""
+    try:
+        if typ == "integer":
+            return int(cell)
+        if typ == "number":
+            return float(cell)
+        if typ == "boolean":
+            return {"true": True, "false": False}[cell.strip().lower()]
+        if typ == "string list":
+            return json.loads(cell)
+    except (ValueError, KeyError):
+        word = {"integer": "an integer", "number": "a number", "boolean": "true or false",
+                "string list": "a JSON list of strings"}[typ]
+        raise row.error(name, f"must be {word}, got {short(cell)}") from None
+    return cell
+
+
+def _schema_of(corpus: Corpus) -> dict[str, str]:
+    """{field: type} of the turns' metadata (``write_own``); a field holding two types is an error."""
+    kinds = {bool: "boolean", int: "integer", float: "number", str: "string", tuple: "string list"}
+    out: dict[str, str] = {}
+    for t in corpus.turns():
+        for k, v in t.metadata:
+            typ = kinds.get(type(v))
+            if typ is None or out.setdefault(k, typ) != typ:
+                raise ValueError(f"write_own: turn {t.conversation_id!r}/{t.turn_id!r}: metadata field {k!r} "
+                                 f"holds {short(v)}, not a {out.get(k, 'known type')}")
+    return out
+
+
 def _time_out(ts: float | None) -> str | float | None:
     if ts is None:
         return None
@@ -340,12 +457,15 @@ def write_own(corpus: Corpus, out_dir: str | os.PathLike) -> Path:
                              f"(role {t.role!r}, empty id or text)")
         turns.append({"conversation_id": t.conversation_id, "turn_id": t.turn_id, "role": t.role,
                       "speaker": t.speaker, "text": t.text, "timestamp": _time_out(t.timestamp),
-                      "session": t.session})
+                      "session": t.session, **{k: list(v) if isinstance(v, tuple) else v for k, v in t.metadata}})
     for q in corpus.questions:
         questions.append({"question_id": q.question_id, "conversation_id": q.conversation_id, "text": q.text,
                           "asked_at": _time_out(q.asked_at), "evidence": list(q.evidence), "category": q.category,
                           "adversarial": q.adversarial, "answer": q.answer})
     files = {"turns.jsonl": _dump(turns), "questions.jsonl": _dump(questions)}
+    schema = _schema_of(corpus)
+    if schema:  # the types of the metadata the turns hold (every field optional)
+        files[SCHEMA_FILE] = json.dumps(schema, indent=1) + "\n"
     if out.exists():
         if not out.is_dir():
             raise ValueError(f"write_own: {out} exists and is not a directory")

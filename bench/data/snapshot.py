@@ -28,7 +28,10 @@ def to_plain(corpus: Corpus) -> dict:
     return {
         "format": FORMAT, "name": corpus.name, "source": corpus.source,
         "conversations": [{"conversation_id": c.conversation_id,
-                           **{f: [getattr(t, f) for t in c.turns] for f in TURN_FIELDS}} for c in corpus.conversations],
+                           **{f: [getattr(t, f) for t in c.turns] for f in TURN_FIELDS},
+                           # Turn.metadata, only for a corpus that has some (a corpus without keeps its bytes)
+                           **({"metadata": [[[k, list(v) if isinstance(v, tuple) else v] for k, v in t.metadata] for t in c.turns]}
+                              if any(t.metadata for t in c.turns) else {})} for c in corpus.conversations],
         "questions": {f: [list(q.evidence) if f == "evidence" else getattr(q, f) for q in corpus.questions] for f in QUESTION_FIELDS},
         "defects": {f: [getattr(d, f) for d in corpus.defects] for f in DEFECT_FIELDS},
     }
@@ -43,6 +46,9 @@ def from_plain(data: dict, *, where: str = "corpus snapshot") -> Corpus:
     for c in data["conversations"]:
         cid = c["conversation_id"]
         turns = tuple(Turn(cid, *row) for row in zip(*(c[f] for f in TURN_FIELDS)))
+        if "metadata" in c:
+            turns = tuple(Turn(cid, *row, tuple((k, tuple(v) if isinstance(v, list) else v) for k, v in m))
+                          for *row, m in zip(*(c[f] for f in TURN_FIELDS), c["metadata"]))
         convs.append(Conversation(cid, turns))
     q = data["questions"]
     questions = tuple(Question(*row[:4], tuple(row[4]), *row[5:]) for row in zip(*(q[f] for f in QUESTION_FIELDS)))

@@ -90,7 +90,8 @@ def post_json(url: str, body: bytes, *, key: str | None, timeout_s: float, max_r
     ``retry_status`` (408, 429), every 5xx and connection errors are retried up to ``max_retries`` times after
     ``Retry-After`` (capped at ``max_wait_s``) or an exponential backoff; any other 4xx raises ``error`` at once. Messages start with
     ``label``, name the URL without query or credentials and pass through ``scrub`` (the key never shows).
-    ``counts`` gets ``requests``/``retries`` incremented; ``before`` runs before each attempt (pacing).
+    ``counts`` gets ``requests``/``retries`` incremented and ``post_seconds`` (the summed wall time of the round trips that
+    succeeded, from 0 when it has none; bench.selection.e2e reads it as the network share); ``before`` runs before each attempt (pacing).
     Returns (the response body, seconds of the attempt that succeeded)."""
     headers = {"Content-Type": "application/json", "Accept": "application/json"}
     if key:
@@ -106,7 +107,9 @@ def post_json(url: str, body: bytes, *, key: str | None, timeout_s: float, max_r
         try:
             req = urllib.request.Request(url, data=body, headers=headers, method="POST")
             with _OPENER.open(req, timeout=timeout_s) as resp:
-                return resp.read(), time.perf_counter() - t0
+                raw, seconds = resp.read(), time.perf_counter() - t0
+                counts.post_seconds = getattr(counts, "post_seconds", 0.0) + seconds
+                return raw, seconds
         except urllib.error.HTTPError as e:
             msg = error_message(e.read() or b"", scrub)
             if e.code not in retry_status and e.code < 500:

@@ -397,7 +397,7 @@ def build_items(job_dir, points: Sequence[Point], *, sample: int, seed: int, fmt
     from bench.analysis.attribution import replay
     from bench.results.rundir import STRATEGIES, load_job
     from bench.strategies.spec import load_specs
-    from bench.replay.visibility import Visibility
+    from bench.replay.visibility import Visibility, parse_filter
 
     job = load_job(job_dir)
     meta = job_dir.meta()
@@ -412,7 +412,7 @@ def build_items(job_dir, points: Sequence[Point], *, sample: int, seed: int, fmt
     for p in points:
         name = full_names[0] if p.strategy == FULL and p.strategy not in specs and full_names else p.strategy
         if name == FULL and name not in specs:  # the run had no full-context strategy: every turn the question may see
-            vis = Visibility(corpus)
+            vis = Visibility(corpus, parse_filter(job.traces[0].meta.get("metadata_filter") if job.traces else None))
             chosen = {q.question_id: vis.visible_turns(q).keys for q in qs}
         else:
             spec = specs.get(name)

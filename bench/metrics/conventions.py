@@ -1,8 +1,10 @@
 """The retrieval conventions people publish (LongMemEval's), computed from a trace with LongMemEval's arithmetic.
 
 Owns the conventions table (``conventions.csv`` of a job; rendered by ``bench.report.conventions``): per
-level, metric, k and question type (and ``overall``), the mean over the scored questions. Pure functions,
-no I/O beyond ``write``.
+level, metric, k and question type (and ``overall``), the mean over the scored questions, per ``system`` (what
+ranked: the job's embedder through its store, or a lexical ranker over the same memories, ``bench.strategies.lexical``
+``haystack_rankers``; the pipeline's ``write_conventions`` writes both, and each lexical ranking as LongMemEval JSON in
+``rankings/``). Pure functions, no I/O beyond ``write`` and ``write_ranking``.
 Its per-question arithmetic is ``lme_scores`` (``recall_any``, ``recall_all`` and ``ndcg`` are views of it).
 
 Arithmetic, as LongMemEval's ``src/retrieval/eval_utils.py`` (github.com/xiaowu0162/LongMemEval; tests
@@ -41,7 +43,8 @@ KS = (1, 3, 5, 10, 20, 30, 50)
 METRICS = ("recall_any", "recall_all", "ndcg")
 OVERALL = "overall"
 FILE = "conventions.csv"
-COLUMNS = ["dataset", "embedder", "max_length", "backend", "unit", "roles", "level", "metric", "k", "question_type",
+RANKINGS = "rankings"  # folder of a job: the lexical rankings as LongMemEval JSON, <name>.json (``write_ranking``)
+COLUMNS = ["dataset", "system", "embedder", "max_length", "backend", "unit", "roles", "level", "metric", "k", "question_type",
            "n_questions", "mean", "n_abstention_excluded", "n_without_gold_excluded"]
 
 
@@ -140,12 +143,15 @@ def per_question(trace, corpus, *, unit: str, ks: Sequence[int] = KS) -> pd.Data
     return pd.DataFrame(rows, columns=["question_id", "question_type", *cols])
 
 
-def table(trace, corpus, *, unit: str, roles: str, embedder: str, max_length, ks: Sequence[int] = KS) -> pd.DataFrame:
-    """The tidy conventions table (COLUMNS) of one trace: per level, metric, k and question type (then ``overall``)."""
+def table(trace, corpus, *, unit: str, roles: str, embedder: str, max_length, ks: Sequence[int] = KS,
+          system: str | None = None) -> pd.DataFrame:
+    """The tidy conventions table (COLUMNS) of one trace: per level, metric, k and question type (then ``overall``).
+    ``system``: what ranked (default: the embedder; a lexical ranker's name, ``bench.strategies.lexical``, with
+    ``embedder`` "none" and ``max_length`` None)."""
     rows = per_question(trace, corpus, unit=unit, ks=ks)
     n_abs = sum(1 for q in corpus.questions if q.adversarial)
     n_nogold = sum(1 for q in corpus.questions if not q.adversarial and not q.evidence)
-    base = {"dataset": corpus.name, "embedder": embedder, "max_length": max_length, "backend": trace.meta.get("backend"),
+    base = {"dataset": corpus.name, "system": embedder if system is None else system, "embedder": embedder, "max_length": max_length, "backend": trace.meta.get("backend"),
             "unit": unit, "roles": roles}
     types = sorted(rows["question_type"].unique()) + [OVERALL]
     out = []
@@ -162,9 +168,26 @@ def table(trace, corpus, *, unit: str, roles: str, embedder: str, max_length, ks
     return pd.DataFrame(out, columns=COLUMNS)
 
 
+def ranking_trace(rankings: dict[str, Sequence[str]], *, backend: str):
+    """A trace-like view of rankings computed without a store (``table``: question_id, hit_ids; ``meta``: backend)."""
+    from types import SimpleNamespace
+
+    return SimpleNamespace(table=pd.DataFrame({"question_id": list(rankings), "hit_ids": [list(v) for v in rankings.values()]}),
+                           meta={"backend": backend})
+
+
 def pick_trace(traces: Sequence):
     """The trace of every memory (no role filter) when the job has one, else its first."""
     return next((t for t in traces if not t.meta.get("roles")), traces[0])
+
+
+def write_ranking(path: Path, rankings: dict[str, Sequence[str]]) -> Path:
+    """``rankings`` as the JSON LongMemEval-style scorers take, {question_id: [memory id, ...]} best first."""
+    import json
+
+    from bench.output import write_atomic
+
+    return write_atomic(Path(path), lambda tmp: Path(tmp).write_text(json.dumps({q: list(v) for q, v in rankings.items()})))
 
 
 def write(path: Path, df: pd.DataFrame) -> Path:

@@ -20,6 +20,7 @@ Every long step has a progress bar (``progress=True``).
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import time
@@ -37,8 +38,8 @@ from bench.embedders.base import Embedder, embed_side
 from bench.embedders.cache import CachedEmbedder
 from bench.output import redact, write_atomic
 from bench.run import run_id, sha256_file
-from bench.types import Corpus, MemoryBatch, Turn, memory_key
-from bench.replay.visibility import Visibility, question_filter
+from bench.types import Corpus, Hits, MemoryBatch, Turn, memory_key
+from bench.replay.visibility import Visibility, filter_spec, meta_admits, question_filter
 
 log = logging.getLogger(__name__)
 
@@ -47,6 +48,9 @@ log = logging.getLogger(__name__)
 # descending, then key), 0 when the question may not see it (another role, said later, or not in the corpus).
 TRACE_COLUMNS = ["question_id", "conversation_id", "latency_ns", "hit_ids", "hit_scores", "exact_scores",
                  "gold_ids", "gold_exact_ranks"]
+# native_scores: per hit the store's own score (its distance, its negative inner product...: bench.backends.scores),
+# parallel to hit_scores (the similarity made from it); NaN where the store gave none. meta["score"] says what it is.
+TRACE_COLUMNS += ["native_scores"]
 EMBED_CHUNK = 16_384  # texts per embedder call (bounds the embedder's working memory; one cache shard each)
 
 
@@ -124,6 +128,7 @@ def batches(turns: Sequence[Turn], vectors: np.ndarray, size: int) -> Iterator[M
             roles=tuple(t.role for t in chunk),
             timestamps=tuple(float(t.timestamp or 0.0) for t in chunk),
             positions=tuple(t.position for t in chunk),
+            metadata=tuple(t.metadata for t in chunk) if any(t.metadata for t in chunk) else (),
         )
 
 
@@ -169,18 +174,33 @@ def build_trace(
     batch_size: int = INGEST_BATCH,
     progress: bool = True,
     fidelity_k: int = 10,
+    metadata: tuple[tuple[str, str, object], ...] | None = None,
+    faults=None,
 ) -> Trace:
     """Ingest the corpus into ``backend`` and search each question once with ``k=depth``.
 
-    The store lives for this call only (``bench.backends.session``): opened, filled, searched, then
-    dropped and closed, also when something fails."""
+    ``metadata``: a metadata filter (``bench.replay.visibility.parse_filter``) in every question's ``Where``: pushed
+    down into a store with ``metadata`` in its filters, else applied by ``PostFiltered`` (over-fetch, then filter;
+    its time counts as the store's). The store lives for this call only (``bench.backends.session``): opened, filled,
+    searched, then dropped and closed, also when something fails. ``faults`` (``bench.replay.faults.Faults``): the store
+    behind injected faults (around the post-filter, when there is one), recorded per question in ``meta["faults"]``."""
     if depth <= 0:
         raise ValueError(f"search depth must be positive (got {depth})")
     depth = min(depth, backend.capabilities.max_k)
     turns = corpus.turns()
     tv, qv, emb_stats = embed_corpus(corpus, embedder, progress=progress)
     questions = corpus.questions
-    wheres = [question_filter(q, roles=roles) for q in questions]
+    wheres = [question_filter(q, roles=roles, metadata=metadata) for q in questions]
+    filtered_by = None
+    if metadata:
+        filtered_by = "store" if pushes_down(backend, metadata, turns) else "post-filtered by recallbench"
+        if filtered_by != "store":
+            backend = PostFiltered(backend, {t.key for t in turns if meta_admits(metadata, t.metadata)})
+    fault_record = None
+    if faults is not None:
+        from bench.replay.faults import wrap
+
+        backend, fault_record = wrap(backend, faults, questions, qv, wheres)
 
     with open_session(backend, dim=int(tv.shape[1]) if len(tv) else embedder.dim) as session:
         ingest = session.ingest(batches(turns, tv, batch_size), total=-(-len(turns) // batch_size), progress=progress)
@@ -189,7 +209,7 @@ def build_trace(
         collections = getattr(backend, "n_collections", 1)  # bench.backends.layout: one per conversation, or 1
     hit_ids = [h.ids for h in timed.hits]  # columnar Hits: two references per question
     hit_scores = [h.scores for h in timed.hits]
-    broken = contract_violations(corpus, hit_ids, hit_scores, roles=roles, k=depth)
+    broken = contract_violations(corpus, hit_ids, hit_scores, roles=roles, k=depth, metadata=metadata)
     if broken:
         raise StoreContractError(f"store {backend.name} broke the search contract (bench/backends/base.py) {broken}; "
                                  "its results are not scored")
@@ -197,7 +217,9 @@ def build_trace(
 
     t_exact = time.perf_counter()
     exact, gold_ids, gold_ranks, store = exact_pass(corpus, tv, qv, hit_ids, hit_scores, roles=roles, k=fidelity_k,
-                                                     depth=depth, progress=progress)
+                                                     depth=depth, progress=progress, metadata=metadata)
+    if fault_record is not None:  # a failed query's empty answer is the injected fault's, not a short list of the store
+        _discount_faults(store, fault_record, corpus, roles, metadata)
     if store["short_results"]:
         log.warning("store %s returned fewer hits than asked on %d of %d questions (%s); fidelity@%d vs exact %.3f: "
                     "its ANN index filters after its candidate list (see short_results in meta.json)", backend.name,
@@ -208,6 +230,7 @@ def build_trace(
                           "hit_ids": list(map(list, hit_ids)), "hit_scores": list(map(list, hit_scores)), "exact_scores": exact,
                           "gold_ids": gold_ids, "gold_exact_ranks": gold_ranks},
                          columns=TRACE_COLUMNS)
+    table["native_scores"] = [list(h.native) if len(h.native) == len(h.ids) else [float("nan")] * len(h.ids) for h in timed.hits]
     nq = len(questions)
     meta = {
         "dataset": corpus.name,
@@ -218,6 +241,7 @@ def build_trace(
         "embedder": embedder.model_id,
         "depth": depth,
         "roles": list(roles) if roles else None,
+        **({"metadata_filter": filter_spec(metadata), "metadata_filtered_by": filtered_by} if metadata else {}),
         "n_memories": len(turns),
         "ingest_seconds": ingest.add_seconds,  # time inside backend.add only
         "ingest_per_second": len(turns) / ingest.add_seconds if ingest.add_seconds else None,
@@ -236,9 +260,25 @@ def build_trace(
         "measured_in": run_id(),  # the run whose store calls these latencies are: a cached trace keeps it (bench.run.run_id)
         **emb_stats,
     }
+    meta["score"] = score_meta(backend)  # the store's metric, its native score and the conversion to a similarity
+    if fault_record is not None:
+        meta["faults"] = fault_record
     log.info("trace: %d questions on %s (ingest %.1fs, ready %.2fs, search %.1fs of which store %.1fs)", nq, backend.name,
              meta["ingest_seconds"], meta["ready_seconds"], loop_ns / 1e9, store_ns / 1e9)
     return Trace(table, meta)
+
+
+def _discount_faults(store: dict, fault_record: dict, corpus: Corpus, roles, metadata=None) -> None:
+    """``short_results`` (and its rate and example) without the questions the injected faults failed
+    (``bench.replay.faults``); fidelity still counts them (the store gave nothing). ``metadata``: the trace's filter,
+    as ``exact_pass`` counted short lists under it."""
+    vis = Visibility(corpus, metadata)
+    failed = {q for ids in fault_record["failed"].values() for q in ids}
+    n = sum(1 for q in corpus.questions if q.question_id in failed and vis.mask(q, roles).any())
+    store["short_results"] -= n
+    store["short_result_rate"] = store["short_results"] / len(corpus.questions) if corpus.questions else float("nan")
+    if any(store["short_example"].startswith(f"question {q!r}:") for q in failed):
+        store["short_example"] = ""
 
 
 SCORE_SLACK = 1e-3  # a similarity is a cosine of L2-normalised float32 vectors: [-1, 1], plus float32 rounding
@@ -249,13 +289,13 @@ class StoreContractError(RuntimeError):
 
 
 def contract_violations(corpus: Corpus, hit_ids: Sequence[Sequence[str]], hit_scores: Sequence[Sequence[float]], *,
-                        roles: tuple[str, ...] | None, k: int, examples: int = 3) -> str:
+                        roles: tuple[str, ...] | None, k: int, examples: int = 3, metadata=None) -> str:
     """'' when every question's hits keep the search contract, else one line: on how many questions it broke, by kind,
     and the first ``examples`` hits that broke it (question, filter, hit). Checked for every store, once, after the
     timed loop: every id is a memory of the corpus the question may see (``bench.replay.visibility``: its conversation, its
     ``roles``, said at or before ``asked_at``: the filter the store was given), no id twice, at most ``k`` hits,
     similarities finite, within [-1, 1] (``SCORE_SLACK`` for rounding) and best first."""
-    vis = Visibility(corpus)
+    vis = Visibility(corpus, metadata)
     kinds: dict[str, int] = {}
     shown: list[str] = []
     bad_questions = 0
@@ -279,6 +319,8 @@ def contract_violations(corpus: Corpus, hit_ids: Sequence[Sequence[str]], hit_sc
                                                               f"(filter conversation_id={q.conversation_id!r})"))
             elif roles is not None and vis.role[row] not in roles:
                 found.append(("filter ignored: role", f"hit {ids[j]!r} has role {vis.role[row]!r} (filter roles={list(roles)})"))
+            elif vis.meta_ok is not None and not vis.meta_ok[row]:
+                found.append(("filter ignored: metadata", f"hit {ids[j]!r} fails the metadata filter {filter_spec(metadata)}"))
             else:
                 found.append(("filter ignored: time", f"hit {ids[j]!r} was said at {vis.ts[row]:.0f}, after the filter's "
                                                       f"before={q.asked_at!r}"))
@@ -303,11 +345,11 @@ def contract_violations(corpus: Corpus, hit_ids: Sequence[Sequence[str]], hit_sc
 
 def exact_pass(corpus: Corpus, tv: np.ndarray, qv: np.ndarray, hit_ids: Sequence[Sequence[str]],
                 hit_scores: Sequence[Sequence[float]], *, roles, k: int, depth: int,
-                progress: bool = False) -> tuple[list[list[float]], list[list[str]], list[list[int]], dict]:
+                progress: bool = False, metadata=None) -> tuple[list[list[float]], list[list[str]], list[list[int]], dict]:
     """One pass over the questions, one matrix product per question over its conversation: the exact cosine of
     every hit, each gold memory's exact rank (``gold_ids``/``gold_exact_ranks``, see TRACE_COLUMNS) and the
     store metrics (see store_metrics)."""
-    vis = Visibility(corpus)
+    vis = Visibility(corpus, metadata)
     exact: list[list[float]] = [[] for _ in hit_ids]
     gold_ids: list[list[str]] = [[] for _ in hit_ids]
     gold_ranks: list[list[int]] = [[] for _ in hit_ids]
@@ -382,9 +424,10 @@ def _views(vis: Visibility, corpus: Corpus, tv: np.ndarray, qv: np.ndarray, *, p
             bar.update(len(qis))
 
 
-def exact_top(corpus: Corpus, tv: np.ndarray, qv: np.ndarray, *, roles: tuple[str, ...] | None, k: int) -> list[list[str]]:
+def exact_top(corpus: Corpus, tv: np.ndarray, qv: np.ndarray, *, roles: tuple[str, ...] | None, k: int,
+              metadata=None) -> list[list[str]]:
     """The exact top-k keys per question (same filters as the store), from the cached vectors."""
-    vis = Visibility(corpus)
+    vis = Visibility(corpus, metadata)
     out: list[list[str]] = [[] for _ in corpus.questions]
     for qi, start, sims in _views(vis, corpus, tv, qv):
         out[qi] = [str(x) for x in vis.top(start, vis.local(corpus.questions[qi], roles), sims, k)]
@@ -417,5 +460,57 @@ def disk_bytes(path) -> int | None:
     return sum(used(f) for f in p.rglob("*") if f.is_file()) if p.exists() else None
 
 
+def score_meta(backend) -> dict:
+    """What the trace's ``native_scores`` are: the store's metric, the kind of number it returns, the conversion."""
+    from bench.backends.scores import describe
+
+    metric = getattr(backend, "metric", "cosine")
+    scores = dict(getattr(backend.capabilities, "scores", ()))
+    return describe(backend.name, metric, scores.get(metric))
+
+
 def vars_of(obj) -> dict:
     return {name: getattr(obj, name) for name in obj.__slots__} if hasattr(obj, "__slots__") else dict(vars(obj))
+
+
+def pushes_down(backend: Backend, metadata, turns: Sequence[Turn]) -> bool:
+    """True when ``backend`` applies the metadata filter ``metadata`` itself: ``metadata`` among its filters, and no
+    condition on a string-list field (stores keep scalar fields only; a list field is always post-filtered)."""
+    if "metadata" not in backend.capabilities.filters:
+        return False
+    names = {name for name, _, _ in metadata}
+    return not any(isinstance(v, tuple) for t in turns for name, v in t.metadata if name in names)
+
+
+class PostFiltered:
+    """A store that cannot apply the metadata filter, searched as if it could: the search without the metadata
+    conditions, over-fetching (4x k, then 4x more while the filter leaves fewer than k and the store had more), then
+    the hits whose memory passes (``allowed``: the keys that pass, from ``bench.replay.visibility.meta_admits``).
+    Everything else is the store's own (attribute access is forwarded)."""
+
+    OVERFETCH = 4
+
+    def __init__(self, inner: Backend, allowed: set[str]) -> None:
+        self._inner, self._allowed = inner, allowed
+
+    def __getattr__(self, name):
+        return getattr(self._inner, name)
+
+    def search(self, vector: np.ndarray, *, k: int, where) -> "Hits":
+        if not where.metadata:
+            return self._inner.search(vector, k=k, where=where)
+        bare = dataclasses.replace(where, metadata=None)
+        top = self._inner.capabilities.max_k
+        kk = min(k * self.OVERFETCH, top)
+        while True:
+            hits = self._inner.search(vector, k=kk, where=bare)
+            keep = [j for j, i in enumerate(hits.ids) if i in self._allowed]
+            if len(keep) >= k or len(hits) < kk or kk >= top:
+                keep = keep[:k]
+                return Hits(tuple(hits.ids[j] for j in keep), tuple(hits.scores[j] for j in keep),
+                            tuple(hits.native[j] for j in keep) if hits.native else ())
+            kk = min(kk * self.OVERFETCH, top)
+
+    def reference_query(self, vector: np.ndarray, *, k: int, where) -> tuple[list[str], list[float]]:
+        hits = self.search(vector, k=k, where=where)
+        return list(hits.ids), list(hits.scores)

@@ -6,6 +6,12 @@ role is among ``roles`` (None = every role) and it was said at or before the que
 without a timestamp counts as said at 0.0 (so a question with ``asked_at >= 0`` sees it). Stores
 apply the same rule through a ``Where`` (``bench.backends.base``).
 
+Metadata (``Where.metadata``, from a run's ``filter`` setting, ``parse_filter``): a memory is also visible only when
+every condition holds on its ``Turn.metadata`` (``meta_admits``): ``eq`` (on a string list: the list holds the
+value), ``in`` (one of the values; on a string list: holds one of them), ``gte``/``lte``/``gt``/``lt`` (integer and
+number fields). A memory without the field fails the condition. Stores that can apply it natively do
+(``metadata`` in their ``Capabilities.filters``); for the others the trace post-filters (``bench.replay.trace``).
+
 Two forms, the same results:
 
 * scalar: ``question_filter`` (a question's ``Where``), ``admits`` (one memory's fields against a
@@ -20,7 +26,7 @@ memories' exact ranks) uses it; exact stores order their hits the same way.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from functools import cached_property
 from operator import itemgetter
 
@@ -29,22 +35,122 @@ import numpy as np
 from bench.types import Corpus, Question, Turn, Where
 
 
-def question_filter(q: Question, *, roles: tuple[str, ...] | None = None) -> Where:
-    """What a question may see: its own conversation, the roles given, turns said at or before it was asked."""
-    return Where(conversation_id=q.conversation_id, roles=roles, before=q.asked_at)
+def question_filter(q: Question, *, roles: tuple[str, ...] | None = None,
+                    metadata: tuple[tuple[str, str, object], ...] | None = None) -> Where:
+    """What a question may see: its own conversation, the roles given, turns said at or before it was asked
+    (and, with ``metadata``, whose metadata passes those conditions)."""
+    return Where(conversation_id=q.conversation_id, roles=roles, before=q.asked_at, metadata=metadata or None)
 
 
-def admits(where: Where, *, conversation_id: str, role: str, timestamp: float | None) -> bool:
+def admits(where: Where, *, conversation_id: str, role: str, timestamp: float | None, metadata=()) -> bool:
     """True when a memory with these fields passes ``where`` (a missing timestamp counts as 0.0)."""
     return (
         (where.conversation_id is None or conversation_id == where.conversation_id)
         and (where.roles is None or role in where.roles)
         and (where.before is None or (timestamp or 0.0) <= where.before)
+        and (not where.metadata or meta_admits(where.metadata, metadata))
     )
 
 
 def visible(turn: Turn, where: Where) -> bool:
-    return admits(where, conversation_id=turn.conversation_id, role=turn.role, timestamp=turn.timestamp)
+    return admits(where, conversation_id=turn.conversation_id, role=turn.role, timestamp=turn.timestamp,
+                  metadata=turn.metadata)
+
+
+FILTER_OPS = ("eq", "in", "gte", "lte", "gt", "lt")
+_RANGE = {"gte": lambda a, b: a >= b, "lte": lambda a, b: a <= b, "gt": lambda a, b: a > b, "lt": lambda a, b: a < b}
+
+
+def parse_filter(spec: Mapping | None, *, source: str = "filter") -> tuple[tuple[str, str, object], ...] | None:
+    """A metadata filter as written in a config -> ``Where.metadata`` conditions (sorted), None when empty.
+
+    ``{memory_type: [fact, preference], project: alpha, priority: {gte: 2, lt: 5}}``: a scalar is equality, a list
+    is membership, a mapping holds operators (``eq in gte lte gt lt``). One error line naming the field otherwise."""
+    if not spec:
+        return None
+    if not isinstance(spec, Mapping):
+        raise ValueError(f"{source}: must be a mapping field -> value, list or {{op: value}}, got {spec!r}")
+    conds: list[tuple[str, str, object]] = []
+    for name, value in spec.items():
+        ops = dict(value) if isinstance(value, Mapping) else {"in" if _is_list(value) else "eq": value}
+        if not ops:
+            raise ValueError(f"{source}: field {name!r}: an empty mapping filters nothing; give {{op: value}}")
+        for op, v in ops.items():
+            if op not in FILTER_OPS:
+                raise ValueError(f"{source}: field {name!r}: unknown operator {op!r} (one of {', '.join(FILTER_OPS)})")
+            if op == "in":
+                if not _is_list(v) or not v or not all(_scalar(x) for x in v):
+                    raise ValueError(f"{source}: field {name!r}: 'in' takes a non-empty list of strings, numbers or booleans, "
+                                     f"got {v!r}")
+                v = tuple(v)
+            elif op == "eq":
+                if not _scalar(v):
+                    raise ValueError(f"{source}: field {name!r}: 'eq' takes a string, number or boolean, got {v!r}")
+            elif isinstance(v, bool) or not isinstance(v, (int, float)):
+                raise ValueError(f"{source}: field {name!r}: {op!r} takes a number, got {v!r}")
+            conds.append((str(name), op, v))
+    return tuple(sorted(conds, key=lambda c: (c[0], c[1], repr(c[2]))))
+
+
+def check_filter(conds, corpus: Corpus, *, source: str = "filter") -> None:
+    """ValueError (one line) when a condition names a field no memory of ``corpus`` holds, or asks a range of a field
+    that is not a number (a filter that silently hides every memory is a typo, not a measurement)."""
+    kinds: dict[str, set[str]] = {}
+    for t in corpus.turns():
+        for k, v in t.metadata:
+            kinds.setdefault(k, set()).add("number" if isinstance(v, (int, float)) and not isinstance(v, bool) else type(v).__name__)
+    for name, op, value in conds or ():
+        if name not in kinds:
+            known = ", ".join(sorted(kinds)) or ("none: an own-format dataset declares them in its metadata.json; memory "
+                                                 "units other than memory.unit=turn keep none")
+            raise ValueError(f"{source}: field {name!r} is not a metadata field of corpus {corpus.name!r} (its fields: {known})")
+        if op in _RANGE and kinds[name] != {"number"}:
+            raise ValueError(f"{source}: field {name!r}: {op!r} needs an integer or number field, it holds {sorted(kinds[name])}")
+        for v in (value if op == "in" else (value,)) if op not in _RANGE else ():
+            kind = "number" if isinstance(v, (int, float)) and not isinstance(v, bool) else type(v).__name__
+            if kind not in kinds[name] and not (kind == "str" and "tuple" in kinds[name]):
+                raise ValueError(f"{source}: field {name!r}: {v!r} is a {kind}, the field holds {sorted(kinds[name])} "
+                                 f"(a filter value of another type matches nothing)")
+
+
+def filter_spec(conds: tuple[tuple[str, str, object], ...] | None) -> dict | None:
+    """``parse_filter``'s conditions back as a plain mapping (JSON-able: meta.json, cache keys)."""
+    if not conds:
+        return None
+    out: dict[str, dict] = {}
+    for name, op, v in conds:
+        out.setdefault(name, {})[op] = list(v) if isinstance(v, tuple) else v
+    return out
+
+
+def meta_admits(conds, metadata) -> bool:
+    """True when every condition holds on ``metadata`` ((name, value) pairs or a mapping); see the module docstring."""
+    fields = metadata if isinstance(metadata, Mapping) else dict(metadata)
+    for name, op, v in conds:
+        if name not in fields:
+            return False
+        have = fields[name]
+        if op in _RANGE:
+            if isinstance(have, (bool, tuple, str)) or not _RANGE[op](have, v):
+                return False
+            continue
+        want = v if op == "in" else (v,)
+        values = have if isinstance(have, tuple) else (have,)
+        if not any(_same(a, b) for a in values for b in want):
+            return False
+    return True
+
+
+def _same(a, b) -> bool:
+    return a == b and isinstance(a, bool) == isinstance(b, bool)  # true is not 1
+
+
+def _is_list(v) -> bool:
+    return isinstance(v, Sequence) and not isinstance(v, str)
+
+
+def _scalar(v) -> bool:
+    return isinstance(v, (str, int, float, bool))
 
 
 class Memories(tuple):
@@ -82,8 +188,10 @@ class Visibility:
     within it (conversation order).
     """
 
-    def __init__(self, corpus: Corpus) -> None:
+    def __init__(self, corpus: Corpus, metadata: tuple[tuple[str, str, object], ...] | None = None) -> None:
         turns = corpus.turns()
+        # per row: passes the metadata filter (None: no filter); applied by ``mask`` for every question
+        self.meta_ok = np.array([meta_admits(metadata, t.metadata) for t in turns], dtype=bool) if metadata else None
         self.keys = np.array([t.key for t in turns], dtype=object)
         self.row_of = {k: i for i, k in enumerate(self.keys.tolist())}
         self.ts = np.array([float(t.timestamp or 0.0) for t in turns])
@@ -117,6 +225,8 @@ class Visibility:
             out = ok[start:end].copy()
         if q.asked_at is not None:
             out &= self.ts[start:end] <= q.asked_at
+        if self.meta_ok is not None:
+            out &= self.meta_ok[start:end]
         return out
 
     def local(self, q: Question, roles: tuple[str, ...] | None = None) -> np.ndarray:

@@ -12,6 +12,7 @@ names. Re-run at any time (``make report``).
 
 from __future__ import annotations
 
+import json
 import logging
 import math
 from collections.abc import Mapping
@@ -822,6 +823,7 @@ def write_report(run_dir: Path, a: Analysis | None) -> Path:
         plumbing = ", ".join(C(e) for e in dict.fromkeys(summary.loc[~flags, "embedder"]))
         lines += [f"> **Plumbing embedder**: {plumbing} is test-only: shown beside the others for comparison, never recommended; "
                   "do not quote its numbers.", ""]
+    lines += score_basis_lines(jobs)  # what the thresholds compare with, when it is not the cosine (bench.selection.basis)
     cover = coverage_section(jobs)
     for w in (w for w in cover if w.startswith("**Warning:**")):  # also on top: nothing below means much for that language
         lines += [f"> {w}", ""]
@@ -833,6 +835,9 @@ def write_report(run_dir: Path, a: Analysis | None) -> Path:
     if len(lat):
         lines += ["## Store latency (per query, store call only, warm-up discarded)", "", *like,
                   _table(named(lat), ["dataset", "configuration", "layout", "depth", "latency_p50_ms", "latency_p95_ms", "latency_p99_ms", "latency origin"]), ""]
+    from bench.report import degradation
+
+    lines += degradation.section(run)  # end-to-end latency per query, timeouts and store faults (bench.selection.e2e, .degrade)
     lines += cover
     if run.has("answers.md"):  # written by `recallbench answer` (bench.evaluation.qa)
         lines += ["## Answer-level metrics (LLM reader and judge)", "",
@@ -869,6 +874,16 @@ def write_report(run_dir: Path, a: Analysis | None) -> Path:
                         + (f", e.g. {E(t['short_example'])}" if t.get('short_example') else "") for j, t in short_lists),
                       "", "Recall and fidelity of these stores are lower than the exact store's for that reason "
                       "(README, short lists); see Store metrics in the appendix.", ""]
+        filtered = [(j, t) for j, t in traces if t.get("metadata_filter")]
+        if filtered:  # every question's search was narrowed to memories whose metadata passes: say so, and who applied it
+            lines += ["## Metadata filter", "",
+                      *(f"- {E(names.config(j.get('embedder'), t['backend'], multi_embedder=multi_emb, short=short))}: "
+                        f"filter {C(json.dumps(t['metadata_filter'], sort_keys=True))}, "
+                        + ("applied in the store (pushed down)" if t.get("metadata_filtered_by") == "store" else
+                           "**post-filtered by recallbench** (the store cannot filter on metadata: over-fetched, then filtered; "
+                           "its latency includes the over-fetch)") for j, t in filtered),
+                      "", "Memories failing the filter are invisible to every question, for the store, the exact ranks and "
+                      "the baselines alike (bench/replay/visibility.py); a gold memory failing it counts as a miss.", ""]
     app += ranked_section(run)
     app += conventions.section(run)  # the published conventions (LongMemEval's arithmetic), every k and type
     lines += systems_section(run)  # imported rankings beside ours: a comparison the user asked for, main body
@@ -885,7 +900,9 @@ def write_report(run_dir: Path, a: Analysis | None) -> Path:
         depth = f"depth {j['depth']}" + (f" (**{cut} questions had more eligible memories than the depth**: their candidates were truncated)" if cut else "")
         app.append(f"- dataset {C(j['dataset'])}, embedder {C(j['embedder'])}, store {C(j['backend'])}, {depth}, "
                    f"{j['n_memories']} memories, ingest {j['ingest_seconds']:.1f} s, ready after {j['ready_seconds']:.2f} s, "
-                   f"measured {E(j['measured_at'])}{reuse}; tokens {C(j.get('tokens_encoding'))}")
+                   f"measured {E(j['measured_at'])}{reuse}; tokens {C(j.get('tokens_encoding'))}"
+                   + (f"; live replay: {j.get('live_batch')} turn(s) per write, never waited on, questions asked in timeline "
+                      f"order ({E(j.get('asked_at_rule') or '')}; live/ tables)" if j.get("replay") == "live" else ""))
     if failed:
         app += ["", f"**{len(failed)} job(s) failed** (their results are absent from every table):", ""]
         app += [f"- {C(f.get('job', run_dir.name))} ({E(' '.join(f.get('overrides', [])))}): {E(f['reason'])}" for f in failed]
@@ -902,3 +919,12 @@ def write_report(run_dir: Path, a: Analysis | None) -> Path:
     path = run.write_text(REPORT_MD, text)
     html_report.write_html(run_dir, text)
     return path
+
+
+def score_basis_lines(jobs: list[dict]) -> list[str]:
+    """A quoted line per distinct score basis other than the cosine (``score=native | one_minus_distance``): what a
+    threshold is compared with and the cosine 0.3 stands for (``bench.selection.basis.threshold_line``)."""
+    from bench.selection.basis import threshold_line
+
+    found = dict.fromkeys(line for j in jobs for t in j.get("traces") or [j] for line in [threshold_line(t)] if line)
+    return [x for line in found for x in (f"> **Score**: {line}", "")]

@@ -10,6 +10,8 @@ A **job** directory (a single run, or ``job<N>/`` of a multirun) holds what one 
     strategies.json      each strategy: name, kind, roles, params and its plain config (``load_specs`` rebuilds it)
     dataset_card.md      the corpus's card (sizes, label defects)
     trace[_<roles>]/     the trace of each role filter (``bench.replay.trace.Trace``)
+    degradation.csv      recall and tokens kept under per-query timeouts and injected store faults (bench.selection.degrade)
+    latency_e2e.csv      per query: embedding, store, injected-text time (bench.selection.e2e); _summary.csv: p50/p99 per part
     config_resolved.yaml the command's resolved config, secrets redacted: report-time settings (recommend, regress)
     failed.json          instead of the results when the job failed; faults.json: faults it survived
 

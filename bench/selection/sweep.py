@@ -32,8 +32,9 @@ from bench.selection.formats import TokenTable, check_formats
 from bench.strategies.spec import Selection, StrategySpec, threshold_grid  # noqa: F401  (threshold_grid: re-exported)
 from bench.strategies.vector import lowest_passing, passes
 from bench.replay.trace import Trace
+from bench.selection.basis import flips_thresholds
 from bench.types import Corpus, Hits, memory_key
-from bench.replay.visibility import Visibility
+from bench.replay.visibility import Visibility, parse_filter
 
 _ID = attrgetter("id")
 SUMMARY_KEYS = ["dataset", "embedder", "backend", "layout", "strategy", "threshold", "format"]
@@ -270,7 +271,7 @@ def sweep(
     key = (id(trace), id(corpus), id(token_counts), id(format_tokens), separator_tokens)
     prepared = shared.get("sweep") if shared is not None else None
     if prepared is None or prepared[0] != key:
-        prepared = (key, (trace, corpus, token_counts, format_tokens), *_contexts(trace, corpus, questions, Visibility(corpus), roles), {})
+        prepared = (key, (trace, corpus, token_counts, format_tokens), *_contexts(trace, corpus, questions, Visibility(corpus, parse_filter(trace.meta.get("metadata_filter"))), roles), {})
         if shared is not None:
             shared["sweep"] = prepared  # the objects are held too: their ids stay theirs while the entry lives
     _, _, ctx, views, cache = prepared
@@ -293,7 +294,9 @@ def sweep(
     tok: dict[str, list] = {f: [] for f in formats}  # format -> chunks
     order = replay_order([c.question for c in ctx])
     prefixes = None
+    flip = flips_thresholds(trace)  # a distance basis (bench.selection.basis): scores are -d, a threshold t is -t
     for spec in strategies:
+        seen = partial(_seen, flip and spec.threshold_on == "similarity")
         kind = spec.kind
         rule = _prefix_rule(spec)
         if rule is not None and prefixes is None:
@@ -301,17 +304,17 @@ def sweep(
             if prefixes is None:
                 prefixes = cache["prefixes"] = _Prefixes(ctx, cost, token_counts, separator_tokens, format_tokens, exact_a)
         if rule is not None and spec.thresholded:
-            prefixes.prepare(spec.thresholds or thresholds)
+            prefixes.prepare([seen(t) for t in spec.thresholds or thresholds])
         for t in (spec.thresholds or thresholds) if spec.thresholded else (None,):
             chosen = None if record is None else record.setdefault((spec.name, None if t is None else round(float(t), 10)), {})
             if rule is not None:  # a prefix strategy: the first n hits, n for every question at once
-                _prefix_rows(spec, rule, t, ctx, prefixes, cols, tok, formats, cost, answers, chosen)
+                _prefix_rows(spec, rule, t, ctx, prefixes, cols, tok, formats, cost, answers, chosen, seen(t))
                 continue
             state: dict[str, object] = {}
             results: list[Selection | None] = [None] * len(ctx)
             for i in order if spec.stateful else range(len(ctx)):
                 c = ctx[i]
-                kw = {"question": c.question, "eligible": c.eligible, "threshold": t}
+                kw = {"question": c.question, "eligible": c.eligible, "threshold": seen(t)}
                 if spec.needs_tokens:
                     kw["tokens"] = token_counts
                 if spec.calibrated:
@@ -359,12 +362,19 @@ def sweep(
     return _frame(trace, ctx, cols, tok, embedder)
 
 
+def _seen(flip: bool, t):
+    """The threshold a strategy compares its scores with: ``-t`` when the scores are negated distances."""
+    return -t if flip and t is not None else t
+
+
 def _prefix_rows(spec: StrategySpec, rule, t, ctx: list[_Ctx], pre: _Prefixes, cols: dict, tok: dict, formats, cost,
-                 answers: AnswerIndex, chosen: dict | None) -> None:
-    """The rows of a prefix strategy at threshold ``t``, the same as calling it question by question."""
+                 answers: AnswerIndex, chosen: dict | None, t_seen=None) -> None:
+    """The rows of a prefix strategy at threshold ``t`` (compared with the scores as ``t_seen``: ``t`` unless the sweep
+    negates it for a distance basis), the same as calling it question by question."""
+    t_seen = t if t_seen is None else t_seen
     nq = len(ctx)
     idx = np.arange(nq)
-    n = np.array(rule(pre.n_hits, pre.n_above(t) if t is not None else np.zeros(nq, np.int64)), dtype=np.int64)  # a copy
+    n = np.array(rule(pre.n_hits, pre.n_above(t_seen) if t is not None else np.zeros(nq, np.int64)), dtype=np.int64)  # a copy
     n_cor = pre.correct[idx, n]
     sat = n == pre.n_hits
     costs = {}
@@ -377,7 +387,7 @@ def _prefix_rows(spec: StrategySpec, rule, t, ctx: list[_Ctx], pre: _Prefixes, c
     a_rec, a_cont = rec[idx, n], cont[idx, n]
     for i in np.flatnonzero(pre.slow).tolist():  # unsorted, non-finite, repeated or unknown hits: the function itself
         c = ctx[i]
-        hits = spec.fn(c.hits, question=c.question, eligible=c.eligible, threshold=t)
+        hits = spec.fn(c.hits, question=c.question, eligible=c.eligible, threshold=t_seen)
         ids = list(dict.fromkeys(hits.ids if isinstance(hits, Hits) else map(_ID, hits)))
         n[i], n_cor[i], sat[i] = len(ids), len(c.gold.intersection(ids)), set(c.hits.ids).issubset(ids)
         a_rec[i], a_cont[i] = answers.score(c.question.question_id, ids)

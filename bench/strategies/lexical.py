@@ -25,15 +25,16 @@ from __future__ import annotations
 
 import heapq
 import re
-from collections.abc import Sequence
-from functools import lru_cache
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from functools import lru_cache, partial
 
 import numpy as np
 
 from bench.strategies.spec import strategy
 from bench.strategies.vector import passes
 from bench.types import Hit, Question, Turn
-from bench.replay.visibility import keys_of, texts_of
+from bench.replay.visibility import Visibility, keys_of, texts_of
 
 STOPWORDS = frozenset("""
 a about above after again all also am an and any are as at be been before being below between both but by
@@ -161,3 +162,53 @@ def rrf(hits: Sequence[Hit], *, question: Question, eligible: Sequence[Turn] = (
     texts, keys = _texts_keys(eligible)
     lexical = [keys[i] for i, _ in _ranking(question.text, texts, float(k1), float(b))]
     return tuple(fuse([vector, lexical], k_rrf=k_rrf, limit=k))
+
+
+# --- whole-haystack rankings (the conventions table's lexical rows) ---------------------------------------------------
+# LongMemEval ranks every memory of a haystack. Of the lexical strategies only ``bm25`` scores every memory on its own, so
+# only it has such a ranking: its positive scores best first, then the zero-score memories in conversation order.
+# ``keyword`` is a match filter returned most recent first (its order is recency, not a score), and ``rrf`` (and every
+# store strategy) ranks the store's candidates, i.e. the embedder's ranking the trace already has.
+
+def bm25_haystack(question: Question, eligible: Sequence[Turn], *, k1: float = 1.5, b: float = 0.75) -> list[str]:
+    """Every memory key of ``eligible``: ``bm25_ranking`` (positive scores best first, ties in conversation order), then
+    the zero-score memories in conversation order, as LongMemEval ranks a whole haystack."""
+    ranked = [h.id for h in bm25_ranking(question, eligible, k1=k1, b=b)]
+    seen = set(ranked)
+    return ranked + [k for k in keys_of(eligible) if k not in seen]
+
+
+def bm25_system(*, k1: float = 1.5, b: float = 0.75) -> str:
+    """How the BM25 ranking is named in a table (library, variant and parameters)."""
+    return f"bm25 (rank-bm25 Okapi k1={float(k1):g} b={float(b):g})"
+
+
+@dataclass(frozen=True)
+class HaystackRanker:
+    """A whole-haystack ranking a run's strategies define. ``name``: a file stem (``bm25``, ``bm25_k1-1.2_b-0.5``,
+    ``bm25_user``); ``system``: how tables name it; ``roles``: the strategy's role filter; ``rank(question, eligible)``."""
+
+    name: str
+    system: str
+    roles: tuple[str, ...] | None
+    rank: Callable[[Question, Sequence[Turn]], list[str]]
+
+
+def haystack_rankers(specs) -> list[HaystackRanker]:
+    """The whole-haystack rankings of a run's strategies (StrategySpecs): one per distinct BM25 ``k1``, ``b`` and role
+    filter (``k`` only cuts it)."""
+    out: dict = {}
+    for s in specs:
+        if s.kind == "bm25":
+            p = {"k1": float(s.params.get("k1", 1.5)), "b": float(s.params.get("b", 0.75))}
+            name = "bm25" + ("" if p == {"k1": 1.5, "b": 0.75} else f"_k1-{p['k1']:g}_b-{p['b']:g}") + \
+                "".join(f"_{r}" for r in s.roles or ())
+            out.setdefault(name, HaystackRanker(name, bm25_system(**p), s.roles, partial(bm25_haystack, **p)))
+    return list(out.values())
+
+
+def haystack_rankings(corpus, rank, *, roles: tuple[str, ...] | None = None, metadata=None) -> dict[str, list[str]]:
+    """{question_id: rank(question, the memories it may see)} over every question of ``corpus`` (``Visibility``, with the
+    job's metadata filter: ``bench.replay.visibility.parse_filter``)."""
+    vis = Visibility(corpus, metadata)
+    return {q.question_id: rank(q, vis.visible_turns(q, roles)) for q in corpus.questions}

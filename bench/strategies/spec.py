@@ -169,18 +169,25 @@ class StrategySpec:
 CONFIG_FIELDS = ("name", "fn", "roles", "thresholds")  # a strategy config: name, function with parameters, role filter, own grid
 
 
-def threshold_grid(start: float | str, stop: float | str, step: float | str) -> tuple[float, ...]:
-    """Inclusive grid of exact decimals, e.g. (0.10, 0.90, 0.05) -> 17 values."""
+def threshold_grid(start: float | str, stop: float | str, step: float | str, *, bounds: tuple[int, int] = (0, 1)) -> tuple[float, ...]:
+    """Inclusive grid of exact decimals, e.g. (0.10, 0.90, 0.05) -> 17 values, within ``bounds`` ([0, 1] for a similarity;
+    ``score_bounds`` for a store's own score, bench.selection.basis)."""
     a, b, s = Decimal(str(start)), Decimal(str(stop)), Decimal(str(step))
     if s <= 0 or a > b:
         raise ValueError(f"threshold grid: need start <= stop and step > 0 (got {start}, {stop}, {step})")
     out, x = [], a
     while x <= b:
-        if not Decimal(0) <= x <= Decimal(1):
-            raise ValueError(f"threshold {x} outside [0, 1]")
+        if not Decimal(bounds[0]) <= x <= Decimal(bounds[1]):
+            raise ValueError(f"threshold {x} outside [{bounds[0]}, {bounds[1]}]")
         out.append(float(x))
         x += s
     return tuple(out)
+
+
+def score_bounds(score: str | None) -> tuple[int, int]:
+    """The range a swept threshold may take: [0, 1] on the similarity; [-4, 4] on a store's own score or 1 - it
+    (a squared L2 distance of unit vectors reaches 4, a negative inner product is below 0: bench.backends.scores)."""
+    return (0, 1) if (score or "similarity") == "similarity" else (-4, 4)
 
 
 def _own_grid(name: str, node: Mapping, thresholded: bool) -> tuple[float, ...] | None:

@@ -10,8 +10,8 @@ Selectivities: ``all`` (unfiltered, every memory) and ``user`` (a conversation f
 Truth: the exact top-k of the same vectors and filters (``bench.tools.stores.exact_truth``, a numpy scan), recall@k
 and short lists as ``make stores`` counts them (``bench.tools.stores._recall`` / ``_short``).
 
-Vector sets: ``locomo`` (the corpus's turns and questions, embedded by the configured embedder through the embedding
-cache: MiniLM by default) and ``synthetic`` (clustered vectors of ``bench.tools.stores.synthetic``, ``--per-user``
+Vector sets: ``locomo`` and ``longmemeval_s`` (a corpus's memories -- ``--unit``/``--roles`` -- and questions, embedded
+by ``--embedder`` through the embedding cache: MiniLM by default; LongMemEval_S is 498 users, each question its own) and ``synthetic`` (clustered vectors of ``bench.tools.stores.synthetic``, ``--per-user``
 memories per user: 490 is LongMemEval_S's haystack per question, 245,625 turns / 500).
 Writes ``tradeoff.csv`` (tidy: one row per data set, selectivity, store and setting), ``README.md`` (tables) and
 ``tradeoff_<data>.png`` (recall vs p99, one panel per selectivity) to ``--out`` (default reports/tradeoff/).
@@ -101,9 +101,13 @@ def cheapest(rows: pd.DataFrame, *, target: float = TARGET, cost: str = COST) ->
 # ----------------------------------------------------------------------------- data
 
 
+CORPORA = ("locomo", "longmemeval_s")  # --data values read through the data path (BENCH_DATA_DIR)
+
+
 def locomo_data(n_queries: int, *, seed: int = 0, overrides=("dataset=locomo", "embedder=minilm")):
-    """The corpus's turn and question vectors from the embedding cache (``reports/cache/embeddings``), in the tuple
-    ``bench.tools.stores.synthetic`` returns (ids are ``m<row>``); ``n_queries`` questions drawn with ``seed``."""
+    """The corpus's memory and question vectors from the embedding cache (``reports/cache/embeddings``), in the tuple
+    ``bench.tools.stores.synthetic`` returns (ids are ``m<row>``); ``n_queries`` questions drawn with ``seed``.
+    ``overrides`` pick the corpus, its memory units (``memory.unit``, ``memory.roles``) and the embedder."""
     from bench.tools.perf.common import REPO, cached_embedder
     from bench.replay.trace import embed_corpus
 
@@ -115,7 +119,7 @@ def locomo_data(n_queries: int, *, seed: int = 0, overrides=("dataset=locomo", "
     roles = np.array([t.role for t in turns], dtype=object)
     ts = np.array([float(t.timestamp or 0.0) for t in turns])
     return (np.ascontiguousarray(tv, dtype=np.float32), conv, roles, ts, np.ascontiguousarray(qv[pick], dtype=np.float32),
-            [questions[i].conversation_id for i in pick]), f"{corpus.name} ({emb.model_id})"
+            [questions[i].conversation_id for i in pick]), f"{corpus.name} ({emb.model_id}, {len(turns):,} memories)"
 
 
 def synthetic_data(n: int, dim: int, per_user: int, n_queries: int, *, seed: int = 0):
@@ -129,7 +133,7 @@ def synthetic_data(n: int, dim: int, per_user: int, n_queries: int, *, seed: int
 def _stats(timed, truth, k: int) -> dict:
     lat = timed.latency_ns.astype(np.float64)
     got = [list(h.ids) for h in timed.hits]
-    return {"recall_at_k": _recall(got, truth), "short_lists": _short(got, truth), "p50_ms": np.percentile(lat, 50) / 1e6,
+    return {"recall_at_k": _recall(got, truth, k), "short_lists": _short(got, truth, k), "p50_ms": np.percentile(lat, 50) / 1e6,
             "p99_ms": np.percentile(lat, 99) / 1e6, "mean_ms": lat.mean() / 1e6,
             "qps": len(lat) / (lat.sum() / 1e9) if lat.sum() else math.nan}
 
@@ -297,7 +301,11 @@ def main(argv: list[str] | None = None) -> int:
                 examples=["recallbench tradeoff --data synthetic --size 2000 --quick --stores exact,sqlite_vec,qdrant",
                           "BENCH_DATA_DIR=~/corpora recallbench tradeoff --data locomo,synthetic --size 20000   # full curves"])
     ap.add_argument("--stores", default=",".join(DEFAULT_STORES), help="comma-separated configs/backend names")
-    ap.add_argument("--data", default="locomo,synthetic", help="locomo (cached embeddings of the corpus) and/or synthetic")
+    ap.add_argument("--data", default="locomo,synthetic",
+                    help="locomo and/or longmemeval_s (a corpus's cached embeddings: 498 users, one per question) and/or synthetic")
+    ap.add_argument("--embedder", default="minilm", help="configs/embedder name for a corpus (default minilm)")
+    ap.add_argument("--unit", default="turn", help="a corpus's memory unit: turn (default), session or chunk (memory.unit)")
+    ap.add_argument("--roles", default="all", help="a corpus's indexed roles: all (default) or user (memory.roles)")
     ap.add_argument("--size", type=int, default=20_000, help="synthetic memories (default 20,000)")
     ap.add_argument("--dim", type=int, default=384)
     ap.add_argument("--per-user", type=int, default=490, help="synthetic memories per user (LongMemEval_S: 490 per question)")
@@ -326,12 +334,13 @@ def main(argv: list[str] | None = None) -> int:
         log.warning("skipped %s", reason)
     sets = []
     for d in (x for x in args.data.split(",") if x):
-        if d == "locomo":
-            sets.append(locomo_data(args.queries))
+        if d in CORPORA:
+            sets.append(locomo_data(args.queries, overrides=(f"dataset={d}", f"embedder={args.embedder}",
+                                                             f"memory.unit={args.unit}", f"memory.roles={args.roles}")))
         elif d == "synthetic":
             sets.append(synthetic_data(args.size, args.dim, args.per_user, args.queries))
         else:
-            raise ValueError(f"--data: unknown {d!r} (known: locomo, synthetic)")
+            raise ValueError(f"--data: unknown {d!r} (known: {', '.join(CORPORA)}, synthetic)")
     out = Path(args.out).resolve()
     out.mkdir(parents=True, exist_ok=True)
     rows = []

@@ -37,6 +37,7 @@ from bench.backends.base import (
 )
 from bench.backends.exact import ExactBackend
 from bench.backends.layout import LAYOUTS, PER_CONVERSATION, sub_collection
+from bench.backends.scores import METRICS, native_of, similarity
 from bench.resources import plugin_names
 from bench.types import Hits, MemoryBatch, Where, memory_key
 from bench.replay.visibility import admits
@@ -106,7 +107,7 @@ FILTERS = {  # name -> (Where, filter kinds it needs)
     "conversation": (Where(conversation_id="conv-1"), {"conversation"}),
     "role": (Where(roles=("user",)), {"role"}),
     "before": (Where(before=T0 + 3600.0 * 25), {"before"}),
-    "combined": (Where(conversation_id="conv-2", roles=("assistant",), before=T0 + 3600.0 * 30), FILTER_KINDS),
+    "combined": (Where(conversation_id="conv-2", roles=("assistant",), before=T0 + 3600.0 * 30), FILTER_KINDS - {"metadata"}),
     "no-match": (Where(conversation_id="conv-missing"), {"conversation"}),
 }
 
@@ -192,7 +193,7 @@ def loaded(maker):
 
 
 # ---------------------------------------------------------------- helpers
-def assert_well_formed(hits, query: np.ndarray, label: str) -> None:
+def assert_well_formed(hits, query: np.ndarray, label: str, kind: str | None = None) -> None:
     """Check 5: columnar Hits, sorted descending, no duplicate ids, similarities match exact cosine."""
     assert isinstance(hits, Hits), f"{label}: search returned {type(hits).__name__}, not Hits"
     assert all(type(i) is str for i in hits.ids) and all(type(s) is float for s in hits.scores), f"{label}: {hits!r}"
@@ -204,6 +205,11 @@ def assert_well_formed(hits, query: np.ndarray, label: str) -> None:
         assert h.id in ROW, f"{label}: unknown id {h.id!r}"
         true = float(VECTORS[ROW[h.id]] @ query)
         assert abs(h.score - true) <= SIM_TOL, f"{label}: {h.id} score {h.score} vs exact cosine {true}"
+    # the store's own score of each hit (bench.backends.scores), kept beside the similarity made from it
+    assert len(hits.native) == len(hits.ids), f"{label}: {len(hits.native)} native scores for {len(hits.ids)} hits"
+    assert all(type(x) is float for x in hits.native), f"{label}: native scores {hits.native!r}"
+    if kind is not None:
+        assert list(hits.scores) == [similarity(kind, x) for x in hits.native], f"{label}: similarity is not {kind} converted"
 
 
 def same_up_to_ties(got: list[str], want_hits, query: np.ndarray) -> bool:
@@ -302,7 +308,7 @@ def test_topk_matches_exact(loaded, exact):
     for n, q in enumerate(QUERIES):
         want = exact.search(q, k=K, where=Where())
         got = loaded.search(q, k=K, where=Where())
-        assert_well_formed(got, q, f"query {n}")
+        assert_well_formed(got, q, f"query {n}", loaded.capabilities.native_kind(loaded.metric))
         got_ids = [h.id for h in got]
         if loaded.capabilities.exact:
             assert same_up_to_ties(got_ids, want, q), f"query {n}: {got_ids} != exact {[h.id for h in want]}"
@@ -327,7 +333,7 @@ def test_filters_honoured(loaded, exact, filter_name):
             got = loaded.search(q, k=k, where=where)
             label = f"{filter_name} k={k} query {n}"
             assert {h.id for h in got} <= allowed, f"{label}: non-matching ids {[h.id for h in got if h.id not in allowed]}"
-            assert_well_formed(got, q, label)
+            assert_well_formed(got, q, label, loaded.capabilities.native_kind(loaded.metric))
             assert len(got) <= k
             if loaded.capabilities.exact:
                 assert len(got) == min(k, len(allowed)), f"{label}: {len(got)} hits, expected {min(k, len(allowed))}"
@@ -429,3 +435,49 @@ def test_layout_is_what_it_says(loaded):
         got = loaded.sub(name).search(QUERIES[0], k=100, where=Where())  # all of it: 60 rows
         assert len(got) == PER_CONV if loaded.capabilities.exact else len(got) > 0
         assert {CONVS[ROW[i]] for i in got.ids} == {f"conv-{c}"}
+
+
+# ---------------------------------------------------------------- metrics (bench/backends/scores.py)
+# the cosine (every store's default) is checked on every search of the checks above (assert_well_formed); here the others
+METRIC_CASES = [(n, m) for n in CONFIGS for m in catalog.capabilities(n).metrics if m != "cosine"]
+
+
+@pytest.mark.parametrize(("name", "metric"), METRIC_CASES, ids=lambda p: p)
+def test_every_declared_metric_returns_its_native_score(name, metric, request, tmp_path):
+    """Every metric a store config declares (``Capabilities.scores``): each hit's native score is the number its kind
+    says for the hit's exact cosine, the similarity is that number converted (bench.backends.scores), best first."""
+    missing = [c for c in declared_clients(name) if importlib.util.find_spec(c.module) is None]
+    if missing:
+        pytest.skip(f"{name}: its client package {missing[0].package} is not installed")
+    b = instantiate(name, tmp_path, {**server_overrides(request, name), "metric": metric}, unique_collection())
+    kind = b.capabilities.native_kind(metric)
+    try:
+        try:
+            b.open(dim=DIM)
+        except BackendUnavailable as e:
+            server_unavailable(f"{name} unavailable here: {e}")
+        b.add(batch(range(PER_CONV)))  # one conversation
+        b.wait_ready(timeout_s=120)
+        for n, q in enumerate(QUERIES[:5]):
+            hits = b.search(q, k=K, where=Where())
+            assert len(hits) and len(hits.native) == len(hits.ids), f"{name} {metric} query {n}: no native scores"
+            for i, s, x in zip(hits.ids, hits.scores, hits.native):
+                true = float(VECTORS[ROW[i]] @ q)
+                assert abs(s - true) <= SIM_TOL, f"{name} {metric}: {i} similarity {s} vs exact cosine {true}"
+                assert s == similarity(kind, x), f"{name} {metric}: {i} similarity {s} is not {kind} {x} converted"
+                assert abs(x - float(native_of(kind, true))) <= 1e-3, f"{name} {metric}: {i} native {x} is not {kind} of {true}"
+            assert list(hits.scores) == sorted(hits.scores, reverse=True)
+    finally:
+        b.drop()
+        b.close()
+
+
+@pytest.mark.parametrize("name", CONFIGS)
+def test_a_metric_not_declared_is_one_line_naming_the_store(name, tmp_path):
+    offered = catalog.capabilities(name).metrics
+    assert offered and offered[0] == "cosine" and set(offered) <= set(METRICS)
+    assert catalog.backend_config(name).get("metric", "cosine") in offered  # the YAML's metric is one it offers
+    for metric in set(METRICS) - set(offered):
+        with pytest.raises(ValueError, match=rf"metric '{metric}' is not offered by this store \(it offers {', '.join(offered)}\)"):
+            catalog.load_backend(name, stores_dir=tmp_path, metric=metric)
+

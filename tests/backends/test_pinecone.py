@@ -19,10 +19,10 @@ from bench.backends.pinecone import (
     MAX_K,
     PineconeBackend,
     _from_pinecone_id,
-    _similarity,
     _to_pinecone_id,
     pinecone_filter,
 )
+from bench.backends.scores import similarity
 from bench.tools.harden.doubles import PineconeTestServer, matches
 from bench.types import MemoryBatch, Where
 
@@ -73,7 +73,7 @@ def backend(srv, collection="ns-1", **kw) -> PineconeBackend:
 
 
 def test_similarity_and_ids():
-    assert _similarity(0.25) == 0.25
+    assert similarity(PineconeBackend.capabilities.native_kind("cosine"), 0.25) == 0.25  # a cosine index's score
     assert _to_pinecone_id("conv-26|D1:3") == "conv-26|D1:3"  # ASCII ids pass unchanged
     assert _to_pinecone_id("café|D1:1") == "caf%C3%A9|D1:1"
     assert _to_pinecone_id("50%") == "50%25"

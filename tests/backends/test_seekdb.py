@@ -22,9 +22,9 @@ from bench.backends.seekdb import (
     MAX_K,
     SeekdbBackend,
     _native_filter,
-    _similarity,
     safe_collection_name,
 )
+from bench.backends.scores import similarity
 from bench.backends.servers import free_port
 from bench.types import MemoryBatch, Where
 
@@ -93,10 +93,12 @@ def check_store(b, *, filters_exact: bool = True) -> None:
 
 
 def test_similarity_is_one_minus_cosine_distance():
-    assert _similarity(0.0) == 1.0
-    assert _similarity(0.25) == 0.75
-    assert _similarity(1.0) == 0.0
-    assert _similarity(2.0) == -1.0
+    kind = SeekdbBackend.capabilities.native_kind("cosine")
+    assert kind == "cosine_distance"
+    assert similarity(kind, 0.0) == 1.0
+    assert similarity(kind, 0.25) == 0.75
+    assert similarity(kind, 1.0) == 0.0
+    assert similarity(kind, 2.0) == -1.0
 
 
 def test_native_filter_shapes():

@@ -9,7 +9,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from bench.backends.sqlite_vec import MAX_K, SqliteVecBackend, _similarity, safe_name
+from bench.backends.scores import similarity
+from bench.backends.sqlite_vec import MAX_K, SqliteVecBackend, safe_name
 from bench.types import MemoryBatch, Where
 
 Q = np.array([2, 0, 0, 0], dtype=np.float32)
@@ -54,9 +55,11 @@ def scores(hits):
 
 
 def test_similarity_is_one_minus_cosine_distance():
-    assert _similarity(0.0) == 1.0
-    assert _similarity(2.0) == -1.0
-    assert _similarity(0.25) == 0.75
+    kind = SqliteVecBackend.capabilities.native_kind("cosine")
+    assert kind == "cosine_distance"
+    assert similarity(kind, 0.0) == 1.0
+    assert similarity(kind, 2.0) == -1.0
+    assert similarity(kind, 0.25) == 0.75
 
 
 def test_scores_and_order_hand_worked(store):

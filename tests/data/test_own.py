@@ -307,3 +307,117 @@ def test_an_adversarial_question_with_gold_is_a_defect_and_its_gold_is_never_sco
     assert c.defects == (Defect(str(d / "questions.jsonl"), "line 2 (q2)", "evidence[0], evidence[1]", "adversarial_with_gold",
                                 "['t1', 't2']", "not scored: an adversarial question's correct recall is nothing "
                                 "(scored by abstention only)"),)
+
+
+# ---------------------------------------------------------------- metadata (metadata.json beside the turns)
+SCHEMA = {"memory_type": {"type": "string", "required": True}, "project": "string", "priority": "integer",
+          "weight": "number", "pinned": "boolean", "tags": "string list"}
+
+
+def _meta_dir(tmp_path: Path, turns: str, schema=SCHEMA, turns_name: str = "turns.jsonl") -> Path:
+    d = _write(tmp_path / "m", turns, Q1, turns_name)
+    (d / "metadata.json").write_text(schema if isinstance(schema, str) else json.dumps(schema))
+    return d
+
+
+def test_metadata_typed_values_sorted_and_absent_fields_left_out(tmp_path):
+    turns = ('{"conversation_id": "c1", "turn_id": "t1", "role": "user", "text": "hi", "memory_type": "fact", '
+             '"priority": 2, "weight": 1, "pinned": false, "tags": ["a", "b"], "extra": 1}\n'
+             '{"conversation_id": "c1", "turn_id": "t2", "role": "user", "text": "yo", "memory_type": "preference", '
+             '"project": null}\n')
+    c = load_own(path=_meta_dir(tmp_path, turns))
+    t1, t2 = c.turns()
+    # sorted by name; number -> float (1 -> 1.0); string list -> tuple; project absent on t1, null on t2: left out
+    assert t1.metadata == (("memory_type", "fact"), ("pinned", False), ("priority", 2), ("tags", ("a", "b")), ("weight", 1.0))
+    assert t2.metadata == (("memory_type", "preference"),)
+    assert hash(t1) != hash(t2) and t1 == Turn("c1", "t1", "user", "user", "hi", None, 0, 0, t1.metadata)
+    # an undeclared field is still an unknown_field defect, a declared one is not
+    assert [(d.field, d.kind) for d in c.defects] == [("extra", "unknown_field")]
+
+
+def test_without_schema_metadata_fields_stay_unknown_and_turns_unchanged(tmp_path):
+    d = _write(tmp_path / "n", '{"conversation_id": "c1", "turn_id": "t1", "role": "user", "text": "hi", "memory_type": "fact"}\n', Q1)
+    c = load_own(path=d)
+    assert c.turns()[0].metadata == () and [(x.field, x.kind) for x in c.defects] == [("memory_type", "unknown_field")]
+
+
+BASE = '{"conversation_id": "c1", "turn_id": "t1", "role": "user", "text": "hi", "memory_type": "fact"'
+METADATA_ERRORS = [  # (the rest of the turn object, expected message after the file name)
+    (', "priority": "2"}', ":1 (turn_id 't1'): field 'priority' must be an integer, got '2'"),
+    (', "priority": true}', ":1 (turn_id 't1'): field 'priority' must be an integer, got True"),
+    (', "weight": "heavy"}', ":1 (turn_id 't1'): field 'weight' must be a number, got 'heavy'"),
+    (', "pinned": "yes"}', ":1 (turn_id 't1'): field 'pinned' must be a boolean (true/false), got 'yes'"),
+    (', "project": 3}', ":1 (turn_id 't1'): field 'project' must be a string, got 3"),
+    (', "project": " "}', ":1 (turn_id 't1'): field 'project' must be a non-empty string"),
+    (', "tags": "a"}', ":1 (turn_id 't1'): field 'tags' must be a list, got 'a'"),
+    (', "tags": ["a", 7]}', ":1 (turn_id 't1'): field 'tags[1]' must be a non-empty string, got 7"),
+]
+
+
+@pytest.mark.parametrize("rest, message", METADATA_ERRORS)
+def test_metadata_errors_name_file_line_turn_field(tmp_path, rest, message):
+    d = _meta_dir(tmp_path, BASE + rest + "\n")
+    with pytest.raises(ValueError) as e:
+        load_own(path=d)
+    assert str(e.value) == f"{d / 'turns.jsonl'}{message}"
+
+
+def test_metadata_required_field_missing(tmp_path):
+    d = _meta_dir(tmp_path, T1)
+    with pytest.raises(ValueError) as e:
+        load_own(path=d)
+    assert str(e.value) == f"{d / 'turns.jsonl'}:1 (turn_id 't1'): field 'memory_type' is required (metadata.json)"
+
+
+SCHEMA_ERRORS = [  # (metadata.json content, expected message after the file name)
+    ('{"priority": "int"}', ": field 'priority': type must be one of 'string', 'integer', 'number', 'boolean', "
+                            "'string list', got 'int'"),
+    ('{"role": "string"}', ": field 'role': is a turn field already; choose another name"),
+    ('{"2x": "string"}', ": field '2x': a name is letters, digits and '_', not starting with a digit"),
+    ('{"p": {"type": "string", "required": "yes"}}', ": field 'p': 'required' must be true or false, got 'yes'"),
+    ('{"p": {"type": "string", "index": true}}', ": field 'p': unknown key(s) 'index' (expected 'type', 'required')"),
+    ('["string"]', ": expected a JSON object (field name -> type), got list"),
+    ('{\n"p": }', ":2: malformed JSON (column 6): Expecting value"),
+]
+
+
+@pytest.mark.parametrize("schema, message", SCHEMA_ERRORS)
+def test_schema_errors_name_file_and_field(tmp_path, schema, message):
+    d = _meta_dir(tmp_path, T1, schema)
+    with pytest.raises(ValueError) as e:
+        load_own(path=d)
+    assert str(e.value) == f"{d / 'metadata.json'}{message}"
+
+
+def test_metadata_in_csv_cells_parsed_by_type(tmp_path):
+    csv_text = ('conversation_id,turn_id,role,text,memory_type,priority,weight,pinned,tags\n'
+                'c1,t1,user,hi,fact,2,0.5,TRUE,"[""a""]"\n'
+                'c1,t2,user,yo,preference,,,,\n')
+    c = load_own(path=_meta_dir(tmp_path, csv_text, turns_name="turns.csv"))
+    assert [t.metadata for t in c.turns()] == [
+        (("memory_type", "fact"), ("pinned", True), ("priority", 2), ("tags", ("a",)), ("weight", 0.5)),
+        (("memory_type", "preference"),)]  # empty cells: absent
+    bad = _meta_dir(tmp_path / "bad", 'conversation_id,turn_id,role,text,memory_type,priority\nc1,t1,user,hi,fact,two\n',
+                    turns_name="turns.csv")
+    with pytest.raises(ValueError) as e:
+        load_own(path=bad)
+    assert str(e.value) == f"{bad / 'turns.csv'}:2 (turn_id 't1'): field 'priority' must be an integer, got 'two'"
+
+
+def test_metadata_round_trip_writes_the_schema(tmp_path):
+    c = load_own(path=REPO / "datasets" / "demo_meta")
+    out = write_own(c, tmp_path / "copy")
+    # every field written optional, with the type its values hold
+    assert json.loads((out / "metadata.json").read_text()) == {"memory_type": "string", "priority": "integer",
+                                                              "project": "string", "tags": "string list"}
+    back = load_own(path=out, name=c.name)
+    assert back.conversations == c.conversations and back.questions == c.questions
+    assert not (write_own(load_own(path=OWN), tmp_path / "plain") / "metadata.json").exists()  # none without metadata
+
+
+def test_demo_meta_corpus_hand_checked():
+    c = load_own(path=REPO / "datasets" / "demo_meta")
+    assert c.defects == () and len(c.turns()) == 12 and len(c.questions) == 4
+    by = {t.key: dict(t.metadata) for t in c.turns()}
+    assert by["c1|t4"] == {"memory_type": "fact", "project": "beta", "priority": 3, "tags": ("work", "deadline")}
+    assert by["c2|t5"] == {"memory_type": "chitchat", "priority": 0}

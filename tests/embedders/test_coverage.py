@@ -140,3 +140,19 @@ def test_language_and_chars_match_the_per_character_rule():
     for t in texts:
         assert C.language(t) == language(t), t
         assert C.n_chars(t) == sum(1 for c in t if not c.isspace()), t
+
+
+def test_measure_asks_for_unknown_characters_a_chunk_at_a_time():
+    """A tokenizer encodes the texts it is asked about untruncated: measure asks UNKNOWN_CHUNK texts at a time (LongMemEval_S's
+    whole sessions in one call held 10.7 GB), and the counts line up with their texts across the chunk boundary."""
+    sizes = []
+
+    class Counts(Reads):
+        def unknown_chars(self, texts):
+            sizes.append(len(texts))
+            return super().unknown_chars(texts)
+
+    texts = ["我擅长什么？", "I like tea"] * (C.UNKNOWN_CHUNK // 2 + 3)  # 2 x 131 texts: one chunk and 6 more
+    rec = C.measure(Counts(), texts)
+    assert sizes == [C.UNKNOWN_CHUNK, 6]
+    assert rec["languages"]["zh"] == {"texts": 131, "chars": 131 * 6, "unknown_chars": 131 * 5, "unknown_share": 5 / 6}

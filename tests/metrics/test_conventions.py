@@ -207,3 +207,17 @@ def test_report_section_and_csv(tmp_path, lme_slice):
     row = next(x for x in lines if x.startswith("| recall_any@50 |"))
     assert row.startswith("| recall_any@50 | 1.000 |")
     assert section(RunDir(tmp_path / "nothing")) == []
+
+
+def test_report_reads_a_conventions_csv_from_before_the_system_column(tmp_path, lme_slice):
+    from bench.report.conventions import section
+    from bench.results.rundir import RunDir
+
+    u, _ = build_units(lme_slice, UnitSpec("session", "user"))
+    df = CV.table(_random_trace(u), u, unit="session", roles="user", embedder="minilm", max_length=256)
+    assert set(df["system"]) == {"minilm"}  # the embedder names the system unless a lexical ranker is named
+    CV.write(tmp_path / CV.FILE, df.drop(columns=["system"]))
+    (tmp_path / "meta.json").write_text("{}")
+    (tmp_path / "summary.csv").write_text("x\n1\n")
+    text = "\n".join(section(RunDir(tmp_path)))
+    assert "embedder `minilm` (truncation 256 tokens)" in text and "side by side" not in text  # one system: no side-by-side

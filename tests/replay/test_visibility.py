@@ -128,3 +128,111 @@ def test_visible_turns_are_memories_with_their_keys_and_texts_computed_once():
     assert keys_of(seen) is seen.keys and texts_of(seen) is seen.texts
     assert keys_of(list(seen)) == seen.keys and texts_of(C2) == ("c2 0", "c2 1")  # any sequence of Turns
     assert type(seen[1:]) is tuple and keys_of(seen[1:]) == ("c1|t2", "c1|t3")  # a slice is a plain tuple again
+
+
+# ---------------------------------------------------------------- metadata filter (Where.metadata)
+from bench.replay.trace import PostFiltered  # noqa: E402
+from bench.replay.visibility import check_filter, filter_spec, meta_admits, parse_filter  # noqa: E402
+from bench.types import Hits  # noqa: E402
+
+
+def test_parse_filter_forms_and_round_trip():
+    conds = parse_filter({"project": "alpha", "memory_type": ["fact", "preference"], "priority": {"gte": 2, "lt": 5}})
+    assert conds == (("memory_type", "in", ("fact", "preference")), ("priority", "gte", 2), ("priority", "lt", 5),
+                     ("project", "eq", "alpha"))
+    assert hash(Where(metadata=conds))  # part of a frozen, hashable Where
+    assert filter_spec(conds) == {"memory_type": {"in": ["fact", "preference"]}, "priority": {"gte": 2, "lt": 5},
+                                  "project": {"eq": "alpha"}}
+    assert parse_filter(filter_spec(conds)) == conds
+    assert parse_filter(None) is None and parse_filter({}) is None
+
+
+@pytest.mark.parametrize("spec, message", [
+    ({"p": {"near": 1}}, "filter: field 'p': unknown operator 'near' (one of eq, in, gte, lte, gt, lt)"),
+    ({"p": {"gte": "a"}}, "filter: field 'p': 'gte' takes a number, got 'a'"),
+    ({"p": {"gte": True}}, "filter: field 'p': 'gte' takes a number, got True"),
+    ({"p": {"in": "a"}}, "filter: field 'p': 'in' takes a non-empty list of strings, numbers or booleans, got 'a'"),
+    ({"p": []}, "filter: field 'p': 'in' takes a non-empty list of strings, numbers or booleans, got []"),
+    ({"p": {}}, "filter: field 'p': an empty mapping filters nothing; give {op: value}"),
+    ("p=a", "filter: must be a mapping field -> value, list or {op: value}, got 'p=a'"),
+])
+def test_parse_filter_errors_are_one_line(spec, message):
+    with pytest.raises(ValueError) as e:
+        parse_filter(spec)
+    assert str(e.value) == message
+
+
+def test_meta_admits_semantics():
+    m = {"memory_type": "fact", "priority": 2, "weight": 0.5, "pinned": True, "tags": ("work", "deadline")}
+    yes = [{"memory_type": "fact"}, {"memory_type": ["fact", "x"]}, {"priority": {"gte": 2, "lte": 2}},
+           {"weight": {"gt": 0.4, "lt": 0.6}}, {"pinned": True}, {"tags": "work"}, {"tags": ["x", "deadline"]},
+           {"priority": 2.0}]
+    no = [{"memory_type": "preference"}, {"priority": {"gt": 2}}, {"priority": {"lt": 2}}, {"project": "alpha"},  # absent
+          {"pinned": 1}, {"priority": True},  # a boolean is not the number 1 (nor the reverse)
+          {"tags": "home"}, {"tags": {"gte": 1}}, {"memory_type": {"gte": 1}}]
+    assert [meta_admits(parse_filter(s), m) for s in yes] == [True] * len(yes)
+    assert [meta_admits(parse_filter(s), m) for s in no] == [False] * len(no)
+    assert meta_admits(parse_filter({"memory_type": "fact"}), tuple(m.items()))  # Turn.metadata pairs too
+
+
+def _meta_corpus() -> Corpus:
+    md = [(("kind", "fact"), ("prio", 3)), (("kind", "ack"), ("prio", 1)), (), (("kind", "fact"), ("prio", 1))]
+    turns = tuple(Turn("c", f"t{i}", "user", "u", f"x{i}", float(i), i, 0, m) for i, m in enumerate(md))
+    return Corpus("m", (Conversation("c", turns),), (Question("q", "c", "?", 2.0, ("t0",)),))
+
+
+def test_visibility_and_admits_apply_the_metadata_filter_alike():
+    corpus = _meta_corpus()
+    conds = parse_filter({"kind": "fact"})
+    q = corpus.questions[0]
+    vis = Visibility(corpus, conds)
+    # asked at 2.0: t0, t1, t2 said; kind fact: t0 only (t2 has no metadata, t3 is later)
+    assert vis.visible_keys(q).tolist() == ["c|t0"]
+    assert [t.key for t in corpus.turns() if visible(t, question_filter(q, metadata=conds))] == ["c|t0"]
+    assert Visibility(corpus).visible_keys(q).tolist() == ["c|t0", "c|t1", "c|t2"]  # no filter: unchanged
+    assert question_filter(q, metadata=()) == question_filter(q)  # an empty filter is no filter
+
+
+def test_check_filter_names_unknown_fields_and_ranges_on_text():
+    corpus = _meta_corpus()
+    check_filter(parse_filter({"kind": "fact", "prio": {"gte": 2}}), corpus)
+    with pytest.raises(ValueError, match=r"^filter: field 'knd' is not a metadata field of corpus 'm' \(its fields: kind, prio\)$"):
+        check_filter(parse_filter({"knd": "fact"}), corpus)
+    with pytest.raises(ValueError, match=r"^filter: field 'kind': 'gte' needs an integer or number field, it holds \['str'\]$"):
+        check_filter(parse_filter({"kind": {"gte": 1}}), corpus)
+    with pytest.raises(ValueError, match=r"^filter: field 'prio': '3' is a str, the field holds \['number'\] \(a filter value"):
+        check_filter(parse_filter({"prio": "3"}), corpus)
+    with pytest.raises(ValueError, match=r"^filter: field 'kind': True is a bool, the field holds \['str'\]"):
+        check_filter(parse_filter({"kind": ["fact", True]}), corpus)
+
+
+class _Ranked:
+    """A store double ranking ids a0..a9 (disallowed) before b0..b9, counting the k it was asked for."""
+
+    class capabilities:  # noqa: N801
+        max_k = 100
+        filters = frozenset()
+
+    name = "ranked"
+
+    def __init__(self):
+        self.asked = []
+
+    def search(self, vector, *, k, where):
+        assert where.metadata is None  # the metadata conditions never reach a store that cannot apply them
+        self.asked.append(k)
+        ids = [f"a{i}" for i in range(10)] + [f"b{i}" for i in range(10)]
+        return Hits(tuple(ids[:k]), tuple(1.0 - j / 100 for j in range(min(k, 20))))
+
+
+def test_post_filter_over_fetches_until_k_pass_or_the_store_runs_out():
+    inner = _Ranked()
+    store = PostFiltered(inner, {f"b{i}" for i in range(10)})
+    where = Where(metadata=parse_filter({"kind": "fact"}))
+    hits = store.search(np.zeros(2), k=3, where=where)
+    assert hits.ids == ("b0", "b1", "b2") and hits.scores == (0.9, 0.89, 0.88)  # the store's own scores, its order
+    assert inner.asked == [12, 48]  # 4 x 3 gave no b; 4 x 12 = 48 gave 20 (all): enough
+    inner.asked.clear()
+    assert store.search(np.zeros(2), k=30, where=where).ids == tuple(f"b{i}" for i in range(10))  # all it has
+    assert inner.asked == [100]  # 4 x 30 capped at max_k
+    assert store.name == "ranked" and store.search(np.zeros(2), k=2, where=Where()).ids == ("a0", "a1")  # no filter: as is

@@ -114,3 +114,46 @@ def test_bm25_and_rrf_keep_no_state_between_calls():
     mutable = [n for n, v in vars(L).items() if not n.startswith("__") and (isinstance(v, (list, dict, set)) or
                                                                            (n.startswith("_") and isinstance(v, tuple)))]
     assert mutable == []  # no module-level memo (the old _LAST); lru_caches of pure functions of their arguments only
+
+
+def test_bm25_haystack_ranks_every_memory_zero_scores_in_conversation_order():
+    # "Rex beach": t2 (rex + beach) then t0 (rex) score > 0; the other four score 0 and follow in conversation order
+    out = L.bm25_haystack(q("Rex beach"), ELIGIBLE)
+    assert out == ["c|t2", "c|t0", "c|t1", "c|t3", "c|t4", "c|t5"]
+    assert out[:2] == ids(L.bm25((), question=q("Rex beach"), eligible=ELIGIBLE, k=5))  # the strategy's top is its head
+    assert L.bm25_haystack(q("zebra"), ELIGIBLE) == [t.key for t in ELIGIBLE]  # nothing scores: conversation order
+    assert L.bm25_haystack(q("Is it?"), ELIGIBLE) == [t.key for t in ELIGIBLE]  # no query words
+    assert L.bm25_haystack(q("Rex"), Memories(ELIGIBLE)) == ["c|t0", "c|t2", "c|t1", "c|t3", "c|t4", "c|t5"]  # tie: t0 first
+
+
+def test_haystack_rankers_only_bm25_one_per_parameters():
+    from functools import partial
+
+    from bench.strategies.spec import StrategySpec
+
+    def spec(name, fn, roles=None, **kw):
+        return StrategySpec(name, partial(fn, **kw), thresholded=False, uses_store=False, roles=roles)
+
+    specs = [spec("bm25_5", L.bm25, k=5, k1=1.5, b=0.75), spec("bm25_10", L.bm25, k=10, k1=1.5, b=0.75),  # k only cuts: one ranking
+             spec("bm25_b0", L.bm25, k=5, k1=1.5, b=0.0), spec("bm25_user", L.bm25, roles=("user",), k=5),
+             spec("keyword5", L.keyword, k=5), spec("rrf5", L.rrf, k=5)]  # a match filter / the store's ranking: none
+    got = L.haystack_rankers(specs)
+    assert [(r.name, r.system, r.roles) for r in got] == [("bm25", "bm25 (rank-bm25 Okapi k1=1.5 b=0.75)", None),
+                                                          ("bm25_k1-1.5_b-0", "bm25 (rank-bm25 Okapi k1=1.5 b=0)", None),
+                                                          ("bm25_user", "bm25 (rank-bm25 Okapi k1=1.5 b=0.75)", ("user",))]
+    assert got[0].rank(q("Rex beach"), ELIGIBLE)[:2] == ["c|t2", "c|t0"]
+
+
+def test_haystack_rankings_see_the_job_s_metadata_filter():
+    """BM25's whole-haystack ranking ranks only what the job's metadata filter lets a question see (as the store's trace)."""
+    from bench.replay.visibility import parse_filter
+    from bench.strategies.lexical import bm25_haystack, haystack_rankings
+    from bench.types import Conversation, Corpus, Question, Turn
+
+    def turn(i, project):
+        return Turn("c", f"t{i}", "user", "user", f"cat {i}", None, i, metadata=(("project", project),))
+
+    corpus = Corpus("tiny", (Conversation("c", (turn(0, "alpha"), turn(1, "beta"), turn(2, "alpha"))),),
+                    (Question("q", "c", "cat", None, ("t1",)),))
+    assert haystack_rankings(corpus, bm25_haystack)["q"] == ["c|t0", "c|t1", "c|t2"]  # ties: conversation order
+    assert haystack_rankings(corpus, bm25_haystack, metadata=parse_filter({"project": "alpha"}))["q"] == ["c|t0", "c|t2"]

@@ -7,6 +7,7 @@ attribution, calibration, the minimal reference script); a turn at 0.1999 must s
 
 import numpy as np
 import pandas as pd
+import pytest
 
 from bench.analysis import attribution, calibration, embedders
 from bench.strategies import lexical, relative
@@ -68,3 +69,14 @@ def test_attribution_and_calibration_use_the_same_rule():
 
 def test_the_minimal_reference_states_the_same_precision():
     assert minimal.EPS == V.THRESHOLD_EPS
+
+
+def test_a_grid_on_a_stores_own_score_may_leave_0_1():
+    from bench.strategies.spec import score_bounds, threshold_grid
+
+    assert score_bounds("similarity") == (0, 1) and score_bounds(None) == (0, 1)
+    with pytest.raises(ValueError, match=r"threshold -0.5 outside \[0, 1\]"):
+        threshold_grid(-0.5, 0.5, 0.5)
+    # pgvector ip's own score is -(q.v): thresholds below 0; chroma l2's reaches 4
+    assert threshold_grid(-0.5, 0.5, 0.5, bounds=score_bounds("native")) == (-0.5, 0.0, 0.5)
+    assert threshold_grid(3.5, 4, 0.5, bounds=score_bounds("one_minus_distance")) == (3.5, 4.0)

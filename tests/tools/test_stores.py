@@ -110,3 +110,15 @@ def test_scale_figure_plots_the_latency_each_layout_deploys_not_the_per_conversa
     d = S.deployed_latency(scale)
     assert d["deployed_p50_ms"].tolist() == [2.5, 1.0] and d["deployed_p99_ms"].tolist() == [3.5, 1.5]
     assert [p.name for p in S.plot(scale, tmp_path)] == ["scale_100_8.png"] and (tmp_path / "scale_100_8.png").stat().st_size > 0
+
+
+def test_an_id_tied_with_the_kth_exact_neighbour_is_a_right_answer():
+    """Identical texts embed to identical vectors: with rows m1 and m2 equal, the exact top-2 of the query (m0, then m1 or
+    m2, tied) accepts either; k counts what is wanted (2), so a tie does not raise the bar, and a list of 1 is short."""
+    vecs = np.array([[1.0, 0.0], [0.6, 0.8], [0.6, 0.8], [0.0, 1.0]], dtype=np.float32)
+    conv = np.array(["u1", "u1", "u2", "u2"], dtype=object)
+    data = (vecs, conv, None, None, np.array([[1.0, 0.0]], dtype=np.float32), ["u2"])
+    truth, ftruth = S.exact_truth(data, 2)
+    assert truth == [["m0", "m1", "m2"]] and ftruth == [["m2", "m3"]]  # m2 ties m1 (cosine 0.6); u2 holds m2, m3
+    assert S._recall([["m0", "m2"]], truth, 2) == 1.0 and S._recall([["m0", "m3"]], truth, 2) == 0.5
+    assert S._short([["m0"]], truth, 2) == 1 and S._short([["m0", "m2"]], truth, 2) == 0

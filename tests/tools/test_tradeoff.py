@@ -131,7 +131,9 @@ def test_tradeoff_end_to_end_on_real_stores(tmp_path):
     exact = df[df["store"] == "exact"]
     assert exact["recall_at_k"].tolist() == [1.0, 1.0] and exact["cheapest"].all()
     assert df[df["store"] == "sqlite_vec"]["recall_at_k"].tolist() == [1.0, 1.0]  # brute force
-    assert len(df[df["store"] == "pgvector"]) == 8  # iterative off/relaxed x ef_search 10/40 x 2 selectivities
+    # iterative off/relaxed x ef_search 10/40, + the halfvec index at ef_search 40, x 2 selectivities; qdrant: 2 + int8 x 2 oversampling
+    assert len(df[df["store"] == "pgvector"]) == 10 and len(df[df["store"] == "qdrant"]) == 8
+    assert "error" not in df.columns or df["error"].isna().all()
     assert df.groupby(["selectivity", "store"])["cheapest"].sum().le(1).all()
     # the pgvector trap, caught by the tool: no btree, HNSW at ef_search=10 without iterative scan, one user of 4: the
     # filter runs after the 10 candidates, so the lists come back short; relaxed_order iterative scan fills them
@@ -140,6 +142,8 @@ def test_tradeoff_end_to_end_on_real_stores(tmp_path):
     relaxed = "index=hnsw force_index=True user_index=False iterative_scan=relaxed_order ef_search=10"
     assert pg.loc[off, "short_lists"] > 0 and pg.loc[off, "recall_at_k"] < 0.9
     assert pg.loc[relaxed, "short_lists"] == 0
+    half = "index=hnsw force_index=True user_index=False quantize=halfvec iterative_scan=relaxed_order ef_search=40"
+    assert pg.loc[half, "short_lists"] == 0 and pg.loc[half, "recall_at_k"] >= 0.9  # 400 rows, ef 40: the half-precision graph finds them
     text = (out / "README.md").read_text()
     assert "Settings reaching recall 0.99" in text and (out / "tradeoff_synthetic.png").stat().st_size > 10_000
 
@@ -154,3 +158,22 @@ def test_a_collection_per_user_gives_the_same_exact_answers(tmp_path):
         assert [(r["layout"], r["selectivity"], r["recall_at_k"], r["short_lists"]) for r in rows] == [
             ("per_conversation", "all", 1.0, 0), ("per_conversation", "user", 1.0, 0)], store
     assert T.selectivity_text("user", 40, "per_conversation") == "one user of 40 (its own collection)"
+
+
+def test_corpus_data_honours_memory_units(tmp_path, monkeypatch):
+    """A corpus vector set (``--data locomo|longmemeval_s``) is the corpus with its memory units: on the demo corpus at
+    session units, one vector per (conversation, session) that holds a turn, and the user-only roles keep fewer texts."""
+    from bench.data.own import load_own
+    from bench.resources import demo_dir
+    from bench.tools.perf import common
+
+    demo = demo_dir()
+    monkeypatch.setattr(common, "REPO", tmp_path)  # the embedding cache goes to tmp_path/reports/cache/embeddings
+    corpus = load_own(path=str(demo))
+    sessions = {(t.conversation_id, t.session) for t in corpus.turns()}
+    base = ("dataset=own", f"dataset.path={demo}", "embedder=hashing")
+    (vecs, conv, _roles, _ts, qv, qconv), label = T.locomo_data(3, overrides=base + ("memory.unit=session",))
+    assert vecs.shape[0] == len(sessions) and len(qv) == 3 and f"{len(sessions):,} memories" in label
+    assert set(conv.tolist()) == {c for c, _ in sessions} and set(qconv) <= set(conv.tolist())
+    (turn_vecs, *_), _ = T.locomo_data(3, overrides=base)
+    assert turn_vecs.shape[0] == len(corpus.turns()) > len(sessions)

@@ -91,13 +91,17 @@ def compose(overrides: Sequence[str] = ()):
 
 
 def cached_embedder(overrides: Sequence[str], cache_dir: Path):
-    """(corpus, CachedEmbedder) of the configured dataset and embedder, every text of the corpus in the cache."""
+    """(corpus, CachedEmbedder) of the configured dataset (with its ``memory`` units) and embedder, every text of the
+    corpus in the cache."""
     from bench.cli.config import build
     from bench.embedders.auto import resolve
     from bench.embedders.cache import CachedEmbedder
 
+    from bench.data.units import apply_units, check_spec
+    from bench.cli.config import to_plain
+
     cfg = compose(overrides)
-    corpus = build(cfg.dataset)
+    corpus = apply_units(build(cfg.dataset), check_spec(to_plain(cfg.memory) if cfg.get("memory") is not None else None))
     emb = CachedEmbedder(resolve(build(cfg.embedder), [t.text for t in corpus.turns()] + [q.text for q in corpus.questions]), cache_dir)
     emb.embed_documents([t.text for t in corpus.turns()])
     emb.embed_queries([q.text for q in corpus.questions])
