@@ -6,8 +6,10 @@ index is asynchronous can miss a memory written a moment ago.
 
 The timeline (``timeline``):
 
-* each conversation's turns in position order; a turn's clock is its timestamp (none: 0.0), made non-decreasing
-  within its conversation (a turn never overtakes an earlier one);
+* each conversation's turns in timestamp order (ties: position) when every turn has a timestamp, so a session
+  listed out of date order (210 of LongMemEval_S's 498 haystacks) is written at its date; otherwise in position
+  order, a turn's clock its timestamp (none: 0.0) made non-decreasing within its conversation (a turn never
+  overtakes an earlier one);
 * a question with ``asked_at`` is asked after the turns of its conversation whose clock is ``<= asked_at``;
   one without (``ASKED_AT_RULE``) after the session of its latest gold turn (by position), one without gold
   after its whole conversation;
@@ -99,7 +101,9 @@ def timeline(corpus: Corpus) -> list[Event]:
     for qi, q in enumerate(corpus.questions):
         qs_of.setdefault(q.conversation_id, []).append(qi)
     for ci, conv in enumerate(corpus.conversations):
-        order = sorted(range(len(conv.turns)), key=lambda i: conv.turns[i].position)  # stable: ties keep corpus order
+        dated = all(t.timestamp is not None for t in conv.turns)  # then the clock orders (sessions listed out of date order)
+        key = (lambda i: (conv.turns[i].timestamp, conv.turns[i].position)) if dated else (lambda i: conv.turns[i].position)
+        order = sorted(range(len(conv.turns)), key=key)  # stable: ties keep corpus order
         turns = [conv.turns[i] for i in order]
         clocks, top = [], -np.inf
         for t in turns:

@@ -93,6 +93,18 @@ def test_timeline_order_worked_by_hand():
                      "qb2": "after conversation"}
 
 
+def test_sessions_listed_out_of_date_order_are_written_at_their_date():
+    # c lists session 1 (ts 5) before session 0 (ts 1), as 210 of LongMemEval_S's haystacks do; asked at 3, the
+    # question sees c2, c3 (ts 1) and its gold c3 is written before it. d has a turn without a timestamp: position order
+    # (d0 before d1, though d1 is dated earlier), clocks made non-decreasing (d1's 1.0 and d2's none become 2.0).
+    corpus = Corpus("dates", (Conversation("c", (t("c", 0, 1, 5.0), t("c", 1, 1, 5.0), t("c", 2, 0, 1.0), t("c", 3, 0, 1.0))),
+                              Conversation("d", (t("d", 0, 1, 2.0), t("d", 1, 0, 1.0), t("d", 2, 0, None)))),
+                    (Question("cq", "c", "cq", 3.0, ("c3",)), Question("dq", "d", "dq", 3.0, ("d1",))))
+    turns, qs = corpus.turns(), corpus.questions
+    got = [turns[e.index].turn_id if e.kind == "w" else qs[e.index].question_id for e in timeline(corpus)]
+    assert got == ["c2", "c3", "d0", "d1", "d2", "cq", "dq", "c0", "c1"]
+
+
 def test_the_store_sees_writes_in_timeline_order_one_per_turn():
     store = Late(lag=0)
     live(store)
