@@ -38,7 +38,8 @@ The rules (settings: the ``regress:`` block of the experiment config):
   a store that waits on another process, e.g. embedded seekdb, runs on caches a busy machine has cooled,
   which moved store/exact by x1.24 between runs); ratio = store / exact. Noise: the leave-one-pass-out (jackknife) standard error of
   log(ratio), run and baseline combined: noise limit = exp(``latency_noise_z`` * se). Fail when ratio /
-  the baseline's ratio > max(``latency_ratio_max``, noise limit); "skipped (too noisy)" only when the
+  the baseline's ratio > max(``latency_ratio_max``, noise limit), ``latency_ratio_max_other_machine`` in place of
+  ``latency_ratio_max`` when meta.json's ``machine`` differs or the baseline has none; "skipped (too noisy)" only when the
   noise limit itself is >= 2, so a 2x regression never hides under noise. meta.json and summary.md
   record the machine's load average. ``--fault-slow STORE=FACTOR`` (hidden, for demonstrations) makes
   STORE's searches FACTOR x slower in the latency pass.

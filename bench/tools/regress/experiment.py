@@ -21,6 +21,29 @@ from bench.tools.regress.settings import BASELINE_FILES, REPO, RUN_FLAGS, GateCo
 log = logging.getLogger("bench.tools.regress")  # the package's logger: its lines read as before the split
 
 
+def machine() -> dict:
+    """What the latency ratios depend on besides the code: CPU (vendor, family, model, stepping, name, a digest of its
+    flags, from /proc/cpuinfo where there is one), architecture and usable cores. Two runs compare their latency at
+    ``latency_ratio_max`` only when these are equal."""
+    import hashlib
+    import platform
+
+    cpu: dict[str, str] = {}
+    try:
+        first = Path("/proc/cpuinfo").read_text(errors="replace").split("\n\n")[0]
+    except OSError:
+        first = ""
+    for line in first.splitlines():
+        key, _, value = line.partition(":")
+        cpu[key.strip()] = value.strip()
+    flags = cpu.get("flags", "")
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    return {"cpu": cpu.get("model name") or platform.processor() or None, "vendor": cpu.get("vendor_id"),
+            "family": cpu.get("cpu family"), "model": cpu.get("model"), "stepping": cpu.get("stepping"),
+            "flags_sha256": hashlib.sha256(" ".join(sorted(flags.split())).encode()).hexdigest()[:16] if flags else None,
+            "arch": platform.machine(), "cores": cores}
+
+
 def git_commit() -> str | None:
     try:
         out = subprocess.run(["git", "rev-parse", "HEAD"], cwd=REPO, capture_output=True, text=True, timeout=10)
@@ -67,7 +90,7 @@ def finish_run(run_dir: Path, overrides: Sequence[str], stores_dir: Path, slow: 
             "embedder": str(rows["embedder"].iloc[0]), "backends": sorted(rows["backend"].unique().tolist()),
             "strategies": list(dict.fromkeys(rows["strategy"])), "n_questions": int(rows["question_id"].nunique()),
             "question_set": question_set_id(rows), "labels_sha256": run.labels().get(str(rows["dataset"].iloc[0])),
-            "load_average": load, "fault_slow": list(slow) or None,
+            "load_average": load, "machine": machine(), "fault_slow": list(slow) or None,
             "gate": asdict(cfg), "failed_jobs": failed, "jobs": jobs}
     run.write_meta(meta)
     return cfg

@@ -61,6 +61,12 @@ def _asked(run: RunData) -> set[str] | None:
     return {str(j["backend"]) for j in jobs if isinstance(j, dict) and j.get("backend")} or None
 
 
+def same_machine(baseline_meta: dict, current_meta: dict) -> bool:
+    """Both runs say which machine made them (meta.json's ``machine``) and it is the same one."""
+    b, c = baseline_meta.get("machine"), current_meta.get("machine")
+    return bool(b) and b == c
+
+
 def gate(baseline: RunData, current: RunData, cfg: GateConfig, *, failed_jobs: Sequence[dict] = (),
          allow: frozenset = frozenset()) -> GateResult:
     """Compare a current run with its baseline. Another dataset fails; another embedder fails unless ``allow`` has
@@ -77,7 +83,8 @@ def gate(baseline: RunData, current: RunData, cfg: GateConfig, *, failed_jobs: S
     parts = [coverage_checks(baseline.rows, current.rows, points, failed_jobs,
                              (baseline.meta.get("labels_sha256"), current.meta.get("labels_sha256")), allow=allow, asked=_asked(current)),
              quality_checks(baseline.rows, current.rows, points, cfg, allow=allow),
-             token_checks(baseline.rows, current.rows, points, cfg), latency_checks(baseline.latency, current.latency, cfg)]
+             token_checks(baseline.rows, current.rows, points, cfg),
+             latency_checks(baseline.latency, current.latency, cfg, same_machine=same_machine(baseline.meta, current.meta))]
     checks = pd.concat([p for p in parts if not p.empty], ignore_index=True) if any(not p.empty for p in parts) \
         else pd.DataFrame(columns=CHECK_COLUMNS)
     bad = checks[checks["verdict"].astype(str).str.startswith(FAIL)]

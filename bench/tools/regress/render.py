@@ -8,7 +8,7 @@ import math
 import os
 from pathlib import Path
 
-from bench.tools.regress.gate import GateResult, _fmt
+from bench.tools.regress.gate import GateResult, _fmt, same_machine
 from bench.tools.regress.runs import RunData, show
 from bench.tools.regress.settings import EXACT_MAX, FAIL, REFERENCE, TOO_NOISY, GateConfig
 
@@ -16,6 +16,11 @@ from bench.tools.regress.settings import EXACT_MAX, FAIL, REFERENCE, TOO_NOISY, 
 def _load(meta: dict) -> str:
     la = meta.get("load_average")
     return "?" if not la else "/".join(f"{x:.2f}" for x in la)
+
+
+def _machine(meta: dict) -> str:
+    m = meta.get("machine") or {}
+    return f"{m.get('cpu') or '?'} (family {m.get('family')}, model {m.get('model')}, {m.get('cores')} cores)" if m else "not recorded"
 
 
 def render_markdown(result: GateResult, cfg: GateConfig, baseline: RunData | None, current: RunData | None) -> str:
@@ -26,7 +31,9 @@ def render_markdown(result: GateResult, cfg: GateConfig, baseline: RunData | Non
                   f"made {bm.get('made_at', '?')} on commit {str(bm.get('git_commit') or '?')[:12]}; load average {_load(bm)}",
                   f"- Current: `{show(current.path)}` — made {current.meta.get('made_at', '?')} on commit "
                   f"{str(current.meta.get('git_commit') or '?')[:12]}; machine load average (1/5/15 min, after the latency pass) "
-                  f"{_load(current.meta)}", ""]
+                  f"{_load(current.meta)}",
+                  f"- Machine: baseline {_machine(bm)}; current {_machine(current.meta)}: "
+                  f"{'the same' if same_machine(bm, current.meta) else 'not the same one (latency limit x' + format(cfg.latency_ratio_max_other_machine, 'g') + ')'}", ""]
     lines += ["Rules: a run the gate cannot compare (no baseline, another embedder, store set or threshold grid, rows missing, a drop "
               "the test cannot tell) FAILS unless `--allow baseline,embedder,stores,grid,missing,untestable` names it. "
               "Operating points = each store's strategies of the baseline, those without a threshold as they are and "
@@ -37,7 +44,8 @@ def render_markdown(result: GateResult, cfg: GateConfig, baseline: RunData | Non
               f"Holm p < {cfg.alpha:g}, or when min p > {cfg.alpha:g}/m (column limit): too few changed questions to tell. "
               f"Tokens fail when mean injected tokens / baseline > {cfg.budget_ratio_max:g}. Latency: per query, each store "
               f"then {REFERENCE} right after it, {cfg.latency_repeats} passes; store (and {REFERENCE}) latency = median over queries of the per-query "
-              f"minimum; fails when (store / {REFERENCE}) / the baseline's > max({cfg.latency_ratio_max:g}, "
+              f"minimum; fails when (store / {REFERENCE}) / the baseline's > max({cfg.latency_ratio_max:g}, or "
+              f"{cfg.latency_ratio_max_other_machine:g} when the baseline was made on another machine, "
               f"exp({cfg.latency_noise_z:g} × leave-one-pass-out standard error)) (column limit); skipped as too noisy only when "
               f"the noise part is ≥ {TOO_NOISY:g}.", ""]
     if result.checks.empty:

@@ -46,12 +46,13 @@ class GateConfig:
     latency_queries: int
     latency_warmup: int
     latency_ratio_max: float
+    latency_ratio_max_other_machine: float
     latency_noise_z: float
     seed: int
 
     def __post_init__(self) -> None:
         w = "regress config"
-        for name in ("tolerance", "alpha", "budget_ratio_max", "latency_ratio_max", "latency_noise_z"):
+        for name in ("tolerance", "alpha", "budget_ratio_max", "latency_ratio_max", "latency_ratio_max_other_machine", "latency_noise_z"):
             v = getattr(self, name)
             if not isinstance(v, (int, float)) or isinstance(v, bool):
                 raise ValueError(f"{w}: {name} must be a number (got {v!r})")
@@ -66,7 +67,7 @@ class GateConfig:
             raise ValueError(f"{w}: latency_noise_z must be > 0 (got {self.latency_noise_z!r})")
         if self.test_unit not in ("question", "conversation"):
             raise ValueError(f"{w}: test_unit must be 'question' or 'conversation' (got {self.test_unit!r})")
-        for name in ("budget_ratio_max", "latency_ratio_max"):
+        for name in ("budget_ratio_max", "latency_ratio_max", "latency_ratio_max_other_machine"):
             if not getattr(self, name) >= 1:
                 raise ValueError(f"{w}: {name} must be a ratio >= 1 (got {getattr(self, name)!r})")
         for name, low in (("test_resamples", 100), ("latency_repeats", 1), ("latency_queries", 1), ("latency_warmup", 0)):
