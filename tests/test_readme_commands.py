@@ -1,6 +1,6 @@
 """Every shell block of README.md and datasets/README.md, run verbatim as a user's shell would.
 
-A temporary copy of the repo (the venv linked in, ``.venv/bin`` first on PATH, no BENCH_DATA_DIR,
+A temporary copy of the repo (the venv linked in, the repo's embedding cache seeded, ``.venv/bin`` first on PATH, no BENCH_DATA_DIR,
 HOME a temp dir holding ``~/corpora`` = the real corpora and ``~/my-data`` = an own-format corpus)
 runs each ```bash block with ``bash -e``; a block fails on a non-zero exit or a traceback. A block
 whose first line says ``# needs: network`` cannot succeed here (no network at test time): it must
@@ -55,6 +55,20 @@ def test_the_readmes_show_the_commands_we_promise():
     assert [ln.split("#")[0].strip() for ln in first] == ["make sweep", "make test"]  # the README's first two commands
 
 
+def seed_embedding_cache(src: Path, dst: Path) -> None:
+    """The repo's embedding cache into the copy (hard links where the file system allows, else copies): derived data keyed
+    by content and embedder code (CI restores it), so the LoCoMo sweeps read the same vectors instead of embedding 7,868
+    texts again. No block tests the cache, and the cache only ever adds shards (written aside, then renamed)."""
+    def link(a, b):
+        try:
+            os.link(a, b)
+        except OSError:
+            shutil.copy2(a, b)
+
+    if src.is_dir():
+        shutil.copytree(src, dst, copy_function=link)
+
+
 @pytest.fixture(scope="module")
 def sandbox(tmp_path_factory):
     corpora = data_dir()
@@ -66,6 +80,7 @@ def sandbox(tmp_path_factory):
     repo = root / "recallbench"
     shutil.copytree(REPO, repo, ignore=COPY_IGNORE, symlinks=True)
     (repo / ".venv").symlink_to(REPO / ".venv")
+    seed_embedding_cache(REPO / "reports" / "cache" / "embeddings", repo / "reports" / "cache" / "embeddings")
     home = root / "home"
     home.mkdir()
     (home / "corpora").symlink_to(corpora.resolve())

@@ -43,7 +43,7 @@ EXAMPLES = (
     ("recallbench compare RUN_A RUN_B", "is B better than A, question by question?"),
     ("recallbench answer reports/latest --dry-run", "LLM answer accuracy: calls, tokens and dollars first"),
     ("recallbench data check $HOME/my-data", "dataset card and label defects"),
-    ("recallbench stores --sizes 2000 --dims 384 --no-locomo", "every local store, a quick look"),
+    ("recallbench stores --sizes 2000 --dims 384 --queries 50 --no-locomo", "every local store, a quick look"),
 )
 
 

@@ -318,13 +318,14 @@ def _md(df: pd.DataFrame, cols: list[str]) -> str:
 def main(argv: list[str] | None = None) -> int:
     ap = parser("stores", "Every local store, and Pinecone via its loopback double (quality only), side by side, on LoCoMo and on "
                 "synthetic data at the seed's scale -> reports/compare/.",
-                examples=["recallbench stores --sizes 2000 --dims 384 --no-locomo    # a quick look",
+                examples=["recallbench stores --sizes 2000 --dims 384 --queries 50 --no-locomo   # a quick look",
                           "BENCH_DATA_DIR=~/corpora recallbench stores                # full scale (tens of minutes)"])
     ap.add_argument("--stores", default=None,
                     help="comma-separated configs/backend names (default: all; cloud stores are skipped with the reason)")
     ap.add_argument("--sizes", default="14726,100000")
     ap.add_argument("--dims", default="384,1536")
-    ap.add_argument("--queries", type=int, default=200)
+    ap.add_argument("--queries", type=int, default=200,
+                    help="queries per search pass (default 200); the per-conversation layout's unfiltered pass asks every collection per query")
     ap.add_argument("--k", type=int, default=10)
     ap.add_argument("--warmup", type=int, default=10)
     ap.add_argument("--layouts", default=",".join(LAYOUTS),
