@@ -57,8 +57,8 @@ def test_the_readmes_show_the_commands_we_promise():
 
 def seed_embedding_cache(src: Path, dst: Path) -> None:
     """The repo's embedding cache into the copy (hard links where the file system allows, else copies): derived data keyed
-    by content and embedder code (CI restores it), so the LoCoMo sweeps read the same vectors instead of embedding 7,868
-    texts again. No block tests the cache, and the cache only ever adds shards (written aside, then renamed)."""
+    by content and embedder code (in a whole `make test` earlier tests have filled it with LoCoMo's MiniLM vectors), so the
+    LoCoMo sweeps read the same vectors instead of embedding 7,868 texts again; empty, the blocks embed as a user would. No block tests the cache, and the cache only ever adds shards (written aside, then renamed)."""
     def link(a, b):
         try:
             os.link(a, b)
