@@ -8,6 +8,7 @@ clock is q7=0 s, q3=1, q0=2, q1=3, q2=4, q4=5, q5=6, q6=7, q8=8, q9=9; at 2 per 
 import json
 
 import numpy as np
+import pandas as pd
 import pytest
 
 from bench import pipeline
@@ -74,16 +75,25 @@ def test_the_wrapper_returns_nothing_for_a_failed_query_and_the_trace_records_it
     assert trace.meta["short_results"] == 0  # an empty answer the fault gave is not a short list of the store
 
 
-def test_faults_are_part_of_the_trace_key_and_reach_the_degradation_table(tmp_path):
+LIMIT1 = {"name": "limit1", "fn": {"_target_": "bench.strategies.vector.limit", "_partial_": True, "k": 1}}
+FULL = {"name": "full", "fn": {"_target_": "bench.strategies.baselines.full_context", "_partial_": True}}
+
+
+def tiny_inputs(tmp_path, n_questions: int, strategies) -> pipeline.Inputs:
+    """The fixture's turns and first ``n_questions`` questions as an own-format corpus on disk, with the exact store."""
     data = tmp_path / "data"
     data.mkdir()
     (data / "turns.jsonl").write_text("".join(json.dumps({"conversation_id": "c1", "turn_id": t.turn_id, "role": "user", "text": t.text})
                                               + "\n" for t in TURNS))
     (data / "questions.jsonl").write_text("".join(json.dumps({"question_id": q.question_id, "conversation_id": "c1", "text": q.text,
-                                                              "evidence": list(q.evidence)}) + "\n" for q in QUESTIONS[:4]))
-    inputs = pipeline.Inputs(corpus={"_target_": "bench.data.own.load_own", "path": str(data), "name": "tiny"},
-                             embedder=HashingEmbedder(dim=64), store={"_target_": "bench.backends.exact.ExactBackend"},
-                             strategies=({"name": "limit1", "fn": {"_target_": "bench.strategies.vector.limit", "_partial_": True, "k": 1}},))
+                                                              "evidence": list(q.evidence)}) + "\n" for q in QUESTIONS[:n_questions]))
+    return pipeline.Inputs(corpus={"_target_": "bench.data.own.load_own", "path": str(data), "name": "tiny"},
+                           embedder=HashingEmbedder(dim=64), store={"_target_": "bench.backends.exact.ExactBackend"},
+                           strategies=tuple(strategies))
+
+
+def test_faults_are_part_of_the_trace_key_and_reach_the_degradation_table(tmp_path):
+    inputs = tiny_inputs(tmp_path, 4, [LIMIT1])
     base = pipeline.Settings(cache=tmp_path / "cache", config={"backend": "exact"}, thresholds=(0.5, 0.5, 0.05), warmup=0,
                              memory=UnitSpec(), e2e={"sample": 0})
     clean = pipeline.run(inputs, base, tmp_path / "clean")
@@ -93,31 +103,16 @@ def test_faults_are_part_of_the_trace_key_and_reach_the_degradation_table(tmp_pa
     m_clean, m_hurt = RunDir(clean.path).meta(), RunDir(hurt.path).meta()
     assert m_clean["trace_key"] != m_hurt["trace_key"] and "faults" not in m_clean
     assert m_hurt["faults"]["n_error"] == 2 and clean.summary["recall"].iloc[0] == 1.0  # each question finds its own turn
-    d = pd_read(hurt.path / "degradation.csv")
+    d = pd.read_csv(hurt.path / "degradation.csv")
     fault = d[(d["cause"] == "fault") & (d["policy"] == "empty")].iloc[0]
     assert fault["failed_share"] == 0.5 and fault["recall"] == 0.5  # two found, two failed
 
 
-def pd_read(path):
-    import pandas as pd
-
-    return pd.read_csv(path)
-
-
 def test_the_job_writes_the_end_to_end_table_without_measuring_embeddings_at_sample_zero(tmp_path):
-    data = tmp_path / "data"
-    data.mkdir()
-    (data / "turns.jsonl").write_text("".join(json.dumps({"conversation_id": "c1", "turn_id": t.turn_id, "role": "user", "text": t.text})
-                                              + "\n" for t in TURNS))
-    (data / "questions.jsonl").write_text("".join(json.dumps({"question_id": q.question_id, "conversation_id": "c1", "text": q.text,
-                                                              "evidence": list(q.evidence)}) + "\n" for q in QUESTIONS[:2]))
-    inputs = pipeline.Inputs(corpus={"_target_": "bench.data.own.load_own", "path": str(data), "name": "tiny"},
-                             embedder=HashingEmbedder(dim=64), store={"_target_": "bench.backends.exact.ExactBackend"},
-                             strategies=({"name": "limit1", "fn": {"_target_": "bench.strategies.vector.limit", "_partial_": True, "k": 1}},
-                                         {"name": "full", "fn": {"_target_": "bench.strategies.baselines.full_context", "_partial_": True}}))
+    inputs = tiny_inputs(tmp_path, 2, [LIMIT1, FULL])
     r = pipeline.run(inputs, pipeline.Settings(cache=tmp_path / "cache", thresholds=(0.5, 0.5, 0.05), warmup=0, memory=UnitSpec(),
                                                e2e={"sample": 0}), tmp_path / "run")
-    t = pd_read(r.path / "latency_e2e.csv")
+    t = pd.read_csv(r.path / "latency_e2e.csv")
     assert list(t["strategy"]) == ["limit1", "limit1"]  # full context reads no store
     assert list(t["n_selected"]) == [1, 1] and not t["embed_measured"].any() and t["e2e_ns"].isna().all() and (t["store_ns"] > 0).all()
 
