@@ -370,9 +370,13 @@ class QdrantBackend:
         return [p.payload["mid"] for p in res], [p.score for p in res]
 
     def reference_query(self, vector: np.ndarray, *, k: int, where: Where) -> tuple[list[str], list[float]]:
-        """The query as a Qdrant Edge user writes it: one QueryRequest with a must-filter, scores as returned."""
+        """The query as a Qdrant Edge user writes it: one QueryRequest with a must-filter, the native score turned into a
+        similarity (the contract of ``Backend.reference_query``; Qdrant's score is a distance in an l2 collection)."""
+        from bench.backends.scores import similarity
+
         if self.url is not None:
-            return self._query(np.asarray(vector, dtype=np.float32).tolist(), k, where)
+            ids, scores = self._query(np.asarray(vector, dtype=np.float32).tolist(), k, where)
+            return ids, [similarity(self._kind, x) for x in scores]
         q = self._edge()
         must = []
         if where.conversation_id is not None:
@@ -386,7 +390,7 @@ class QdrantBackend:
         res = self._shard.query(q.QueryRequest(limit=k, query=q.Query.Nearest(np.asarray(vector, dtype=np.float32).tolist()),
                                                filter=q.Filter(must=must) if must else None, with_payload=["mid"],
                                                params=self._search_params(q)))
-        return [p.payload["mid"] for p in res], [p.score for p in res]
+        return [p.payload["mid"] for p in res], [similarity(self._kind, p.score) for p in res]
 
     def list_collections(self) -> list[str]:
         if self.url is None:

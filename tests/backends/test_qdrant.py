@@ -55,6 +55,25 @@ def test_filters_and_scores(tmp_path, url):
         b.close()
 
 
+@pytest.mark.parametrize("url", [None, ":memory:"], ids=["edge", "client-local"])
+def test_the_hand_written_query_of_an_l2_collection_gives_similarities(tmp_path, url):
+    # Qdrant's score in an l2 collection is the Euclidean distance; the reference query turns it into a similarity like
+    # search does (m4's own distance 0 -> similarity 1), so the per-conversation layout merges it best first
+    b = load_backend("qdrant", stores_dir=tmp_path, collection="q2", layout="shared", metric="l2", **({"url": url} if url else {}))
+    rows = _rows(30, 8, 3)
+    b.open(dim=8)
+    try:
+        b.add(rows)
+        b.wait_ready()
+        hits = b.search(rows.vectors[4], k=5, where=Where())
+        ids, sims = b.reference_query(rows.vectors[4], k=5, where=Where())
+        assert ids[0] == "m4" and abs(sims[0] - 1.0) < 1e-5
+        assert list(ids) == list(hits.ids) and np.allclose(sims, hits.scores, atol=1e-5)
+    finally:
+        b.drop()
+        b.close()
+
+
 def test_hnsw_built_past_the_threshold_reopens_and_refuses_another_dimension(tmp_path):
     """indexing_threshold_kb=1 makes the optimizer build the HNSW graph on 400 rows; the shard reopens from disk."""
     kw = dict(stores_dir=tmp_path, collection="q2", layout="shared", indexing_threshold_kb=1, full_scan_threshold=1)
