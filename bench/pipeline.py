@@ -354,11 +354,11 @@ def get_trace(job: Job, settings: Settings, embedder, roles: tuple[str, ...] | N
         from bench.replay.trace import embed_corpus
         from bench.replay.trec import trace_from_run
 
-        tv, qv, _ = embed_corpus(job.corpus, embedder, progress=settings.progress)
         if settings.metadata_filter:
             raise ValueError("filter: a metadata filter applies to a store's search, not to a run_file (its ranking is given)")
         if _faults(settings) is not None:
             raise ValueError("faults: injected faults wrap a store's search, not a run_file (its ranking is given)")
+        tv, qv, _ = embed_corpus(job.corpus, embedder, progress=settings.progress)
         return trace_from_run(run_file(settings.run_file), job.corpus, roles=roles, vectors=(tv, qv), embedder=embedder.model_id)
     from bench.replay.visibility import check_filter, filter_spec, parse_filter
 

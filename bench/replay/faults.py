@@ -124,23 +124,14 @@ def failed_ids(meta: Mapping) -> frozenset[str]:
 class FaultyBackend:
     """Any store behind injected faults. ``plan`` maps a query (``query_key(vector, where)``) to its fault; a failed
     query returns no hits without calling the store; every call made to the store first sleeps ``slow_ms``.
-    Everything else is the wrapped store's (open, add, wait_ready, reference_query, close, drop, ...)."""
+    Everything else (name, capabilities, open, add, wait_ready, reference_query, close, drop, layout ...) is the
+    wrapped store's, through ``__getattr__``."""
 
     def __init__(self, inner, faults: Faults, plan: Mapping[tuple, str]) -> None:
         self.inner, self.faults, self.plan = inner, faults, dict(plan)
-        self.name, self.capabilities = inner.name, inner.capabilities
 
-    def __getattr__(self, name):  # layout, path, n_collections, list_collections ...: the wrapped store's
+    def __getattr__(self, name):
         return getattr(self.__dict__["inner"], name)
-
-    def open(self, *, dim: int, metric: str | None = None) -> None:  # None: the wrapped store's configured metric
-        self.inner.open(dim=dim, metric=metric)
-
-    def add(self, batch) -> None:
-        self.inner.add(batch)
-
-    def wait_ready(self, timeout_s: float = 300.0) -> None:
-        self.inner.wait_ready(timeout_s=timeout_s)
 
     def search(self, vector: np.ndarray, *, k: int, where: Where) -> Hits:
         if self.plan.get(query_key(vector, where), OK):
@@ -148,15 +139,6 @@ class FaultyBackend:
         if self.faults.slow_ms:
             time.sleep(self.faults.slow_ms / 1000)
         return self.inner.search(vector, k=k, where=where)
-
-    def reference_query(self, vector, *, k: int, where: Where):
-        return self.inner.reference_query(vector, k=k, where=where)
-
-    def close(self) -> None:
-        self.inner.close()
-
-    def drop(self) -> None:
-        self.inner.drop()
 
 
 def query_key(vector, where: Where) -> tuple:
