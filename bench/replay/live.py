@@ -44,10 +44,11 @@ from bench.backends.session import open_session
 from bench.embedders.base import Embedder
 from bench.output import write_atomic
 from bench.progress import progress as progress_bar
-from bench.replay.trace import TRACE_COLUMNS, StoreContractError, Trace, contract_violations, disk_bytes, embed_corpus, score_meta
+from bench.replay.trace import (TRACE_COLUMNS, StoreContractError, Trace, contract_violations, disk_bytes, embed_corpus,
+                                exact_pass, score_meta)
 from bench.replay.visibility import Visibility, question_filter
 from bench.run import run_id
-from bench.types import Corpus, MemoryBatch, memory_key
+from bench.types import Corpus, MemoryBatch
 
 log = logging.getLogger(__name__)
 
@@ -222,45 +223,15 @@ def build_live_trace(corpus: Corpus, embedder: Embedder, backend: Backend, *, de
     if broken:
         raise StoreContractError(f"store {backend.name} broke the search contract (bench/backends/base.py) {broken}; "
                                  "its results are not scored")
-    exact, gold_ids, gold_ranks, qrows, fid = [], [], [], [], []
-    diffs, short, truncated, eligible, short_example = [], 0, 0, [], ""
+    exact, gold_ids, gold_ranks, store = exact_pass(corpus, tv, qv, hit_ids, hit_scores, roles=roles, k=fidelity_k, depth=depth,
+                                                     visible_rows=[asked[qi][3] for qi in range(len(questions))])
+    qrows = []
     for qi, q in enumerate(questions):
-        order, n_all, n_user, local_written = asked[qi]
-        start, end = vis.span(q.conversation_id)
-        sims = tv[start:end] @ qv[qi]
-        ids = hit_ids[qi]
-        r = vis.lookup(ids) - start
-        inside = (r >= 0) & (r < len(sims))
-        vals = np.full(len(ids), np.nan)
-        vals[inside] = sims[r[inside]]
-        exact.append(vals.tolist())
-        diffs.append(np.abs(np.asarray(hit_scores[qi], dtype=float) - vals))
-        mask = vis.mask(q, roles)
-        seen_now = np.zeros(len(sims), dtype=bool)
-        seen_now[local_written] = True
-        mask &= seen_now  # what the question may see AND what was written before it
-        local = np.flatnonzero(mask)
-        eligible.append(len(local))
-        truncated += len(local) > depth
-        if len(ids) < min(depth, len(local)):
-            short += 1
-            short_example = short_example or f"question {q.question_id!r}: {len(ids)} hits of {min(depth, len(local))} written and visible"
-        gold = list(dict.fromkeys(memory_key(q.conversation_id, e) for e in q.evidence))
-        ranks = np.zeros(len(gold), dtype=np.int64)
-        if gold:
-            g = vis.lookup(gold) - start
-            ok = (g >= 0) & (g < len(sims))
-            ok[ok] = mask[g[ok]]
-            ranks[ok] = vis.ranks(start, local, sims, g[ok])
-        returned = set(ids)
-        misses = [k for k, rk in zip(gold, ranks.tolist()) if 0 < rk <= depth and k not in returned]
-        want = vis.top(start, local, sims, fidelity_k)
-        if len(want):
-            fid.append(len(set(ids[:fidelity_k]).intersection(want.tolist())) / len(want))
-        gold_ids.append(gold)
-        gold_ranks.append(ranks.tolist())
-        qrows.append((q.question_id, q.conversation_id, order, rules.get(qi, ""), n_all, n_user, len(gold), int((ranks > 0).sum()),
-                      len(returned.intersection(gold)), len(misses), misses))
+        order, n_all, n_user, _ = asked[qi]
+        gold, ranks, returned = gold_ids[qi], gold_ranks[qi], set(hit_ids[qi])
+        misses = [g for g, rk in zip(gold, ranks) if 0 < rk <= depth and g not in returned]
+        qrows.append((q.question_id, q.conversation_id, order, rules.get(qi, ""), n_all, n_user, len(gold),
+                      sum(rk > 0 for rk in ranks), len(returned.intersection(gold)), len(misses), misses))
     table = pd.DataFrame({"question_id": [q.question_id for q in questions], "conversation_id": [q.conversation_id for q in questions],
                           "latency_ns": lat, "hit_ids": hit_ids, "hit_scores": hit_scores, "exact_scores": exact,
                           "gold_ids": gold_ids, "gold_exact_ranks": gold_ranks,
@@ -268,8 +239,6 @@ def build_live_trace(corpus: Corpus, embedder: Embedder, backend: Backend, *, de
                                             for h in hits]}, columns=TRACE_COLUMNS)
     record = LiveRecord(pd.DataFrame(writes, columns=WRITE_COLUMNS), pd.DataFrame(qrows, columns=QUESTION_COLUMNS))
     add_ns = record.writes["add_ns"].to_numpy()
-    d = np.concatenate(diffs) if diffs else np.zeros(0)
-    nq = len(questions)
     rule_counts = record.questions["rule"].value_counts().to_dict()
     meta = {
         "dataset": corpus.name, "backend": backend.name, "layout": getattr(backend, "layout", "shared"), "collections": collections,
@@ -280,15 +249,11 @@ def build_live_trace(corpus: Corpus, embedder: Embedder, backend: Backend, *, de
         # the batch trace's fields, in live terms: ingest = the writes (time inside add only), never waited (ready 0)
         "ingest_seconds": float(add_ns.sum()) / 1e9, "ingest_per_second": len(turns) / (add_ns.sum() / 1e9) if add_ns.sum() else None,
         "ingest_batches": len(add_ns), "ingest_batch_size": int(batch), "ingest_wall_seconds": wall, "ready_seconds": 0.0,
-        "short_result_rate": short / nq if nq else float("nan"), "short_results": short, "short_example": short_example,
-        "eligible_median": float(np.median(eligible)) if eligible else float("nan"), "n_truncated": truncated,
-        "score_max_abs_diff": float(np.nanmax(d)) if len(d) and not np.isnan(d).all() else float("nan"),
-        "score_mismatches_1e4": int(np.sum(d > 1e-4)), "score_pairs": int(len(d)),
+        **store,  # exact_pass over what was written: short lists, fidelity, score agreement
         "write_p50_ms": float(np.percentile(add_ns, 50)) / 1e6 if len(add_ns) else float("nan"),
         "write_p99_ms": float(np.percentile(add_ns, 99)) / 1e6 if len(add_ns) else float("nan"),
         "read_after_write_misses": int(record.questions["raw_misses"].sum()),
         "questions_with_raw_miss": int((record.questions["raw_misses"] > 0).sum()),
-        f"fidelity_at_{fidelity_k}": float(np.mean(fid)) if fid else float("nan"),
         "warmup_queries": 0, "replay_wall_seconds": wall, "store_search_seconds": float(lat.sum()) / 1e9,
         "index_bytes": index_bytes, "measured_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "measured_in": run_id(), **emb_stats,
     }

@@ -345,10 +345,13 @@ def contract_violations(corpus: Corpus, hit_ids: Sequence[Sequence[str]], hit_sc
 
 def exact_pass(corpus: Corpus, tv: np.ndarray, qv: np.ndarray, hit_ids: Sequence[Sequence[str]],
                 hit_scores: Sequence[Sequence[float]], *, roles, k: int, depth: int,
-                progress: bool = False, metadata=None) -> tuple[list[list[float]], list[list[str]], list[list[int]], dict]:
+                progress: bool = False, metadata=None, visible_rows: Sequence[np.ndarray] | None = None,
+                ) -> tuple[list[list[float]], list[list[str]], list[list[int]], dict]:
     """One pass over the questions, one matrix product per question over its conversation: the exact cosine of
     every hit, each gold memory's exact rank (``gold_ids``/``gold_exact_ranks``, see TRACE_COLUMNS) and the
-    store metrics (see store_metrics)."""
+    store metrics (see store_metrics). ``visible_rows``: per question, the rows of its conversation (0 = its first
+    row) that are in the store when it is asked (live replay: those written before it); ranks, fidelity and short
+    lists are then over what the question may see AND what is there. None: every row is there."""
     vis = Visibility(corpus, metadata)
     exact: list[list[float]] = [[] for _ in hit_ids]
     gold_ids: list[list[str]] = [[] for _ in hit_ids]
@@ -375,6 +378,10 @@ def exact_pass(corpus: Corpus, tv: np.ndarray, qv: np.ndarray, hit_ids: Sequence
                 m = float(np.nanmax(d))
                 max_diff = m if max_diff != max_diff else max(max_diff, m)
         mask = vis.mask(q, roles)
+        if visible_rows is not None:
+            there = np.zeros(len(mask), dtype=bool)
+            there[visible_rows[qi]] = True
+            mask = mask & there
         local = np.flatnonzero(mask)
         gold = list(dict.fromkeys(memory_key(q.conversation_id, e) for e in q.evidence))
         if gold:

@@ -152,6 +152,28 @@ def test_a_gold_ranked_beyond_the_depth_is_not_a_read_after_write_miss():
     assert list(q.loc["qb1", "raw_miss_ids"]) == ["b|b2"]
 
 
+def test_exact_pass_over_the_rows_in_the_store_worked_by_hand():
+    # the exact scan live replay takes (bench.replay.trace.exact_pass, visible_rows: the rows of the question's
+    # conversation written before it). Cosines (ANGLE): qa1 (40) vs a0..a4 = .766 1 .766 .174 -.5; qb1 (280) vs b0..b2 =
+    # .174 .766 1. qa1 with a0, a2, a3 written: its gold a1 is not there (rank 0), eligible 3, top-2 a0, a2 = its hits
+    # (fidelity 1); qa3 (asked at 1) sees a0, a1 of a0..a2: gold a2 said later, rank 0, eligible 2; qa2 (asked at 4) with
+    # a0..a3: a2 first; qb1 with b0, b1: b0 second, b2 not there; qb2 all of b, no gold. Eligible 3 2 4 2 3: median 3,
+    # 3 beyond depth 2; the four without hits are short lists; fidelity@2 (1 + 0 * 4) / 5.
+    from bench.replay.trace import exact_pass
+
+    tv, qv = VECTORS
+    visible = [np.array([0, 2, 3]), np.array([0, 1, 2]), np.array([0, 1, 2, 3]), np.array([0, 1]), np.array([0, 1, 2])]
+    hits = [["a|a0", "a|a2"], [], [], [], []]
+    scores = [[0.766, 0.766], [], [], [], []]
+    exact, gold, ranks, m = exact_pass(CORPUS, tv, qv, hits, scores, roles=None, k=2, depth=2, visible_rows=visible)
+    assert gold == [["a|a1"], ["a|a2"], ["a|a2"], ["b|b0", "b|b2"], []]
+    assert ranks == [[0], [0], [1], [2, 0], []]
+    assert np.allclose(exact[0], [np.cos(np.deg2rad(40))] * 2)
+    assert (m["eligible_median"], m["n_truncated"], m["short_results"], m["fidelity_at_2"]) == (3.0, 3, 4, 0.2)
+    everything = exact_pass(CORPUS, tv, qv, hits, scores, roles=None, k=2, depth=2)[2]
+    assert everything == [[1], [0], [1], [3, 1], []]  # every row there: the batch scan
+
+
 def test_live_trace_is_a_normal_trace(tmp_path):
     trace, record = live(ExactBackend())
     assert list(trace.table.columns) == TRACE_COLUMNS
