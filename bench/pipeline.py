@@ -469,6 +469,7 @@ def write_live(job: Job, settings: Settings, embedder, lives, out_dir: Path, fau
     from dataclasses import replace
 
     from bench.analysis import live as tables
+    from bench.data.units import UnitSpec
     from bench.report.live import growth_figure
 
     batch_settings = replace(settings, replay="batch")
@@ -476,7 +477,7 @@ def write_live(job: Job, settings: Settings, embedder, lives, out_dir: Path, fau
     parts = []
     for roles, trace, record in lives:
         batch = get_trace(job, batch_settings, embedder, roles, fault)
-        parts.append(tables.live_tables(trace, record, batch, job.corpus, ks=ks))
+        parts.append(tables.live_tables(trace, record, batch, job.corpus, ks=ks, memory=(settings.memory or UnitSpec()).describe()))
     written = tables.write(Path(out_dir) / tables.FOLDER, tables.concat(parts))
     growth_figure(written["growth"], Path(out_dir) / tables.FOLDER / "growth.png")
 

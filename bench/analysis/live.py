@@ -1,6 +1,8 @@
 """Live replay tables (``replay: live``, ``bench.replay.live``): from a live trace, its record and the ordinary batch trace.
 
-Written by the job into ``live/`` of its directory, one CSV per table, one row per (dataset, embedder, store, roles, ...):
+Written by the job into ``live/`` of its directory, one CSV per table, one row per (dataset, embedder, store,
+indexed_roles, role_filter, ...): ``indexed_roles`` the roles the store holds (the run's ``memory.roles``: ``all`` or
+``user``; every memory count is of these), ``role_filter`` the roles the questions' searches are filtered to (``none``).
 
 * ``writes.csv``: write latency per ``add`` call (``live_batch`` turns at most): p50/p99/mean/max ms from the stored ns;
 * ``read_after_write.csv``: per question, the gold memories written before it (and visible to it), returned, and the
@@ -10,8 +12,8 @@ Written by the job into ``live/`` of its directory, one CSV per table, one row p
 * ``recall.csv``: recall_any@k and recall_all@k (``bench.metrics.ranked``) on the scored questions: ``batch`` (the
   ordinary trace: everything ingested, ``wait_ready``, then asked), ``live`` (asked at its time, no wait) and
   ``live_exact`` (the exact scan of what was written before the question: what a synchronous exact store returns);
-* ``growth.csv``: by the number of memories of the question's user (conversation) in the store when it was asked,
-  bucketed (``BUCKETS``): questions, live recall_any@k, p50/p99 search ms.
+* ``growth.csv``: by the number of memories of the question's user (conversation) in the store when it was asked
+  (every indexed memory, whatever the role filter), bucketed (``BUCKETS``): questions, live recall_any@k, p50/p99 search ms.
 """
 
 from __future__ import annotations
@@ -29,10 +31,11 @@ TABLES = ("writes", "read_after_write", "summary", "recall", "growth")
 BUCKETS = (0, 50, 100, 200, 500, 1000, 2000, 5000, 10_000, 20_000, 50_000)  # lower edges of the memory-count buckets
 
 
-def _keys(trace) -> dict:
+def _keys(trace, memory) -> dict:
     m = trace.meta
     return {"dataset": m.get("dataset"), "embedder": m.get("embedder"), "backend": m.get("backend"),
-            "roles": "+".join(m.get("roles") or []) or "all", "live_batch": m.get("live_batch"),
+            "indexed_roles": str((memory or {}).get("roles") or "all"), "role_filter": "+".join(m.get("roles") or []) or "none",
+            "live_batch": m.get("live_batch"),
             "live_pace_ms": m.get("live_pace_ms", 0.0)}
 
 
@@ -46,9 +49,10 @@ def bucket_of(n: int) -> tuple[int, int | None]:
     return BUCKETS[i], BUCKETS[i + 1] if i + 1 < len(BUCKETS) else None
 
 
-def live_tables(trace, record, batch, corpus, *, ks=(1, 3, 5, 10)) -> dict[str, pd.DataFrame]:
-    """Every live table of one live trace (TABLES), ``batch`` the ordinary trace of the same questions (same order)."""
-    keys = _keys(trace)
+def live_tables(trace, record, batch, corpus, *, ks=(1, 3, 5, 10), memory=None) -> dict[str, pd.DataFrame]:
+    """Every live table of one live trace (TABLES), ``batch`` the ordinary trace of the same questions (same order);
+    ``memory``: the run's memory spec (meta.json ``memory``: its ``roles`` are the indexed roles; None: every role)."""
+    keys = _keys(trace, memory)
     ns = record.writes["add_ns"].to_numpy(dtype=np.float64)
     rows = int(record.writes["rows"].sum())
     writes = pd.DataFrame([{**keys, "writes": len(ns), "rows": rows, "write_p50_ms": _pct(ns, 50), "write_p99_ms": _pct(ns, 99),

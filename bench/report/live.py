@@ -17,11 +17,11 @@ def growth_figure(growth: pd.DataFrame, path: Path) -> Path | None:
     plt = _figure()
     k = int(growth["k"].max())
     fig, (left, right) = plt.subplots(1, 2, figsize=(8.0, 3.0))
-    for i, ((backend, roles), g) in enumerate(growth.groupby(["backend", "roles"], sort=False)):
+    for i, ((backend, indexed, filt), g) in enumerate(growth.groupby(["backend", "indexed_roles", "role_filter"], sort=False)):
         g = g[g["k"] == k].sort_values("memories_from")
         x = g["median_memories"].clip(lower=1)
         style, marker = LINESTYLES[i % len(LINESTYLES)], MARKERS[i % len(MARKERS)]
-        label = backend if roles == "all" else f"{backend} ({roles})"
+        label = backend + ("" if indexed == "all" else f", {indexed} memories") + ("" if filt == "none" else f", filter {filt}")
         left.plot(x, g["recall_any"], linestyle=style, marker=marker, color="#222222", label=label)
         right.plot(x, g["search_p50_ms"], linestyle=style, marker=marker, color="#222222", label=f"{label} p50")
         right.plot(x, g["search_p99_ms"], linestyle=style, marker=marker, color="#8c8c8c", label=f"{label} p99")

@@ -198,6 +198,23 @@ def test_tables_live_versus_batch_and_growth():
     assert tables["writes"]["writes"].item() == 8
 
 
+def test_tables_name_the_indexed_roles_and_the_role_filter_apart():
+    # the trace's roles are its questions' search filter; the memories counted (user_memories, growth buckets) are every
+    # memory the store holds: the run's memory.roles. A user-filtered trace on an all-roles store is not "user" memories.
+    trace, record = build_live_trace(CORPUS, Dims(), ExactBackend(), depth=10, roles=("user",), vectors=VECTORS)
+    batch = Trace(pd.DataFrame({"question_id": [q.question_id for q in CORPUS.questions], "hit_ids": [[]] * 5}), {})
+    for memory, indexed in ((None, "all"), ({"unit": "turn", "roles": "all"}, "all"), ({"unit": "turn", "roles": "user"}, "user")):
+        tables = live_tables(trace, record, batch, CORPUS, ks=(1,), memory=memory)
+        for name, table in tables.items():
+            assert "roles" not in table.columns, name
+            assert set(table["indexed_roles"]) == {indexed} and set(table["role_filter"]) == {"user"}, name
+    unfiltered, record = live(ExactBackend())
+    growth = live_tables(unfiltered, record, batch, CORPUS, ks=(1,))["growth"]
+    assert set(growth["role_filter"]) == {"none"}
+    # qa2 is asked with a0..a3 written, user and assistant turns alike: 4 memories although its search sees a0, a2 only
+    assert record.questions.set_index("question_id")["user_memories"]["qa2"] == 4
+
+
 def test_growth_figure_is_drawn(tmp_path):
     from bench.report.live import growth_figure
 
