@@ -45,10 +45,10 @@ from bench.embedders.base import Embedder
 from bench.output import write_atomic
 from bench.progress import progress as progress_bar
 from bench.replay.trace import (TRACE_COLUMNS, StoreContractError, Trace, contract_violations, disk_bytes, embed_corpus,
-                                exact_pass, score_meta)
+                                exact_pass, memory_batch, native_column, score_meta)
 from bench.replay.visibility import Visibility, question_filter
 from bench.run import run_id
-from bench.types import Corpus, MemoryBatch
+from bench.types import Corpus
 
 log = logging.getLogger(__name__)
 
@@ -195,10 +195,7 @@ def build_live_trace(corpus: Corpus, embedder: Embedder, backend: Backend, *, de
                 if kind == "w":
                     rows = what
                     chunk = [turns[r] for r in rows]
-                    mb = MemoryBatch(ids=tuple(t.key for t in chunk), vectors=tv[rows],
-                                     conversation_ids=tuple(t.conversation_id for t in chunk), roles=tuple(t.role for t in chunk),
-                                     timestamps=tuple(float(t.timestamp or 0.0) for t in chunk),
-                                     positions=tuple(t.position for t in chunk))
+                    mb = memory_batch(chunk, tv[rows])
                     ns = session.timed_add(mb)
                     if pace_ms > 0:
                         time.sleep(pace_ms / 1000.0)
@@ -234,9 +231,8 @@ def build_live_trace(corpus: Corpus, embedder: Embedder, backend: Backend, *, de
                       sum(rk > 0 for rk in ranks), len(returned.intersection(gold)), len(misses), misses))
     table = pd.DataFrame({"question_id": [q.question_id for q in questions], "conversation_id": [q.conversation_id for q in questions],
                           "latency_ns": lat, "hit_ids": hit_ids, "hit_scores": hit_scores, "exact_scores": exact,
-                          "gold_ids": gold_ids, "gold_exact_ranks": gold_ranks,
-                          "native_scores": [list(h.native) if len(h.native) == len(h.ids) else [float("nan")] * len(h.ids)
-                                            for h in hits]}, columns=TRACE_COLUMNS)
+                          "gold_ids": gold_ids, "gold_exact_ranks": gold_ranks, "native_scores": native_column(hits)},
+                         columns=TRACE_COLUMNS)
     record = LiveRecord(pd.DataFrame(writes, columns=WRITE_COLUMNS), pd.DataFrame(qrows, columns=QUESTION_COLUMNS))
     add_ns = record.writes["add_ns"].to_numpy()
     rule_counts = record.questions["rule"].value_counts().to_dict()

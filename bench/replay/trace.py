@@ -120,16 +120,25 @@ def batches(turns: Sequence[Turn], vectors: np.ndarray, size: int) -> Iterator[M
     if size <= 0:
         raise ValueError(f"batch size must be positive (got {size})")
     for i in range(0, len(turns), size):
-        chunk = turns[i : i + size]
-        yield MemoryBatch(
-            ids=tuple(t.key for t in chunk),
-            vectors=vectors[i : i + size],
-            conversation_ids=tuple(t.conversation_id for t in chunk),
-            roles=tuple(t.role for t in chunk),
-            timestamps=tuple(float(t.timestamp or 0.0) for t in chunk),
-            positions=tuple(t.position for t in chunk),
-            metadata=tuple(t.metadata for t in chunk) if any(t.metadata for t in chunk) else (),
-        )
+        yield memory_batch(turns[i : i + size], vectors[i : i + size])
+
+
+def memory_batch(turns: Sequence[Turn], vectors: np.ndarray) -> MemoryBatch:
+    """The ``MemoryBatch`` of ``turns`` (``vectors``: theirs, row for row): what every replay writes into a store."""
+    return MemoryBatch(
+        ids=tuple(t.key for t in turns),
+        vectors=vectors,
+        conversation_ids=tuple(t.conversation_id for t in turns),
+        roles=tuple(t.role for t in turns),
+        timestamps=tuple(float(t.timestamp or 0.0) for t in turns),
+        positions=tuple(t.position for t in turns),
+        metadata=tuple(t.metadata for t in turns) if any(t.metadata for t in turns) else (),
+    )
+
+
+def native_column(hits: Sequence[Hits]) -> list[list[float]]:
+    """The trace's ``native_scores`` (TRACE_COLUMNS): per question the store's own score of each hit, NaN where it gave none."""
+    return [list(h.native) if len(h.native) == len(h.ids) else [float("nan")] * len(h.ids) for h in hits]
 
 
 def embed_texts(embedder: Embedder, texts: Sequence[str], *, side: str, chunk: int = EMBED_CHUNK, progress: bool = False,
@@ -230,7 +239,7 @@ def build_trace(
                           "hit_ids": list(map(list, hit_ids)), "hit_scores": list(map(list, hit_scores)), "exact_scores": exact,
                           "gold_ids": gold_ids, "gold_exact_ranks": gold_ranks},
                          columns=TRACE_COLUMNS)
-    table["native_scores"] = [list(h.native) if len(h.native) == len(h.ids) else [float("nan")] * len(h.ids) for h in timed.hits]
+    table["native_scores"] = native_column(timed.hits)
     nq = len(questions)
     meta = {
         "dataset": corpus.name,

@@ -263,6 +263,35 @@ def test_pipeline_live_job_writes_the_live_tables(tmp_path, monkeypatch):
     assert pipeline.live_pace({}) == 0.0 and pipeline.live_pace({"pace_ms": 50}) == 50.0
 
 
+def test_live_and_batch_write_the_same_memories_with_their_metadata():
+    # datasets/demo_meta: 12 turns with metadata fields; both replays build their writes with trace.memory_batch, so the
+    # store gets every turn with its fields (c1|t4 and c2|t5 as in tests/data/test_own.py) in live replay as in batch
+    from pathlib import Path
+
+    from bench.data.own import load_own
+    from bench.replay.trace import build_trace
+
+    corpus = load_own(path=Path(__file__).resolve().parents[2] / "datasets" / "demo_meta")
+    seen = {"batch": {}, "live": {}}
+
+    class Recording(ExactBackend):
+        def add(self, batch):
+            self.into.update({i: dict(m) for i, m in zip(batch.ids, batch.metadata or [()] * len(batch.ids))})
+            super().add(batch)
+
+    embedder = HashingEmbedder(dim=64)
+    for mode in ("batch", "live"):
+        store = Recording()
+        store.into = seen[mode]
+        if mode == "batch":
+            build_trace(corpus, embedder, store, depth=12, warmup=0, progress=False)
+        else:
+            build_live_trace(corpus, embedder, store, depth=12)
+    assert len(seen["live"]) == 12 and seen["live"] == seen["batch"]
+    assert seen["live"]["c1|t4"] == {"memory_type": "fact", "project": "beta", "priority": 3, "tags": ("work", "deadline")}
+    assert seen["live"]["c2|t5"] == {"memory_type": "chitchat", "priority": 0}
+
+
 def test_pace_sleeps_after_each_write_untimed(monkeypatch):
     import bench.replay.live as L
 
