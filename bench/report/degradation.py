@@ -68,10 +68,10 @@ def degrade_section(run: RunDir) -> list[str]:
     df = _read(run, degrade.FILE)
     if df is None:
         return []
-    summary = run.summary()
-    best = {}  # (dataset, embedder, backend, strategy) -> threshold of the best F1 (NaN: a strategy without one)
-    for key, g in summary.dropna(subset=["f1"]).groupby(["dataset", "embedder", "backend", "strategy"], sort=False):
-        best[key] = g.loc[g["f1"].idxmax(), "threshold"]
+    from bench.report.markdown import best_by_f1
+
+    # (dataset, embedder, backend, strategy) -> threshold of the best F1 (NaN: a strategy without one)
+    best = {(r.dataset, r.embedder, r.backend, r.strategy): r.threshold for r in best_by_f1(run.summary()).itertuples()}
     keep = [(k := (r.dataset, r.embedder, r.backend, r.strategy)) in best and
             ((isinstance(best[k], float) and math.isnan(best[k]) and math.isnan(r.threshold)) or r.threshold == best[k])
             for r in df.itertuples()]
