@@ -838,6 +838,9 @@ def write_report(run_dir: Path, a: Analysis | None) -> Path:
     from bench.report import degradation
 
     lines += degradation.section(run)  # end-to-end latency per query, timeouts and store faults (bench.selection.e2e, .degrade)
+    from bench.report import live
+
+    lines += live.section(run)  # a live replay's live/ tables, per job (bench.analysis.live)
     lines += cover
     if run.has("answers.md"):  # written by `recallbench answer` (bench.evaluation.qa)
         lines += ["## Answer-level metrics (LLM reader and judge)", "",

@@ -225,6 +225,36 @@ def test_growth_figure_is_drawn(tmp_path):
     assert growth_figure(growth.iloc[:0], tmp_path / "none.png") is None
 
 
+def test_report_section_shows_the_live_summary_of_every_job(tmp_path):
+    # a multirun's jobs each keep their live/ (the merge does not combine them): one row per job. job0 lag 1 (the
+    # misses and recall of test_tables_live_versus_batch_and_growth: 2 of 4 gold written; recall_any@1 .5 / .25 / .75),
+    # job1 lag 0 (nothing missed: live = live exact = .75). A single run has no job column.
+    from bench.analysis import live as tables
+    from bench.report.live import TITLE, section
+    from bench.results.rundir import RunDir
+
+    batch = Trace(pd.DataFrame({"question_id": [q.question_id for q in CORPUS.questions],
+                                "hit_ids": [["a|a1"], ["a|a0"], ["a|a0"], ["b|b2", "b|b0"], []]}), {})
+    for job, lag in (("job0", 1), ("job1", 0)):
+        (tmp_path / "multi" / job).mkdir(parents=True)
+        (tmp_path / "multi" / job / "summary.csv").write_text("dataset\n")  # a finished job
+        trace, record = live(Late(lag=lag))
+        tables.write(tmp_path / "multi" / job / "live", live_tables(trace, record, batch, CORPUS, ks=(1,)))
+    lines = section(RunDir(tmp_path / "multi"))
+    assert lines[0] == TITLE
+    rows = [ln for ln in lines if ln.startswith("| `job")]
+    assert len(rows) == 2
+    assert rows[0].startswith("| `job0` | `exact` | all | none | 1 |")
+    assert "| 4 | 2 (0.500) | @1: 0.500 / 0.250 / 0.750 | n/a |" in rows[0]
+    assert "| 4 | 0 (0.000) | @1: 0.500 / 0.750 / 0.750 | n/a |" in rows[1]
+    single = tmp_path / "multi" / "job1"
+    (single / "meta.json").write_text("{}")
+    (single / "live" / "growth.png").write_bytes(b"png")
+    rows = [ln for ln in section(RunDir(single)) if ln.startswith("| `exact`")]
+    assert len(rows) == 1 and rows[0].endswith("| [growth.png](live/growth.png) |")
+    assert section(RunDir(tmp_path / "none")) == []
+
+
 def test_pipeline_live_job_writes_the_live_tables(tmp_path, monkeypatch):
     import bench.report.live
 
