@@ -20,9 +20,10 @@ one write per turn, the default); a question ends the batch being built (it is w
 (default 0: as fast as the store takes them) is an agent's think time after each write (the replay sleeps, untimed).
 
 The question search is the ordinary one (``bench.replay.visibility.question_filter``: its conversation, roles,
-``asked_at``), timed around ``backend.search`` alone. The trace is a normal ``Trace`` (``TRACE_COLUMNS``); its exact
-columns are taken over what the question may see AND what was written before it: ``gold_exact_ranks`` is 0 for a gold
-memory not yet written. ``LiveRecord`` keeps what only live replay measures: ns per write, and per question the
+``asked_at``), timed around ``backend.search`` alone; a write is the batch replay's ``MemoryBatch``
+(``bench.replay.trace.memory_batch``: metadata included). The trace is a normal ``Trace`` (``TRACE_COLUMNS``); its exact
+columns are the batch replay's exact scan (``bench.replay.trace.exact_pass``) over what the question may see AND what
+was written before it (``visible_rows``): ``gold_exact_ranks`` is 0 for a gold memory not yet written. ``LiveRecord`` keeps what only live replay measures: ns per write, and per question the
 memories written (in all, and of its conversation: the user's memory size) and the read-after-write misses: gold
 memories written before the question and visible to it, ranked within the search depth by the exact scan of what was
 written, but not returned by the store.
@@ -221,7 +222,7 @@ def build_live_trace(corpus: Corpus, embedder: Embedder, backend: Backend, *, de
         raise StoreContractError(f"store {backend.name} broke the search contract (bench/backends/base.py) {broken}; "
                                  "its results are not scored")
     exact, gold_ids, gold_ranks, store = exact_pass(corpus, tv, qv, hit_ids, hit_scores, roles=roles, k=fidelity_k, depth=depth,
-                                                     visible_rows=[asked[qi][3] for qi in range(len(questions))])
+                                                     progress=progress, visible_rows=[asked[qi][3] for qi in range(len(questions))])
     qrows = []
     for qi, q in enumerate(questions):
         order, n_all, n_user, _ = asked[qi]
