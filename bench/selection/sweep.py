@@ -28,7 +28,7 @@ import pandas as pd
 
 from bench import metrics
 from bench.metrics.answers import AnswerIndex, prefix_coverage
-from bench.selection.formats import TokenTable, check_formats
+from bench.selection.formats import TokenTable, c_prefix_costs, c_sections, check_formats
 from bench.strategies.spec import Selection, StrategySpec, threshold_grid  # noqa: F401  (threshold_grid: re-exported)
 from bench.strategies.vector import lowest_passing, passes
 from bench.replay.trace import Trace
@@ -244,16 +244,29 @@ class _Prefixes:
             out[:, 1:] = np.cumsum(np.where(valid, per[self.rows], 0), axis=1) + self.sep * np.arange(width)
             return out, slow
         t = self.table
-        if fmt == "C":
-            return out, np.ones(nq, dtype=bool)
-        joined = np.array([t.joined[fmt][k] for k in self.keys], dtype=np.int64)
-        last = np.array([t.last[fmt][k] for k in self.keys], dtype=np.int64)
+        if fmt == "C":  # every prefix at once where sections sort by session whatever is selected, else one by one
+            try:
+                tok, anchor, brk, pos, section, ordered = c_sections(t, self.keys)
+            except KeyError:  # a memory the table has not priced
+                return out, np.ones(nq, dtype=bool)
+            slow |= (~ordered[self.rows] & valid).any(axis=1)
+            return c_prefix_costs(rows=self.rows, n_hits=np.where(slow, 0, self.n_hits), fixed=t.fixed["C"], tok=tok, anchor=anchor,
+                                  brk=brk, pos=pos, section=section), slow
+        joined, last = _column(t.joined[fmt], self.keys), _column(t.last[fmt], self.keys)
         if fmt == "A" and t.unsafe_a:
             unsafe = np.array([k in t.unsafe_a for k in self.keys])
             slow |= (unsafe[self.rows] & valid)[:, 1:].any(axis=1)
         before = np.concatenate([np.zeros((nq, 1), np.int64), np.cumsum(np.where(valid, joined[self.rows], 0), axis=1)], axis=1)
         out[:, 1:] = t.fixed[fmt] + t.per_gap[fmt] * np.arange(width) + before[:, :width] + last[self.rows]
         return out, slow
+
+
+def _column(values: Mapping[str, int], keys: list[str]) -> np.ndarray:
+    """``values[k]`` for every k of ``keys`` as an int64 array (read in one pass when the mapping holds exactly ``keys``,
+    in that order, as every ``TokenTable`` column holds its corpus's keys)."""
+    if len(values) == len(keys) and list(values) == keys:
+        return np.fromiter(values.values(), np.int64, len(keys))
+    return np.fromiter(map(values.__getitem__, keys), np.int64, len(keys))
 
 
 def _contexts(trace: Trace, corpus: Corpus, questions: dict, vis: Visibility, roles) -> tuple[list[_Ctx], dict]:
