@@ -127,6 +127,22 @@ class _Question:
     counts: np.ndarray  # (memories of the conversation, distinct answer tokens): each token's count in each memory
     want: np.ndarray  # each distinct answer token's count in the answer
     inside: np.ndarray  # bool per memory: the whole answer occurs in it
+    hot: np.ndarray  # rows (ascending) of the memories holding an answer token or the whole answer: the others add nothing
+    keys: tuple  # memory key of each row (the conversation's turns)
+
+
+def prefix_coverage(*, positions: np.ndarray, counts: np.ndarray, inside: np.ndarray, want: np.ndarray, n: int) -> tuple[np.ndarray, np.ndarray]:
+    """(answer_recall, answer_contained) of the first m of n selected memories, m = 0 .. n, from the selected memories that
+    hold answer tokens: their ``positions`` in the selection (distinct, 0 .. n-1), their ``counts`` (one row each: the count
+    of each distinct answer token) and ``inside`` (the whole answer occurs in it); ``want``: each token's count in the
+    answer. The memories not given add nothing, so both are step functions that move only at ``positions``."""
+    order = np.argsort(positions, kind="stable")
+    got = np.zeros(len(order) + 1, dtype=np.int64)  # answer tokens covered once the first j of them are in
+    np.minimum(np.cumsum(counts[order], axis=0), want).sum(axis=1, out=got[1:])
+    whole = np.zeros(len(order) + 1, dtype=bool)
+    np.logical_or.accumulate(inside[order], out=whole[1:])
+    j = np.searchsorted(positions[order], np.arange(n + 1), side="left")  # how many of them lie in the first m
+    return got[j] / want.sum(), whole[j].astype(float)
 
 
 @dataclass(frozen=True)
@@ -160,7 +176,8 @@ class AnswerIndex:
                     counts.append(toks.count(tok))
                 texts[i] = f" {' '.join(toks)} "
             starts = np.cumsum([0] + [len(x) + 1 for x in texts])[:-1]
-            per_conv[c.conversation_id] = ({t.key: i for i, t in enumerate(c.turns)}, postings, "\0".join(texts), starts)
+            keys = tuple(t.key for t in c.turns)
+            per_conv[c.conversation_id] = (dict(zip(keys, range(len(keys)))), postings, "\0".join(texts), starts, keys)
         out: dict = {}
         for q in corpus.questions:
             want = Counter(answers[q.question_id])
@@ -168,19 +185,23 @@ class AnswerIndex:
             if not want or conv is None:
                 out[q.question_id] = None
                 continue
-            local, postings, text, starts = conv
+            local, postings, text, starts, keys = conv
             tokens = list(want)
             counts = np.zeros((len(local), len(tokens)), dtype=np.int64)
+            hot = set()
             for j, tok in enumerate(tokens):
                 rows, n = postings.get(tok, ((), ()))
                 counts[list(rows), j] = n
+                hot.update(rows)
             phrase = f" {' '.join(answers[q.question_id])} "
             inside = np.zeros(len(local), dtype=bool)
             at = text.find(phrase)
             while at >= 0:
                 inside[np.searchsorted(starts, at, side="right") - 1] = True
                 at = text.find(phrase, at + 1)
-            out[q.question_id] = _Question(local, counts, np.array([want[t] for t in tokens], dtype=np.int64), inside)
+            hot.update(np.flatnonzero(inside).tolist())
+            out[q.question_id] = _Question(local, counts, np.array([want[t] for t in tokens], dtype=np.int64), inside,
+                                           np.array(sorted(hot), dtype=np.int64), keys)
         return AnswerIndex(out)
 
     def prefixes(self, question_id: str, ids: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
@@ -202,6 +223,34 @@ class AnswerIndex:
         recall = np.minimum(have, q.want).sum(axis=1) / q.want.sum()
         inside = np.concatenate([[False], np.logical_or.accumulate(inside)])
         return recall, inside.astype(float)
+
+    def hot(self, question_id: str) -> tuple | None:
+        """(keys, counts, inside, want) of the memories of a question's conversation that hold an answer token or the whole
+        answer (``prefix_coverage``'s inputs but the positions); None without an answer."""
+        q = self.questions.get(question_id)
+        if q is None:
+            return None
+        return tuple(q.keys[i] for i in q.hot.tolist()), q.counts[q.hot], q.inside[q.hot], q.want
+
+    def score_many(self, question_ids: Sequence[str], ids: Sequence[str]) -> tuple[list[float], list[float]]:
+        """``score`` of each question for the same injected memories ``ids`` (distinct), the ids looked up once per
+        conversation."""
+        rec, cont = [], []
+        chosen: dict[int, np.ndarray] = {}  # id of a conversation's key -> row map: which of its rows ``ids`` holds
+        for qid in question_ids:
+            q = self.questions.get(qid)
+            if q is None:
+                rec.append(NAN)
+                cont.append(NAN)
+                continue
+            mask = chosen.get(id(q.local))
+            if mask is None:
+                mask = chosen[id(q.local)] = np.zeros(len(q.local), dtype=bool)
+                mask[[r for r in map(q.local.get, ids) if r is not None]] = True
+            rows = q.hot[mask[q.hot]]
+            rec.append(float(np.minimum(q.counts[rows].sum(axis=0), q.want).sum() / q.want.sum()))
+            cont.append(float(q.inside[rows].any()))
+        return rec, cont
 
     def score(self, question_id: str, ids: Sequence[str]) -> tuple[float, float]:
         """(answer_recall, answer_contained) of a question for the injected memories ``ids``; (NaN, NaN) without an

@@ -47,6 +47,7 @@ import json
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
+from operator import itemgetter
 
 from bench.types import Turn
 
@@ -229,3 +230,69 @@ def token_table(turns: Sequence[Turn], count_many: Callable[[list[str]], list[in
               for t in turns} if "C" in formats else {}
     return TokenTable(memory, joined, last, {t.key: session_key(t) for t in turns}, anchors, fixed, per_gap,
                       {t.key: t for t in turns}, count_many, unsafe, c_info)
+
+
+def c_sections(table: TokenTable, keys: Sequence[str]):
+    """Per memory of ``keys`` (numpy arrays): its C line tokens, the anchor tokens it brings when it opens its section,
+    the break tokens it adds when it ends a section before another, its position, its section's rank among every
+    section of ``keys`` in (conversation, session) order, and whether its conversation's sessions follow each other in
+    time (each session's latest timestamp <= the next session's earliest, a missing one last): then sections of any
+    selection from it sort by (conversation, session), as ``TokenTable.cost`` sorts them (by earliest selected time)."""
+    import numpy as np
+
+    info = list(map(table.c_info.__getitem__, keys))
+    col = lambda j, dtype=np.int64: np.fromiter(map(itemgetter(j), info), dtype, len(info))  # noqa: E731
+    sess = list(map(itemgetter(6), info))
+    order = sorted(dict.fromkeys(sess))
+    code = np.fromiter(map(dict(zip(order, range(len(order)))).__getitem__, sess), np.int64, len(sess))
+    ts = col(2, np.float64)
+    lo, hi = np.full(len(order), np.inf), np.full(len(order), -np.inf)  # each session's earliest and latest timestamp
+    np.minimum.at(lo, code, ts)
+    np.maximum.at(hi, code, ts)
+    conv = [s[0] for s in order]
+    bad = {a for a, b, late, early in zip(conv, conv[1:], hi.tolist(), lo[1:].tolist()) if a == b and late > early}  # out of time order
+    ok = np.array([c not in bad for c in conv], dtype=bool)
+    return col(3), col(4), col(5), col(1), code, ok[code]
+
+
+def c_prefix_costs(*, rows, n_hits, fixed: int, tok, anchor, brk, pos, section):
+    """Format C cost of the first n memories of each row of ``rows`` (memory indices into the per-memory arrays, a row's
+    first ``n_hits`` valid and distinct), n = 0 .. width: an (rows, width + 1) int64 array, equal to ``TokenTable.cost``
+    when sections sort by ``section`` whatever is selected (``c_sections``' last column). A selection costs ``fixed`` +
+    its lines' ``tok`` + per section the ``anchor`` of its lowest-position memory + per section but the last the ``brk`` of
+    its highest-position memory (ties: the earliest selected); both are running min/max over the memories in selection
+    order, per (row, section), so every prefix comes from cumulative sums."""
+    import numpy as np
+
+    nq, width = rows.shape
+    out = np.zeros((nq, width + 1), dtype=np.int64)
+    valid = np.arange(width)[None, :] < np.asarray(n_hits)[:, None]
+    at = np.flatnonzero(valid)  # row * width + place in the selection: by row, then selection order
+    if not len(at):
+        return out
+    flat = rows.ravel()
+    qi = at // width
+    sec = section[flat[at]]
+    o = np.argsort(qi * (int(section.max()) + 1) + sec, kind="stable")  # by row, section, selection order
+    at, qi, sec = at[o], qi[o], sec[o]
+    js = at - qi * width
+    first = np.ones(len(o), dtype=bool)
+    first[1:] = (qi[1:] != qi[:-1]) | (sec[1:] != sec[:-1])
+    seg = np.cumsum(first) - 1  # (row, section) segments
+    p = pos[flat[at]] - int(pos.min())
+    big = (int(p.max()) + 1) * width  # above every value below
+    lift = (seg[-1] + 1 - seg) * big  # later segments lower: a running min restarts at each segment
+    low = np.minimum.accumulate(p * width + js + lift) - lift  # lowest position so far, then earliest
+    high = np.maximum.accumulate(p * width + (width - 1 - js) + seg * big) - seg * big  # highest position so far, then earliest
+    base = at - js
+    a_now, b_now = anchor[flat[base + low % width]], brk[flat[base + width - 1 - high % width]]
+    step = np.zeros(nq * width, dtype=np.int64)  # what each memory adds to the anchors and breaks of every section
+    step[at] = a_now - np.where(first, 0, np.roll(a_now, 1)) + b_now - np.where(first, 0, np.roll(b_now, 1))
+    ends = np.zeros(nq * width, dtype=np.int64)  # the break of its section's highest-position memory once it is in
+    ends[at] = b_now
+    step = step.reshape(nq, width) + np.where(valid, tok[rows], 0)
+    code = np.where(valid, section[rows], -1)
+    cur = (code == np.maximum.accumulate(code, axis=1)) & valid  # it belongs to the last section so far
+    latest = np.maximum.accumulate(np.where(cur, np.arange(width)[None, :], 0), axis=1)  # the last section's latest memory
+    out[:, 1:] = fixed + np.cumsum(step, axis=1) - ends[latest + np.arange(0, nq * width, width)[:, None]]
+    return out

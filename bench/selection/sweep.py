@@ -27,14 +27,14 @@ import numpy as np
 import pandas as pd
 
 from bench import metrics
-from bench.metrics.answers import AnswerIndex
-from bench.selection.formats import TokenTable, check_formats
+from bench.metrics.answers import AnswerIndex, prefix_coverage
+from bench.selection.formats import TokenTable, c_prefix_costs, c_sections, check_formats
 from bench.strategies.spec import Selection, StrategySpec, threshold_grid  # noqa: F401  (threshold_grid: re-exported)
 from bench.strategies.vector import lowest_passing, passes
 from bench.replay.trace import Trace
 from bench.selection.basis import flips_thresholds
 from bench.types import Corpus, Hits, memory_key
-from bench.replay.visibility import Visibility, parse_filter
+from bench.replay.visibility import Visibility, keys_of, parse_filter
 
 _ID = attrgetter("id")
 SUMMARY_KEYS = ["dataset", "embedder", "backend", "layout", "strategy", "threshold", "format"]
@@ -72,6 +72,62 @@ def _prefix_rule(spec: StrategySpec):
             any(type(v) is not int or v < 0 for v in p.values()):
         return None
     return partial(rule, **p)
+
+
+def _is_full_context(spec: StrategySpec) -> bool:
+    """Is the strategy ``baselines.full_context`` as shipped (its selection is the question's eligible memories)?"""
+    from bench.strategies.baselines import full_context
+
+    fn = spec.fn
+    if isinstance(fn, partial) and (fn.args or fn.keywords or isinstance(fn.func, partial)):
+        return False
+    return (fn.func if isinstance(fn, partial) else fn) is full_context and not (spec.params or spec.stateful or spec.calibrated
+                                                                                or spec.needs_tokens)
+
+
+def _view_rows(spec: StrategySpec, t, ctx: list[_Ctx], cols: dict, tok: dict, formats, cost, answers: AnswerIndex,
+               chosen: dict | None) -> None:
+    """The rows of full context at threshold ``t``: the questions of one view (they share their ``eligible``) share one
+    selection, priced once; the same as calling it question by question."""
+    by_view: dict[int, list[int]] = {}
+    for i, c in enumerate(ctx):
+        by_view.setdefault(id(c.eligible), []).append(i)
+    nq = len(ctx)
+    n_sel, n_cor = np.zeros(nq, np.int64), np.zeros(nq, np.int64)
+    rec, cont = np.full(nq, NAN), np.full(nq, NAN)
+    sat = np.zeros(nq, dtype=bool)
+    costs = {f: np.zeros(nq, np.int64) for f in formats}
+    for members in by_view.values():
+        first = ctx[members[0]]
+        ids = list(dict.fromkeys(keys_of(first.eligible)))
+        have = set(ids)
+        whole = len(ids) == len(first.seen) and ids == first.seen  # priced once per view by the sweep
+        price = {f: first.full[f] if whole else cost(f, ids) for f in formats}
+        r, k = answers.score_many([ctx[i].question.question_id for i in members], ids)
+        for i, a, b in zip(members, r, k):
+            c = ctx[i]
+            n_sel[i], n_cor[i], rec[i], cont[i] = len(ids), len(c.gold & have), a, b
+            sat[i] = spec.uses_store and 0 < len(c.hits) < len(c.eligible) and len(ids) >= len(c.hits) and set(c.hits.ids).issubset(have)
+            for f in formats:
+                costs[f][i] = price[f]
+            if chosen is not None:
+                chosen[c.question.question_id] = tuple(ids)
+    idx = np.arange(nq)
+    cols["strategy"].append(np.full(nq, spec.name, dtype=object))
+    cols["kind"].append(np.full(nq, spec.kind, dtype=object))
+    cols["threshold"].append(np.full(nq, NAN if t is None else t))
+    cols["qi"].append(idx)
+    cols["n_selected"].append(n_sel)
+    cols["n_correct"].append(n_cor)
+    cols["latency_ns"].append(np.array([c.latency_ns for c in ctx], dtype=float) if spec.uses_store else np.full(nq, NAN))
+    cols["depth_saturated"].append(sat)
+    cols["route"].append(np.full(nq, "", dtype=object))
+    cols["l1_selected"].append(np.full(nq, NAN))
+    cols["l1_correct"].append(np.full(nq, NAN))
+    cols["answer_recall"].append(rec)
+    cols["answer_contained"].append(cont)
+    for f in formats:
+        tok[f].append(costs[f])
 
 
 class _Prefixes:
@@ -155,10 +211,20 @@ class _Prefixes:
         if self._answers is None or self._answers[0] is not index:
             nq, width = self.neg.shape
             rec, cont = np.full((nq, width + 1), NAN), np.full((nq, width + 1), NAN)
+            where = np.full(len(self.keys) + 1, -1, dtype=np.int64)  # memory row -> its position in the question's hits (last: none)
             for i in np.flatnonzero(~self.slow).tolist():
-                c = self.ctx[i]
-                r, k = index.prefixes(c.question.question_id, c.hits.ids)
-                rec[i, : len(r)], cont[i, : len(k)] = r, k
+                n = int(self.n_hits[i])
+                hot = index.hot(self.ctx[i].question.question_id)
+                if hot is None:
+                    continue
+                keys, counts, inside, want = hot
+                rows = self.rows[i, :n]
+                where[rows] = np.arange(n)
+                at = where[[self.row_of.get(k, -1) for k in keys]] if keys else np.zeros(0, np.int64)  # -1: not a hit
+                where[rows] = -1
+                got = at >= 0
+                rec[i, : n + 1], cont[i, : n + 1] = prefix_coverage(positions=at[got], counts=counts[got], inside=inside[got],
+                                                                    want=want, n=n)
             self._answers = index, (rec, cont)
         return self._answers[1]
 
@@ -178,16 +244,29 @@ class _Prefixes:
             out[:, 1:] = np.cumsum(np.where(valid, per[self.rows], 0), axis=1) + self.sep * np.arange(width)
             return out, slow
         t = self.table
-        if fmt == "C":
-            return out, np.ones(nq, dtype=bool)
-        joined = np.array([t.joined[fmt][k] for k in self.keys], dtype=np.int64)
-        last = np.array([t.last[fmt][k] for k in self.keys], dtype=np.int64)
+        if fmt == "C":  # every prefix at once where sections sort by session whatever is selected, else one by one
+            try:
+                tok, anchor, brk, pos, section, ordered = c_sections(t, self.keys)
+            except KeyError:  # a memory the table has not priced
+                return out, np.ones(nq, dtype=bool)
+            slow |= (~ordered[self.rows] & valid).any(axis=1)
+            return c_prefix_costs(rows=self.rows, n_hits=np.where(slow, 0, self.n_hits), fixed=t.fixed["C"], tok=tok, anchor=anchor,
+                                  brk=brk, pos=pos, section=section), slow
+        joined, last = _column(t.joined[fmt], self.keys), _column(t.last[fmt], self.keys)
         if fmt == "A" and t.unsafe_a:
             unsafe = np.array([k in t.unsafe_a for k in self.keys])
             slow |= (unsafe[self.rows] & valid)[:, 1:].any(axis=1)
         before = np.concatenate([np.zeros((nq, 1), np.int64), np.cumsum(np.where(valid, joined[self.rows], 0), axis=1)], axis=1)
         out[:, 1:] = t.fixed[fmt] + t.per_gap[fmt] * np.arange(width) + before[:, :width] + last[self.rows]
         return out, slow
+
+
+def _column(values: Mapping[str, int], keys: list[str]) -> np.ndarray:
+    """``values[k]`` for every k of ``keys`` as an int64 array (read in one pass when the mapping holds exactly ``keys``,
+    in that order, as every ``TokenTable`` column holds its corpus's keys)."""
+    if len(values) == len(keys) and list(values) == keys:
+        return np.fromiter(values.values(), np.int64, len(keys))
+    return np.fromiter(map(values.__getitem__, keys), np.int64, len(keys))
 
 
 def _contexts(trace: Trace, corpus: Corpus, questions: dict, vis: Visibility, roles) -> tuple[list[_Ctx], dict]:
@@ -309,6 +388,9 @@ def sweep(
             chosen = None if record is None else record.setdefault((spec.name, None if t is None else round(float(t), 10)), {})
             if rule is not None:  # a prefix strategy: the first n hits, n for every question at once
                 _prefix_rows(spec, rule, t, ctx, prefixes, cols, tok, formats, cost, answers, chosen, seen(t))
+                continue
+            if _is_full_context(spec):  # every memory the question may see: one selection per view
+                _view_rows(spec, t, ctx, cols, tok, formats, cost, answers, chosen)
                 continue
             state: dict[str, object] = {}
             results: list[Selection | None] = [None] * len(ctx)

@@ -4,10 +4,11 @@ the plain functions; the sweep's columns and summary."""
 import math
 from collections import Counter
 
+import numpy as np
 import pandas as pd
 import pytest
 
-from bench.metrics.answers import STOP_WORDS, AnswerIndex, answer_tokens, contained, token_recall
+from bench.metrics.answers import STOP_WORDS, AnswerIndex, answer_tokens, contained, prefix_coverage, token_recall
 from bench.metrics.text import normalise
 from bench.strategies.spec import load_spec
 from bench.selection.sweep import summarise, sweep
@@ -140,6 +141,35 @@ def test_prefix_curves_equal_scoring_every_prefix():
     recall, inside = idx.prefixes("q2", ["c1|t1", "c1|t2"])
     assert recall.tolist() == [0.0, 0.5, 1.0] and inside.tolist() == [0.0, 0.0, 0.0]  # oslo, then miso; the phrase in neither
 
+
+
+def test_prefix_coverage_hand_worked():
+    # answer "oslo miso oslo": want oslo 2, miso 1 (3 tokens). Of 5 selected memories, position 3 holds "oslo" once and
+    # the whole answer, position 1 "miso" and "oslo" once each (given out of order); the others hold nothing.
+    rec, cont = prefix_coverage(positions=np.array([3, 1]), counts=np.array([[1, 0], [1, 1]]), inside=np.array([True, False]),
+                                want=np.array([2, 1]), n=5)
+    # first 0 or 1: nothing; first 2..3: oslo 1 + miso 1 = 2/3; first 4..5: oslo 2 + miso 1 = 3/3, contained from 4 on
+    assert rec.tolist() == [0.0, 0.0, 2 / 3, 2 / 3, 1.0, 1.0] and cont.tolist() == [0.0, 0.0, 0.0, 0.0, 1.0, 1.0]
+    # capped at the answer's counts: a memory with three "oslo"s covers 2 of 3
+    rec, cont = prefix_coverage(positions=np.array([0]), counts=np.array([[3, 0]]), inside=np.array([False]), want=np.array([2, 1]), n=1)
+    assert rec.tolist() == [0.0, 2 / 3] and cont.tolist() == [0.0, 0.0]
+    rec, cont = prefix_coverage(positions=np.zeros(0, np.int64), counts=np.zeros((0, 2), np.int64), inside=np.zeros(0, bool),
+                                want=np.array([2, 1]), n=2)
+    assert rec.tolist() == [0.0, 0.0, 0.0] and cont.tolist() == [0.0, 0.0, 0.0]
+
+
+def test_hot_memories_and_score_many():
+    idx = AnswerIndex.build(CORPUS)
+    # q2 "Miso, Oslo": t0 and t1 hold "oslo", t2 "miso"; the phrase "miso oslo" is in none
+    keys, counts, inside, want = idx.hot("q2")
+    assert keys == ("c1|t0", "c1|t1", "c1|t2") and counts.tolist() == [[0, 1], [0, 1], [1, 0]] and want.tolist() == [1, 1]
+    assert inside.tolist() == [False, False, False] and idx.hot("q3") is None  # no answer
+    assert idx.hot("q1")[0] == ("c1|t0", "c1|t1") and idx.hot("q1")[2].tolist() == [True, True]
+    qids = [q.question_id for q in CORPUS.questions]
+    for ids in ([], ["c1|t1"], ["c1|t2", "c9|t0"], ["c1|t0", "c1|t1", "c1|t2"]):
+        rec, cont = idx.score_many(qids, ids)
+        np.testing.assert_array_equal(np.array([rec, cont]).T, np.array([idx.score(q, ids) for q in qids]), err_msg=str(ids))
+    assert idx.score_many(["q1", "q2"], ["c1|t1"]) == ([1.0, 0.5], [1.0, 0.0])
 
 def _trace(hits):
     rows = [{"question_id": q.question_id, "conversation_id": "c1", "latency_ns": 1.0, "hit_ids": hits[q.question_id],

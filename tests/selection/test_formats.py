@@ -2,6 +2,7 @@
 
 import random
 
+import numpy as np
 import pytest
 
 from bench.selection import formats as F
@@ -197,3 +198,37 @@ def test_tiktoken_costs_match_exact_counts_on_locomo(bench_data_dir, enc):
                 assert table.cost(f, [t.key for t in sel]) == exact(F.render(f, sel)), (enc, f, conv.conversation_id, len(sel))
             checked += 1
     assert checked == 10 * 43
+
+
+def test_c_prefix_costs_hand_worked():
+    # memories 0..3: sessions 0 (positions 0, 1) and 1 (positions 2, 3); fixed 100
+    arrays = {"tok": [10, 20, 30, 40], "anchor": [5, 6, 7, 8], "brk": [1, 2, 3, 4], "pos": [0, 1, 2, 3], "section": [0, 0, 1, 1]}
+    kw = {k: np.array(v) for k, v in arrays.items()}
+    rows = np.array([[3, 0, 1, 2], [2, 1, 0, 0], [0, 0, 0, 0]])
+    got = F.c_prefix_costs(rows=rows, n_hits=np.array([4, 2, 0]), fixed=100, **kw)
+    # row 0: {3}: 100 + 40 + anchor of 3 (8) = 148; {3, 0}: + 10, anchor of 0 (5), break of session 0's last (0: 1) = 164;
+    # {3, 0, 1}: + 20, session 0 now ends with 1 (break 2) = 185; all: + 30, session 1 now opens with 2 (anchor 7) = 214
+    assert got[0].tolist() == [0, 148, 164, 185, 214]
+    # row 1: {2}: 100 + 30 + 7 = 137; {2, 1}: + 20 + anchor 6 + break of 1 (2), session 0 sorts first = 165
+    assert got[1, :3].tolist() == [0, 137, 165] and got[2, 0] == 0
+
+
+def test_c_prefix_costs_equal_the_table_and_c_sections_hand_worked():
+    day = 86400.0
+    turns = [Turn("c", f"t{i}", ("user", "assistant")[i % 2], "s", f"line {i}" + "!" * i, MAY8 + day * (i // 3), i, i // 3) for i in range(9)]
+    turns += [Turn("d", "u0", "user", "s", "late", MAY25, 0, 0), Turn("d", "u1", "user", "s", "early", MAY8, 1, 1)]  # d: out of time order
+    table = F.token_table(turns, lambda texts: [len(t) for t in texts])
+    keys = [t.key for t in turns]
+    tok, anchor, brk, pos, section, ordered = F.c_sections(table, keys)
+    assert section.tolist() == [0, 0, 0, 1, 1, 1, 2, 2, 2, 3, 4] and ordered.tolist() == [True] * 9 + [False] * 2
+    assert pos.tolist() == [0, 1, 2, 3, 4, 5, 6, 7, 8, 0, 1] and tok[0] == len("[turn] user: line 0\n")
+    rng = random.Random(3)
+    sel = [rng.sample(range(9), rng.randint(0, 9)) for _ in range(40)]
+    rows = np.zeros((40, 9), dtype=np.int64)
+    for i, s in enumerate(sel):
+        rows[i, : len(s)] = s
+    got = F.c_prefix_costs(rows=rows, n_hits=np.array([len(s) for s in sel]), fixed=table.fixed["C"], tok=tok, anchor=anchor, brk=brk,
+                           pos=pos, section=section)
+    for i, s in enumerate(sel):
+        for n in range(len(s) + 1):
+            assert got[i, n] == table.cost("C", [keys[j] for j in s[:n]]), (s, n)

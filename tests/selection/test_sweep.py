@@ -410,3 +410,34 @@ def test_an_adversarial_question_with_gold_is_scored_as_adversarial_only():
     assert (q2.n_gold == 0).all() and (q2.n_correct == 0).all() and q2.recall.isna().all() and q2.f1.isna().all()
     pd.testing.assert_frame_equal(rows, plain)
     pd.testing.assert_frame_equal(summarise(rows), summarise(plain))
+
+
+def test_full_context_per_view_equals_calling_it_per_question():
+    """full_context takes the sweep's per-view path (one selection per conversation and asked_at); wrapped in a lambda it
+    is called question by question: identical rows and records, in every format, on a role-filtered trace too."""
+    turns = tuple(Turn(c, f"t{i}", ("user", "assistant")[i % 2], "s", f"oslo {i} miso" if i % 3 else f"text {i}", float(i), i,
+                       session=i // 3) for c in ("c1", "c2") for i in range(7))
+    qs = tuple(Question(f"q{j}", ("c1", "c2")[j % 2], "?", (None, 3.0, 5.0)[j % 3], ("t1", "t4") if j != 4 else (),
+                        adversarial=j == 5, answer=("oslo", "", "miso 4", "text 3")[j % 4]) for j in range(8))
+    corpus = Corpus("views", (Conversation("c1", turns[:7]), Conversation("c2", turns[7:])), qs)
+    hits = [[f"{q.conversation_id}|t{i}" for i in (2, 1)] for q in qs]
+    table = F.token_table(corpus.turns(), chars)
+    fast = [StrategySpec("full_context", B.full_context, thresholded=False, uses_store=False)]
+    slow = [StrategySpec("full_context", lambda h, **kw: B.full_context(h, **kw), thresholded=False, uses_store=False)]
+    from bench.selection.sweep import _is_full_context
+
+    assert _is_full_context(fast[0]) and not _is_full_context(slow[0])
+    for roles in (None, ["user"]):
+        trace = Trace(pd.DataFrame({"question_id": [q.question_id for q in qs], "conversation_id": [q.conversation_id for q in qs],
+                                    "latency_ns": [1.0] * 8, "hit_ids": hits, "hit_scores": [[0.9, 0.5]] * 8,
+                                    "exact_scores": [[0.9, 0.5]] * 8}),
+                      {"dataset": "views", "embedder": "fake", "backend": "exact", "roles": roles})
+        rec_a, rec_b = {}, {}
+        a = sweep(trace, corpus, fast, (0.5,), {t.key: len(t.text) for t in turns}, formats=("A", "B", "C"), format_tokens=table, record=rec_a)
+        b = sweep(trace, corpus, slow, (0.5,), {t.key: len(t.text) for t in turns}, formats=("A", "B", "C"), format_tokens=table, record=rec_b)
+        pd.testing.assert_frame_equal(a.drop(columns="kind"), b.drop(columns="kind"))
+        assert rec_a == rec_b
+        # q1 (c2, asked at 3.0) sees t0..t3; with roles=user t0, t2; gold t1: recalled only when assistants count
+        q1 = a[(a.question_id == "q1") & (a.format == "A")].iloc[0]
+        assert (q1.n_selected, q1.n_correct) == ((4, 1) if roles is None else (2, 0))
+        assert a["answer_recall"].notna().sum() > 5
