@@ -16,13 +16,21 @@ every store accepts unchanged). A new instance on the same place finds the colle
 one wrote through the store's ``list_collections()`` (the names its place holds; it creates nothing).
 Creating a collection has a cost per conversation (seekdb ~160 ms): it is part of ingest time.
 
-Bounded open collections. A store whose collections reopen cheaply from disk (``reopens_cheaply``: sqlite-vec, a file
-each) keeps at most ``max_open`` of them open (``backend.max_open``; by default ``MAX_OPEN``, or a quarter of the
-open-file limit when that is lower): the least recently used one is closed before another opens, and reopened when it
-is asked again, so thousands of users cost a bounded number of open files and memory. Other stores keep every
-collection open (an in-RAM store would lose a closed one; chroma holds its segment files per collection). When opening
-a collection fails on a system limit (open files, ``ulimit -n``), the error is one line naming the layout, the store,
-how many collections were open and the limit. A store's ``per_conversation_settings`` (settings its config leaves
+Bounded open collections. A store whose collections reopen cheaply from disk (``reopens_cheaply``) keeps at most
+``max_open`` of them open (``backend.max_open``; by default ``MAX_OPEN``, or a quarter of the open-file limit when that
+is lower): the least recently used one is closed before another opens (after its pending writes are searchable), and
+reopened when it is asked again, so thousands of users cost a bounded number of open files and memory. Measured with
+``python -m bench.tools.layout_scale`` (40 users, max_open 4 against unbounded; a reopen is part of the next search):
+sqlite-vec, a file each; LanceDB, a table handle each (a reopen costs nothing measurable: 6.1 ms per first search
+either way; it holds no file open between calls, ~15 fds at any size); seekdb, a client connection each (one fd in
+this process and one in the embedded server per open collection; a reopen costs ~18 ms: connection, session
+variables, a warm-up query). Other stores keep every collection open: exact (in RAM, a closed one would be lost) and
+chroma, whose collections share one client system per path that holds each collection's HNSW files (4 fds) whether
+or not its Python collection is closed; chroma bounds that itself, keeping at most (open-file limit) / 5 HNSW indexes
+loaded (its Rust core's cache), so its open files stay under the limit while its memory grows with the users loaded
+(~3 MB each at 500 two-turn users); past that cache, a collection whose index it dropped can fail to be read back,
+one line naming the cache, the layout and the limit (``bench.backends.chroma.evicted_line``). When opening a collection fails on a system limit (open files, ``ulimit -n``), the
+error is one line naming the layout, the store, how many collections were open and the limit. A store's ``per_conversation_settings`` (settings its config leaves
 unset) apply to its per-conversation collections: sqlite-vec allocates vectors 64 rows at a time there, not 1024.
 """
 
@@ -142,10 +150,14 @@ class PerConversation:
             return sub
         if self.max_open is not None:
             while len(self._subs) >= self.max_open:  # close the least recently used: its data stays on disk
-                _, old = self._subs.popitem(last=False)
+                gone, old = self._subs.popitem(last=False)
+                if gone in self._pending and not getattr(old, "ready_when_added", False):
+                    old.wait_ready()  # its writes must be searchable before it closes (seekdb's async index)
+                    self._pending.discard(gone)
                 old.close()
         t0 = time.perf_counter()
         sub = self._make(name)
+        sub.layout = PER_CONVERSATION  # a store's own error lines name its layout
         for key, value in getattr(sub, "per_conversation_settings", {}).items():  # what a store prefers for one user's rows
             if getattr(sub, key, None) is None:  # unless its config set it
                 setattr(sub, key, value)

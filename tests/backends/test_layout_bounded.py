@@ -129,3 +129,93 @@ def test_hitting_the_open_file_limit_is_one_line_naming_layout_store_and_limit()
 def test_max_open_must_be_positive():
     with pytest.raises(ValueError, match="max_open must be a positive integer"):
         PerConversation(_Fails, "c", max_open=0)
+
+
+def five_users_ranked(store):
+    """Every hit of a search per user (two queries each), after ingesting 5 users of 2 rows."""
+    convs = [f"user{i}" for i in range(5)]
+    store.open(dim=DIM)
+    store.add(batch(convs))
+    store.wait_ready()
+    got = {}
+    for c in convs:
+        for q in ([1, 0, 0, 0], [0, 1, 0, 0]):
+            h = store.search(np.array(q, np.float32), k=2, where=Where(conversation_id=c))
+            got[(c, tuple(q))] = list(h.ids)
+    return got
+
+
+@pytest.mark.parametrize("target, module", [("bench.backends.lancedb.LanceDBBackend", "lancedb"),
+                                            ("bench.backends.seekdb.SeekdbBackend", "pyseekdb")])
+def test_max_open_2_over_5_users_keeps_2_open_and_finds_what_unbounded_finds(tmp_path, target, module):
+    pytest.importorskip(module)
+    stores = {mo: build_store({"_target_": target, "path": str(tmp_path / "s"), "layout": "per_conversation",
+                               "collection": f"b{mo}", "max_open": mo}) for mo in (2, 100)}
+    bounded, unbounded = stores[2], stores[100]
+    assert bounded.max_open == 2
+    got = five_users_ranked(bounded)
+    assert len(bounded._subs) == 2 and bounded.n_collections == 5 and bounded.reopened >= 3
+    want = five_users_ranked(unbounded)
+    assert len(unbounded._subs) == 5
+    assert got == want
+    assert got[("user3", (1, 0, 0, 0))] == ["user3-0", "user3-1"]  # the user turn lies along e0, the assistant's along e1
+    for s in stores.values():
+        s.drop()
+        s.close()
+
+
+def test_a_per_user_lancedb_table_builds_no_conversation_index(tmp_path):
+    pytest.importorskip("lancedb")
+    store = build_store({"_target_": "bench.backends.lancedb.LanceDBBackend", "path": str(tmp_path), "layout": "per_conversation"})
+    store.open(dim=DIM)
+    store.add(batch(["a"]))
+    store.wait_ready()
+    sub = store.sub(sub_collection(store.collection, "a"))
+    assert sub.conversation_index is False and sub._table.list_indices() == []
+    shared = build_store({"_target_": "bench.backends.lancedb.LanceDBBackend", "path": str(tmp_path / "s")})
+    shared.open(dim=DIM)
+    shared.add(batch(["a"]))
+    shared.wait_ready()
+    assert [i.columns for i in shared._table.list_indices()] == [["conversation_id"]]
+    store.drop()
+    shared.drop()
+
+
+class _Pending:
+    """Records what the layout calls on a store with writes that become searchable only in wait_ready."""
+
+    name = "pending"
+    reopens_cheaply = True
+    calls: list = []
+
+    def __init__(self, collection):
+        from bench.backends.base import FILTER_KINDS, Capabilities
+
+        self.collection = collection
+        self.capabilities = Capabilities(exact=True, filters=FILTER_KINDS, persistent=True, server=False)
+
+    def open(self, *, dim, metric="cosine"):
+        pass
+
+    def add(self, batch):
+        self.calls.append(("add", self.collection))
+
+    def wait_ready(self, timeout_s=300.0):
+        self.calls.append(("wait_ready", self.collection))
+
+    def close(self):
+        self.calls.append(("close", self.collection))
+
+    def list_collections(self):
+        return []
+
+
+def test_a_collection_with_pending_writes_waits_before_it_is_closed():
+    _Pending.calls = []
+    store = PerConversation(_Pending, "c", max_open=1)
+    store.open(dim=DIM)
+    store.add(batch(["a", "b"]))
+    a, b = sub_collection("c", "a"), sub_collection("c", "b")
+    assert _Pending.calls == [("add", a), ("wait_ready", a), ("close", a), ("add", b)]
+    store.wait_ready()  # only b is still pending
+    assert _Pending.calls[-1] == ("wait_ready", b) and ("wait_ready", a) not in _Pending.calls[4:]
