@@ -1,12 +1,17 @@
 """``make compare``: every local store side by side, on LoCoMo and on synthetic data at the seed's scale.
 
-Two parts, both written to ``reports/compare/``:
+Two parts, both written to ``reports/compare/``, and a third on request:
 1. LoCoMo (quality and latency): the main pipeline (``python -m bench``) once per store, servers
    started here on loopback; one table of best F1, limit-5 recall, latency and store metrics.
 2. Scale: clustered synthetic vectors (14,726 and 100,000 memories; 384-d and 1536-d) with role,
    conversation and time metadata. Per store: ingest time, read-after-write lag (``wait_ready``),
    per-query latency p50/p99 (top-10, unfiltered and conversation-filtered; warm-up discarded),
    recall@10 against the exact numpy scan, and the latency ratio to that scan.
+3. Per user (``--per-user``, ``bench.tools.peruser``): LongMemEval_S's 498 users (~490 turns each, 245,625 in all),
+   a collection per user on exact, sqlite_vec, lancedb, chroma and seekdb: ingest rows/s, search p50/p99, fidelity@k
+   against the exact scan, peak RSS and open files (child processes included), the bound on open collections and its
+   reopens; MiniLM vectors from an embedding cache (``--per-user-cache``) or, when a text is missing there, synthetic
+   vectors with the real per-user counts (the table says which).
 The seed article's figures are printed beside ours, labelled as quoted, not measured.
 Each store runs in each store layout (``--layouts``, default both; ``bench.backends.layout``): one
 shared collection filtered by conversation, or a collection per conversation; the tables have a
