@@ -118,3 +118,23 @@ def test_peak_counts_the_files_and_memory_of_child_processes():
             child.wait()
     assert peak.fds >= own + kid_fds and peak.children_rss > 50_000_000
     assert peak.rss_bytes > peak.children_rss and peak.start_bytes > 0
+
+
+def test_recallbench_stores_per_user_writes_the_table(tmp_path, monkeypatch):
+    from bench.tools import stores
+
+    target = tmp_path / "data" / "longmemeval_s" / "lme_jsons_s"
+    target.mkdir(parents=True)
+    for name in ("3_001be529.json", "3_06878be2.json"):
+        (target / name).write_bytes((REPO / "tests" / "fixtures" / "data" / "lme_s_slice" / name).read_bytes())
+    monkeypatch.setenv("BENCH_DATA_DIR", str(tmp_path / "data"))
+    out = tmp_path / "out"
+    assert stores.main(["--no-locomo", "--no-scale", "--per-user", "--stores", "exact", "--per-user-cache", str(tmp_path / "none"),
+                        "--out", str(out), "--warmup", "0", "--no-progress"]) == 0
+    import pandas as pd
+
+    df = pd.read_csv(out / "per_user.csv")
+    assert df["store"].tolist() == ["exact"] and df["users"].tolist() == [2] and df["fidelity_at_k"].tolist() == [1.0]
+    text = (out / "README.md").read_text()
+    assert "## Per user (longmemeval_s, 2 users," in text and "synthetic clustered vectors with the real per-user counts" in text
+    assert "| store | layout | vectors | users | rows | ingest_s | ingest_rows_per_s |" in text
