@@ -22,10 +22,12 @@ is lower): the least recently used one is closed before another opens (after its
 reopened when it is asked again, so thousands of users cost a bounded number of open files and memory. Measured with
 ``python -m bench.tools.layout_scale`` (40 users, max_open 4 against unbounded; a reopen is part of the next search):
 sqlite-vec, a file each; LanceDB, a table handle each (a reopen costs nothing measurable: 6.1 ms per first search
-either way; it holds no file open between calls, ~15 fds at any size); seekdb, a client connection each (one fd in
-this process and one in the embedded server per open collection; a reopen costs ~18 ms: connection, session
-variables, a warm-up query). Other stores keep every collection open: exact (in RAM, a closed one would be lost) and
-chroma, whose collections share one client system per path that holds each collection's HNSW files (4 fds) whether
+either way; it holds no file open between calls, ~15 fds at any size). Other stores keep every collection open: exact
+(in RAM, a closed one would be lost); seekdb, whose per-user collections share one client connection
+(``share_client``, its ``per_conversation_settings``): a collection is then a handle in this process and a table in the
+server, so users cost no file descriptors (a connection each cost one here and one in the server per user: 500 users,
+~510 + ~500; closing and reopening them cost 18-45 ms a search), and their rows and indexes live in the server's
+memory, which seekdb manages; and chroma, whose collections share one client system per path that holds each collection's HNSW files (4 fds) whether
 or not its Python collection is closed; chroma bounds that itself, keeping at most (open-file limit) / 5 HNSW indexes
 loaded (its Rust core's cache), so its open files stay under the limit while its memory grows with the users loaded
 (~3 MB each at 500 two-turn users); past that cache, a collection whose index it dropped can fail to be read back,

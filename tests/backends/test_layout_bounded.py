@@ -146,7 +146,7 @@ def five_users_ranked(store):
 
 
 @pytest.mark.parametrize("target, module", [("bench.backends.lancedb.LanceDBBackend", "lancedb"),
-                                            ("bench.backends.seekdb.SeekdbBackend", "pyseekdb")])
+                                            ("bench.backends.sqlite_vec.SqliteVecBackend", "sqlite_vec")])
 def test_max_open_2_over_5_users_keeps_2_open_and_finds_what_unbounded_finds(tmp_path, target, module):
     pytest.importorskip(module)
     stores = {mo: build_store({"_target_": target, "path": str(tmp_path / "s"), "layout": "per_conversation",
@@ -219,3 +219,20 @@ def test_a_collection_with_pending_writes_waits_before_it_is_closed():
     assert _Pending.calls == [("add", a), ("wait_ready", a), ("close", a), ("add", b)]
     store.wait_ready()  # only b is still pending
     assert _Pending.calls[-1] == ("wait_ready", b) and ("wait_ready", a) not in _Pending.calls[4:]
+
+
+def test_per_user_seekdb_collections_share_one_connection(tmp_path):
+    pytest.importorskip("pyseekdb")
+    from bench.backends import seekdb
+
+    store = build_store({"_target_": "bench.backends.seekdb.SeekdbBackend", "path": str(tmp_path / "s"), "layout": "per_conversation",
+                         "max_open": 2})
+    assert store.max_open is None  # nothing to bound: a collection costs no file descriptor
+    got = five_users_ranked(store)
+    assert got[("user3", (1, 0, 0, 0))] == ["user3-0", "user3-1"] and got[("user1", (0, 1, 0, 0))] == ["user1-1", "user1-0"]
+    subs = list(store._subs.values())
+    assert len(subs) == 5 and all(s.share_client for s in subs) and len({id(s._client) for s in subs}) == 1
+    assert list(seekdb._SHARED.values())[0][1] == 5  # five users of one connection
+    store.drop()
+    store.close()
+    assert seekdb._SHARED == {}  # closed with the last of them
