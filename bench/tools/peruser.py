@@ -140,15 +140,16 @@ def corpus_data(overrides: Sequence[str], *, cache: Path | None, users: int | No
 
 
 def measure(name: str, data, *, kind: str, stores_dir: Path, k: int, warmup: int, overrides: dict, progress: bool,
-            max_open: int | None = None, truth: list[list[str]] | None = None) -> dict:
-    """One store's row of the per-user table (``COLUMNS``)."""
+            max_open: int | None = None, truth: list[list[str]] | None = None, layout: str = PER_CONVERSATION) -> dict:
+    """One store's row of the per-user table (``COLUMNS``); ``layout`` shared: one collection, each search filtered to
+    its user (a store's conversation filter)."""
     vecs, conv, roles, ts, qv, qconv = data
     n, dim = vecs.shape
     truth = truth if truth is not None else per_user_truth(data, k)
-    row = {"store": name, "layout": PER_CONVERSATION, "vectors": kind, "users": len(set(conv.tolist())), "rows": n}
+    row = {"store": name, "layout": layout, "vectors": kind, "users": len(set(conv.tolist())), "rows": n}
     with Peak() as peak:
         try:
-            backend = load_backend(name, stores_dir=stores_dir, collection=f"peruser_{n}", layout=PER_CONVERSATION,
+            backend = load_backend(name, stores_dir=stores_dir, collection=f"peruser_{n}", layout=layout,
                                    **overrides, **({"max_open": max_open} if max_open else {}))
             with open_session(backend, dim=dim, fresh=True) as s:
                 ing = s.ingest(synthetic_batches(vecs, conv, roles, ts, INGEST_BATCH), total=-(-n // INGEST_BATCH), progress=progress)
@@ -168,16 +169,17 @@ def measure(name: str, data, *, kind: str, stores_dir: Path, k: int, warmup: int
 
 
 def per_user_part(stores: Sequence[str], data, *, kind: str, workdir: Path, k: int, warmup: int, overrides: dict,
-                  progress: bool, max_open: int | None = None, on_row=None) -> pd.DataFrame:
+                  progress: bool, max_open: int | None = None, on_row=None, layouts: Sequence[str] = (PER_CONVERSATION,)) -> pd.DataFrame:
     """The per-user table: one row per store, in ``STORES`` order (exact first), ``on_row(df)`` after each (partial
-    output); ``kind``: the vectors' (real or synthetic), in every row."""
+    output), each in every one of ``layouts``; ``kind``: the vectors' (real or synthetic), in every row."""
     truth = per_user_truth(data, k)
     order = sorted(stores, key=lambda s: (STORES.index(s) if s in STORES else len(STORES)))
     rows = []
     for name in order:
-        log.info("per-user: %s (%s vectors)", name, kind)
-        rows.append(measure(name, data, kind=kind, stores_dir=workdir / "stores", k=k, warmup=warmup,
-                            overrides=overrides.get(name, {}), progress=progress, max_open=max_open, truth=truth))
+        for layout in layouts:
+            log.info("per-user: %s, %s layout (%s vectors)", name, layout, kind)
+            rows.append(measure(name, data, kind=kind, stores_dir=workdir / "stores", k=k, warmup=warmup, layout=layout,
+                                overrides=overrides.get(name, {}), progress=progress, max_open=max_open, truth=truth))
         if on_row is not None:
             on_row(pd.DataFrame(rows))
     df = pd.DataFrame(rows)

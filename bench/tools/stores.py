@@ -332,10 +332,12 @@ def per_user_lines(args, stores: list[str], *, out: Path, workdir: Path, overrid
                                             cache=cache, users=args.per_user_users)
     df = peruser.per_user_part(names, data, kind=kind, workdir=workdir, k=args.k, warmup=args.warmup, overrides=overrides,
                                progress=args.progress, max_open=args.max_open,
+                               layouts=tuple(check_layout(x) for x in args.per_user_layouts.split(",") if x),
                                on_row=lambda d: write_atomic(out / "per_user.csv", lambda p: d.to_csv(p, index=False)))
     write_atomic(out / "per_user.csv", lambda p: df.to_csv(p, index=False))
     return [f"## Per user ({label})", "",
-            f"A collection, table or file per user (`per_conversation` layout); each question asked once in its user's collection, "
+            f"A collection, table or file per user (`per_conversation` layout; `shared`: one collection, filtered by user); "
+            f"each question asked once in its user's collection, "
             f"top-{args.k}. `fidelity_at_k`: share of the exact top-{args.k} of the user's rows returned (ties with the "
             f"{args.k}th count); `ingest_rows_per_s`: rows / the store's add calls (collections created there); p50/p99: the "
             "store call; `peak_rss_gb` / `max_open_fds`: this process and its children (an embedded seekdb server), "
@@ -375,6 +377,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--per-user-cache", default=None,
                     help="a paths.cache root whose embeddings/ hold the corpus's MiniLM turn vectors, only read (default: "
                          "reports/cache); a text missing there: synthetic vectors with the real per-user counts, said in the table")
+    ap.add_argument("--per-user-layouts", default="per_conversation",
+                    help="the per-user part's layouts (default per_conversation; per_conversation,shared adds one collection "
+                         "filtered by user, for the stores that do better that way)")
     ap.add_argument("--max-open", type=int, default=None,
                     help="backend.max_open of the per-user part (default: the layout's, bench.backends.layout)")
     ap.add_argument("--out", default=str(reports_dir("compare")), help="default reports/compare")

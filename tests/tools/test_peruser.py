@@ -138,3 +138,11 @@ def test_recallbench_stores_per_user_writes_the_table(tmp_path, monkeypatch):
     text = (out / "README.md").read_text()
     assert "## Per user (longmemeval_s, 2 users," in text and "synthetic clustered vectors with the real per-user counts" in text
     assert "| store | layout | vectors | users | rows | ingest_s | ingest_rows_per_s |" in text
+
+
+def test_the_shared_layout_is_one_collection_filtered_by_user(tmp_path):
+    pytest.importorskip("sqlite_vec")
+    df = peruser.per_user_part(["sqlite_vec"], tiny(), kind="synthetic", workdir=tmp_path, k=2, warmup=0, overrides={},
+                               progress=False, layouts=("per_conversation", "shared"))
+    assert df["layout"].tolist() == ["per_conversation", "shared"] and df["collections"].tolist() == [3, 1]
+    assert df["fidelity_at_k"].tolist() == [1.0, 1.0] and df["short_lists"].tolist() == [0, 0]
