@@ -30,8 +30,10 @@ server, so users cost no file descriptors (a connection each cost one here and o
 memory, which seekdb manages; and chroma, whose collections share one client system per path that holds each collection's HNSW files (4 fds) whether
 or not its Python collection is closed; chroma bounds that itself, keeping at most (open-file limit) / 5 HNSW indexes
 loaded (its Rust core's cache), so its open files stay under the limit while its memory grows with the users loaded
-(~3 MB each at 500 two-turn users); past that cache, a collection whose index it dropped can fail to be read back,
-one line naming the cache, the layout and the limit (``bench.backends.chroma.evicted_line``). When opening a collection fails on a system limit (open files, ``ulimit -n``), the
+(~3 MB each at 500 two-turn users, 5.6 GB and 8,023 fds at 2,000); past that cache, a collection whose index it
+dropped before ever writing it to disk cannot be read back: per-user chroma collections write theirs every 100 rows
+(``sync_threshold``), so only users with fewer rows than that can hit it, with one line naming the cache, the layout
+and the limit (``bench.backends.chroma.evicted_line``). When opening a collection fails on a system limit (open files, ``ulimit -n``), the
 error is one line naming the layout, the store, how many collections were open and the limit. A store's ``per_conversation_settings`` (settings its config leaves
 unset) apply to its per-conversation collections: sqlite-vec allocates vectors 64 rows at a time there, not 1024.
 """

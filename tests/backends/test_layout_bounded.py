@@ -236,3 +236,69 @@ def test_per_user_seekdb_collections_share_one_connection(tmp_path):
     store.drop()
     store.close()
     assert seekdb._SHARED == {}  # closed with the last of them
+
+
+def test_chroma_dropping_an_unwritten_index_is_one_line_naming_cache_layout_and_limit(monkeypatch):
+    from bench.backends import chroma
+
+    monkeypatch.setattr(resource, "getrlimit", lambda _: (1024, 4096))
+
+    class B:
+        _name, layout = "u1", "per_conversation"
+
+    line = chroma.evicted_line(B(), RuntimeError("Error executing plan: Internal error: Error creating hnsw segment reader: "
+                                                 "Nothing found on disk"))
+    assert line.startswith("chroma per_conversation layout: collection 'u1' could not be read back") and "\n" not in line
+    assert "its cache of 204 loaded indexes (the open-file limit (ulimit -n) // 5)" in line and "backend.layout=shared" in line
+    assert chroma.evicted_line(B(), RuntimeError("some other failure")) == ""
+
+
+def test_per_user_chroma_collections_write_their_index_every_100_rows(tmp_path):
+    pytest.importorskip("chromadb")
+    store = build_store({"_target_": "bench.backends.chroma.ChromaBackend", "path": str(tmp_path), "layout": "per_conversation"})
+    store.open(dim=DIM)
+    store.add(batch(["a"]))
+    hnsw = store.sub(sub_collection(store.collection, "a"))._col.configuration["hnsw"]
+    assert hnsw["sync_threshold"] == 100  # chroma's own: 1000
+    store.drop()
+    store.close()
+
+
+CHROMA_EVICTS = """
+import numpy as np, sys
+from bench.backends.layout import build_store
+from bench.types import MemoryBatch, Where
+users, rows = int(sys.argv[1]), int(sys.argv[2])
+store = build_store({"_target_": "bench.backends.chroma.ChromaBackend", "path": sys.argv[3], "layout": "per_conversation"})
+store.open(dim=8)
+v = np.random.default_rng(0).standard_normal((users * rows, 8)).astype(np.float32)
+for u in range(users):
+    s = slice(u * rows, (u + 1) * rows)
+    store.add(MemoryBatch(ids=tuple(f"m{i}" for i in range(s.start, s.stop)), vectors=v[s], conversation_ids=(f"u{u}",) * rows,
+                          roles=("user",) * rows, timestamps=(1.0,) * rows))
+    store.wait_ready()
+found = 0
+for u in range(users):
+    for j in (u * rows, u * rows + rows - 1):
+        found += store.search(v[j], k=1, where=Where(conversation_id=f"u{u}")).ids[0] == f"m{j}"
+print(found)
+"""
+
+
+@pytest.mark.parametrize("rows, found, error", [(100, "84", None), (4, None, "could not be read back after chroma dropped")])
+def test_chroma_past_its_cache_of_loaded_indexes(tmp_path, rows, found, error):
+    """Under ulimit -n 200 chroma keeps 40 indexes loaded: 42 users of 100 rows (written to disk) are all found again,
+    first and last row; 42 users of 4 rows (never written) fail with the one line."""
+    pytest.importorskip("chromadb")
+    import subprocess
+    import sys
+
+    def low_limit():
+        resource.setrlimit(resource.RLIMIT_NOFILE, (200, resource.getrlimit(resource.RLIMIT_NOFILE)[1]))
+
+    proc = subprocess.run([sys.executable, "-c", CHROMA_EVICTS, "42", str(rows), str(tmp_path)], capture_output=True, text=True,
+                          preexec_fn=low_limit, timeout=600)
+    if found:
+        assert proc.returncode == 0 and proc.stdout.split() == [found], proc.stderr[-500:]
+    else:
+        assert proc.returncode != 0 and error in proc.stderr.strip().splitlines()[-1]
