@@ -258,7 +258,11 @@ def test_per_user_chroma_collections_write_their_index_every_100_rows(tmp_path):
     store = build_store({"_target_": "bench.backends.chroma.ChromaBackend", "path": str(tmp_path), "layout": "per_conversation"})
     store.open(dim=DIM)
     store.add(batch(["a"]))
-    hnsw = store.sub(sub_collection(store.collection, "a"))._col.configuration["hnsw"]
+    import warnings
+
+    with warnings.catch_warnings():  # chroma 1.5: "legacy embedding function config" for None
+        warnings.simplefilter("ignore", DeprecationWarning)
+        hnsw = store.sub(sub_collection(store.collection, "a"))._col.configuration["hnsw"]
     assert hnsw["sync_threshold"] == 100  # chroma's own: 1000
     store.drop()
     store.close()
