@@ -146,3 +146,20 @@ def test_the_shared_layout_is_one_collection_filtered_by_user(tmp_path):
                                progress=False, layouts=("per_conversation", "shared"))
     assert df["layout"].tolist() == ["per_conversation", "shared"] and df["collections"].tolist() == [3, 1]
     assert df["fidelity_at_k"].tolist() == [1.0, 1.0] and df["short_lists"].tolist() == [0, 0]
+
+
+def test_with_every_text_in_the_cache_it_reads_real_vectors_and_writes_nothing_there(tmp_path):
+    from bench.tools.perf.common import cached_embedder
+
+    target = tmp_path / "data" / "longmemeval_s" / "lme_jsons_s"
+    target.mkdir(parents=True)
+    (target / "3_001be529.json").write_bytes((REPO / "tests" / "fixtures" / "data" / "lme_s_slice" / "3_001be529.json").read_bytes())
+    overrides = ["dataset=longmemeval_s", f"paths.datasets={tmp_path / 'data'}", "embedder=hashing"]
+    corpus, emb = cached_embedder(overrides, tmp_path / "cache" / "embeddings")  # every text of the corpus in the cache
+    before = sorted((str(p), p.stat().st_mtime_ns) for p in (tmp_path / "cache").rglob("*"))
+    data, label, kind = peruser.corpus_data(overrides, cache=tmp_path / "cache")
+    assert kind == "real" and f"vectors from the embedding cache of {tmp_path / 'cache'}" in label
+    vecs, conv, roles, ts, qv, qconv = data
+    assert np.array_equal(vecs, emb.embed_documents([t.text for t in corpus.turns()]))
+    assert np.array_equal(qv, emb.embed_queries([q.text for q in corpus.questions])) and qconv == ["001be529"]
+    assert sorted((str(p), p.stat().st_mtime_ns) for p in (tmp_path / "cache").rglob("*")) == before
