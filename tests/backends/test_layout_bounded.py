@@ -145,18 +145,28 @@ def five_users_ranked(store):
     return got
 
 
-@pytest.mark.parametrize("target, module", [("bench.backends.lancedb.LanceDBBackend", "lancedb"),
-                                            ("bench.backends.sqlite_vec.SqliteVecBackend", "sqlite_vec")])
-def test_max_open_2_over_5_users_keeps_2_open_and_finds_what_unbounded_finds(tmp_path, target, module):
+def files_open_under(path) -> int:
+    import os
+
+    return sum(os.readlink(f"/proc/self/fd/{fd}").startswith(str(path)) for fd in os.listdir("/proc/self/fd")
+               if os.path.islink(f"/proc/self/fd/{fd}"))
+
+
+# files open in the store's directory after 5 users, bounded to 2 collections and unbounded: a sqlite-vec file per open
+# collection; LanceDB holds none between calls (what it bounds is the table handles and their memory)
+@pytest.mark.parametrize("target, module, files", [("bench.backends.lancedb.LanceDBBackend", "lancedb", (0, 0)),
+                                                   ("bench.backends.sqlite_vec.SqliteVecBackend", "sqlite_vec", (2, 5))])
+def test_max_open_2_over_5_users_keeps_2_open_and_finds_what_unbounded_finds(tmp_path, target, module, files):
     pytest.importorskip(module)
-    stores = {mo: build_store({"_target_": target, "path": str(tmp_path / "s"), "layout": "per_conversation",
+    stores = {mo: build_store({"_target_": target, "path": str(tmp_path / f"s{mo}"), "layout": "per_conversation",
                                "collection": f"b{mo}", "max_open": mo}) for mo in (2, 100)}
     bounded, unbounded = stores[2], stores[100]
     assert bounded.max_open == 2
     got = five_users_ranked(bounded)
     assert len(bounded._subs) == 2 and bounded.n_collections == 5 and bounded.reopened >= 3
+    assert files_open_under(tmp_path / "s2") == files[0]
     want = five_users_ranked(unbounded)
-    assert len(unbounded._subs) == 5
+    assert len(unbounded._subs) == 5 and files_open_under(tmp_path / "s100") == files[1]
     assert got == want
     assert got[("user3", (1, 0, 0, 0))] == ["user3-0", "user3-1"]  # the user turn lies along e0, the assistant's along e1
     for s in stores.values():
