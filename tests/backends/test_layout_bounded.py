@@ -316,3 +316,33 @@ def test_chroma_past_its_cache_of_loaded_indexes(tmp_path, rows, found, error):
         assert proc.returncode == 0 and proc.stdout.split() == [found], proc.stderr[-500:]
     else:
         assert proc.returncode != 0 and error in proc.stderr.strip().splitlines()[-1]
+
+
+class _OutOfMemory(_Pending):
+    name = "seekdb"
+    reopens_cheaply = False
+
+    def add(self, batch):
+        raise RuntimeError("SeekdbError: No memory or server runtime memory limit reached failed: code=4013")
+
+
+def test_a_store_out_of_memory_is_one_line_naming_layout_store_and_limit():
+    store = PerConversation(_OutOfMemory, "c")
+    store.open(dim=DIM)
+    with pytest.raises(OSError) as e:
+        store.add(batch(["a"]))
+    msg = str(e.value)
+    assert e.value.errno == errno.ENOMEM and "\n" not in msg
+    assert msg.startswith("[Errno 12] seekdb per_conversation layout: could not write to collection")
+    assert "(1 collections, 1 open, every collection kept open" in msg and "reached its memory limit" in msg and "code=4013" in msg
+
+
+def test_an_ordinary_write_error_is_left_as_it_is():
+    class Broken(_Pending):
+        def add(self, batch):
+            raise ValueError("vector dim 3 != collection dim 4")
+
+    store = PerConversation(Broken, "c")
+    store.open(dim=DIM)
+    with pytest.raises(ValueError, match="vector dim 3"):
+        store.add(batch(["a"]))
