@@ -17,26 +17,27 @@ one wrote through the store's ``list_collections()`` (the names its place holds;
 Creating a collection has a cost per conversation (seekdb ~160 ms): it is part of ingest time.
 
 Bounded open collections. A store whose collections reopen cheaply from disk (``reopens_cheaply``) keeps at most
-``max_open`` of them open (``backend.max_open``; by default ``MAX_OPEN``, or a quarter of the open-file limit when that
-is lower): the least recently used one is closed before another opens (after its pending writes are searchable), and
-reopened when it is asked again, so thousands of users cost a bounded number of open files and memory. Measured with
-``python -m bench.tools.layout_scale`` (40 users, max_open 4 against unbounded; a reopen is part of the next search):
-sqlite-vec, a file each; LanceDB, a table handle each (a reopen costs nothing measurable: 6.1 ms per first search
-either way; it holds no file open between calls, ~15 fds at any size). Other stores keep every collection open: exact
-(in RAM, a closed one would be lost); seekdb, whose per-user collections share one client connection
-(``share_client``, its ``per_conversation_settings``): a collection is then a handle in this process and a table in the
-server, so users cost no file descriptors (a connection each cost one here and one in the server per user: 500 users,
-~510 + ~500; closing and reopening them cost 18-45 ms a search), and their rows and indexes live in the server's
-memory, which seekdb manages; and chroma, whose collections share one client system per path that holds each collection's HNSW files (4 fds) whether
-or not its Python collection is closed; chroma bounds that itself, keeping at most (open-file limit) / 5 HNSW indexes
-loaded (its Rust core's cache), so its open files stay under the limit while its memory grows with the users loaded
-(~3 MB each at 500 two-turn users, 5.6 GB and 8,023 fds at 2,000); past that cache, a collection whose index it
-dropped before ever writing it to disk cannot be read back: per-user chroma collections write theirs every 100 rows
-(``sync_threshold``), so only users with fewer rows than that can hit it, with one line naming the cache, the layout
-and the limit (``bench.backends.chroma.evicted_line``). When opening or writing a collection fails on a limit (open files, ``ulimit -n``;
-the store's memory: seekdb's error 4013, measured with 2,000 two-turn users embedded, its server at 1.4 GB), the error
-is one line naming the layout, the store, how many collections were open and the limit. A store's ``per_conversation_settings`` (settings its config leaves
-unset) apply to its per-conversation collections: sqlite-vec allocates vectors 64 rows at a time there, not 1024.
+``max_open`` of them open (``backend.max_open``; by default ``MAX_OPEN``, or a quarter of the open-file limit when
+that is lower): the least recently used one is closed before another opens (after its pending writes are searchable),
+and reopened when it is asked again, so thousands of users cost a bounded number of open files and memory. Measured
+with ``python -m bench.tools.layout_scale`` (40 users, max_open 4 against unbounded; a reopen is part of the next
+search): sqlite-vec, a file each; LanceDB, a table handle each (a reopen costs nothing measurable: 6.1 ms per first
+search either way; it holds no file open between calls, ~15 fds at any size). Other stores keep every collection open:
+exact (in RAM, a closed one would be lost); seekdb, whose per-user collections share one client connection
+(``share_client``, its ``per_conversation_settings``): a collection is then a handle in this process and a table in
+the server, so users cost no file descriptors (a connection each cost one here and one in the server per user: 500
+users, ~510 + ~500; closing and reopening them cost 18-45 ms a search), and their rows and indexes live in the
+server's memory, which seekdb manages; and chroma, whose collections share one client system per path that holds each
+collection's HNSW files (4 fds) whether or not its Python collection is closed; chroma bounds that itself, keeping at
+most (open-file limit) / 5 HNSW indexes loaded (its Rust core's cache), so its open files stay under the limit while
+its memory grows with the users loaded (~3 MB each at 500 two-turn users, 5.6 GB and 8,023 fds at 2,000); past that
+cache, a collection whose index it dropped before ever writing it to disk cannot be read back: per-user chroma
+collections write theirs every 100 rows (``sync_threshold``), so only users with fewer rows than that can hit it, with
+one line naming the cache, the layout and the limit (``bench.backends.chroma.evicted_line``). When opening or writing
+a collection fails on a limit (open files, ``ulimit -n``; the store's memory: seekdb's error 4013, measured with 2,000
+two-turn users embedded, its server at 1.4 GB), the error is one line naming the layout, the store, how many
+collections were open and the limit. A store's ``per_conversation_settings`` (settings its config leaves unset) apply
+to its per-conversation collections: sqlite-vec allocates vectors 64 rows at a time there, not 1024.
 """
 
 from __future__ import annotations
