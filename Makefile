@@ -56,7 +56,7 @@ data: $(STAMP) ## Verify the corpora under the data path; download missing ones 
 clean-cache: ## Delete cached embeddings, traces and store files (derived data only)
 	rm -rf reports/cache
 
-stores: $(STAMP) ## Compare every local store and Pinecone via its loopback double (LoCoMo + synthetic 14,726/100k x 384/1536) -> reports/compare/
+stores: $(STAMP) ## Compare every local store and Pinecone via its loopback double (LoCoMo + synthetic 14,726/100k x 384/1536; ARGS=--per-user adds LongMemEval_S's 498 users, a collection each) -> reports/compare/
 	$(BIN)/recallbench stores $(ARGS)
 
 compare: stores ## Old name of make stores

@@ -90,6 +90,10 @@ def safe_collection_name(name: str) -> str:
 class ChromaBackend:
     """chromadb PersistentClient when ``host`` is None (``path`` required), else HttpClient."""
 
+    # a per-conversation collection writes its index to disk every 100 rows, so one chroma drops from its cache of
+    # loaded indexes reads back once it holds 100 rows (``sync_threshold``; bench.backends.layout)
+    per_conversation_settings = {"sync_threshold": 100}
+
     name = "chroma"
     capabilities = Capabilities(exact=False, filters=FILTER_KINDS, persistent=True, server=False, clients=(CLIENT,), scores=SCORES)
 
@@ -105,7 +109,18 @@ class ChromaBackend:
         max_neighbors: int = 16,
         batch_size: int | None = None,
         metric: str = "cosine",
+        sync_threshold: int | None = None,
     ) -> None:
+        """sync_threshold: rows after which a new collection's HNSW index is written to disk (chroma's
+        ``hnsw.sync_threshold``, also its ``hnsw.batch_size`` when lower; None: chroma's 1000). A per-conversation
+        collection takes ``per_conversation_settings``' 100: chroma keeps at most ``hnsw_cache_size()`` indexes loaded
+        and cannot read back one it dropped before it was ever written to disk (``evicted_line``); once written, the
+        rows after it are replayed from chroma's log. Measured with 1.5.9 under ``ulimit -n 200`` (a cache of 40), 60
+        collections each searched after its write (``wait_ready``), then each searched for its first and last row: 150
+        rows each at 100, all 120 found; 10 rows each (never written at 100), 40 of them fail; at 10, all found."""
+        if sync_threshold is not None and (not isinstance(sync_threshold, int) or sync_threshold < 2):
+            raise ValueError(f"chroma: sync_threshold must be an integer >= 2 or null (got {sync_threshold!r})")
+        self.sync_threshold = sync_threshold
         if host is None and not path:
             raise ValueError("chroma: give `path` (persistent local mode) or `host` (server mode)")
         for field, value in (("ef_search", ef_search), ("ef_construction", ef_construction),
@@ -200,6 +215,8 @@ class ChromaBackend:
         else:
             config = {"hnsw": {"space": self.metric, "ef_construction": self.ef_construction,
                                "max_neighbors": self.max_neighbors, "ef_search": self.ef_search}}
+            if self.sync_threshold is not None:
+                config["hnsw"].update(sync_threshold=self.sync_threshold, batch_size=min(100, self.sync_threshold))
             col = self._client.create_collection(self._name, configuration=config, metadata={_DIM_KEY: dim},
                                                  embedding_function=None, get_or_create=True)
             log.info("chroma (%s): created collection %s (dim %d)", self._where(), self._name, dim)
@@ -335,8 +352,13 @@ class ChromaBackend:
             raise ValueError(f"chroma: query dim {q.shape[0]} != collection dim {self._dim}")
         if where.roles is not None and len(where.roles) == 0:
             return Hits()
-        res = self._col.query(query_embeddings=[q], n_results=int(k), where=_native_filter(where),
-                              include=["distances"])
+        try:
+            res = self._col.query(query_embeddings=[q], n_results=int(k), where=_native_filter(where), include=["distances"])
+        except Exception as exc:
+            line = evicted_line(self, exc)
+            if line:
+                raise RuntimeError(line) from None
+            raise
         return native_hits(res["ids"][0], res["distances"][0], self._kind)
 
     def reference_query(self, vector: np.ndarray, *, k: int, where: Where) -> tuple[list[str], list[float]]:
@@ -368,6 +390,26 @@ class ChromaBackend:
             self.unreachable = set()
             if not was_open:
                 self._disconnect()
+
+
+def hnsw_cache_size() -> int:
+    """How many HNSW indexes a local chroma (its Rust core) keeps loaded: the open-file limit // 5 (4 data files and
+    a metadata file each), read when its client system starts (chromadb.api.rust.RustBindingsAPI)."""
+    import resource
+
+    return resource.getrlimit(resource.RLIMIT_NOFILE)[0] // 5
+
+
+def evicted_line(backend, exc: BaseException) -> str:
+    """One line for chroma's "Error creating hnsw segment reader: Nothing found on disk": a collection whose index
+    chroma dropped from its cache of loaded indexes (more collections than ``hnsw_cache_size``) and could not read
+    back (measured with 1.5.9: 60 ten-row collections under ``ulimit -n 200``, a cache of 40). "" for other errors."""
+    text = str(exc)
+    if "Nothing found on disk" not in text and "hnsw segment reader" not in text:
+        return ""
+    return (f"chroma {getattr(backend, 'layout', 'shared')} layout: collection {backend._name!r} could not be read back after chroma "
+            f"dropped its HNSW index from its cache of {hnsw_cache_size():,} loaded indexes (the open-file limit (ulimit -n) // 5): "
+            f"more collections than that in one process; raise ulimit -n, or use backend.layout=shared ({text[:160]})")
 
 
 def _native_filter(where: Where) -> dict | None:

@@ -89,8 +89,18 @@ class LanceDBBackend:
     name = "lancedb"
     capabilities = Capabilities(exact=True, filters=FILTER_KINDS - {"metadata"}, persistent=True, server=False, clients=(CLIENT,),
                                 scores=SCORES)
+    # a table handle per collection, no file held open between calls: the per-conversation layout keeps a bounded
+    # number open and reopens the others when asked (bench.backends.layout; a reopen costs nothing measurable)
+    reopens_cheaply = True
+    ready_when_added = True  # a write is visible to this process's searches when add() returns
+    # a per-conversation table holds one user's rows and is searched without a conversation filter: no scalar index
+    per_conversation_settings = {"conversation_index": False}
 
-    def __init__(self, path: str, collection: str = "recallbench", metric: str = "cosine") -> None:
+    def __init__(self, path: str, collection: str = "recallbench", metric: str = "cosine",
+                 conversation_index: bool | None = None) -> None:
+        """conversation_index: build the BTree index on conversation_id in ``wait_ready`` (None: yes, except in a
+        per-conversation collection, ``per_conversation_settings``)."""
+        self.conversation_index = conversation_index
         self.metric = metric  # cosine | l2 | ip: the distance_type of every search (bench.backends.scores)
         self._kind = self.capabilities.native_kind(check_metric(None, self))
         if not path:
@@ -188,7 +198,7 @@ class LanceDBBackend:
                                    f"after {timeout_s:.0f} s (e.g. id {next(iter(self._written))!r})")
             time.sleep(pause)
             pause = min(pause * 2, 0.5)
-        if not self._indexed:
+        if not self._indexed and self.conversation_index is not False:
             from lancedb.index import BTree
 
             table.create_index("conversation_id", config=BTree(), replace=True)

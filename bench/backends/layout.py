@@ -16,14 +16,28 @@ every store accepts unchanged). A new instance on the same place finds the colle
 one wrote through the store's ``list_collections()`` (the names its place holds; it creates nothing).
 Creating a collection has a cost per conversation (seekdb ~160 ms): it is part of ingest time.
 
-Bounded open collections. A store whose collections reopen cheaply from disk (``reopens_cheaply``: sqlite-vec, a file
-each) keeps at most ``max_open`` of them open (``backend.max_open``; by default ``MAX_OPEN``, or a quarter of the
-open-file limit when that is lower): the least recently used one is closed before another opens, and reopened when it
-is asked again, so thousands of users cost a bounded number of open files and memory. Other stores keep every
-collection open (an in-RAM store would lose a closed one; chroma holds its segment files per collection). When opening
-a collection fails on a system limit (open files, ``ulimit -n``), the error is one line naming the layout, the store,
-how many collections were open and the limit. A store's ``per_conversation_settings`` (settings its config leaves
-unset) apply to its per-conversation collections: sqlite-vec allocates vectors 64 rows at a time there, not 1024.
+Bounded open collections. A store whose collections reopen cheaply from disk (``reopens_cheaply``) keeps at most
+``max_open`` of them open (``backend.max_open``; by default ``MAX_OPEN``, or a quarter of the open-file limit when
+that is lower): the least recently used one is closed before another opens (after its pending writes are searchable),
+and reopened when it is asked again, so thousands of users cost a bounded number of open files and memory. Measured
+with ``python -m bench.tools.layout_scale`` (40 users, max_open 4 against unbounded; a reopen is part of the next
+search): sqlite-vec, a file each; LanceDB, a table handle each (a reopen costs nothing measurable: 6.1 ms per first
+search either way; it holds no file open between calls, ~15 fds at any size). Other stores keep every collection open:
+exact (in RAM, a closed one would be lost); seekdb, whose per-user collections share one client connection
+(``share_client``, its ``per_conversation_settings``): a collection is then a handle in this process and a table in
+the server, so users cost no file descriptors (a connection each cost one here and one in the server per user: 500
+users, ~510 + ~500; closing and reopening them cost 18-45 ms a search), and their rows and indexes live in the
+server's memory, which seekdb manages; and chroma, whose collections share one client system per path that holds each
+collection's HNSW files (4 fds) whether or not its Python collection is closed; chroma bounds that itself, keeping at
+most (open-file limit) / 5 HNSW indexes loaded (its Rust core's cache), so its open files stay under the limit while
+its memory grows with the users loaded (~3 MB each at 500 two-turn users, 5.6 GB and 8,023 fds at 2,000); past that
+cache, a collection whose index it dropped before ever writing it to disk cannot be read back: per-user chroma
+collections write theirs every 100 rows (``sync_threshold``), so only users with fewer rows than that can hit it, with
+one line naming the cache, the layout and the limit (``bench.backends.chroma.evicted_line``). When opening or writing
+a collection fails on a limit (open files, ``ulimit -n``; the store's memory: seekdb's error 4013, measured with 2,000
+two-turn users embedded, its server at 1.4 GB), the error is one line naming the layout, the store, how many
+collections were open and the limit. A store's ``per_conversation_settings`` (settings its config leaves unset) apply
+to its per-conversation collections: sqlite-vec allocates vectors 64 rows at a time there, not 1024.
 """
 
 from __future__ import annotations
@@ -142,10 +156,14 @@ class PerConversation:
             return sub
         if self.max_open is not None:
             while len(self._subs) >= self.max_open:  # close the least recently used: its data stays on disk
-                _, old = self._subs.popitem(last=False)
+                gone, old = self._subs.popitem(last=False)
+                if gone in self._pending and not getattr(old, "ready_when_added", False):
+                    old.wait_ready()  # its writes must be searchable before it closes (seekdb's async index)
+                    self._pending.discard(gone)
                 old.close()
         t0 = time.perf_counter()
         sub = self._make(name)
+        sub.layout = PER_CONVERSATION  # a store's own error lines name its layout
         for key, value in getattr(sub, "per_conversation_settings", {}).items():  # what a store prefers for one user's rows
             if getattr(sub, key, None) is None:  # unless its config set it
                 setattr(sub, key, value)
@@ -153,9 +171,9 @@ class PerConversation:
             sub.open(dim=self._dim)
         except BaseException as exc:
             sub.close()
-            line = self._limit_line(name, exc)
-            if line:
-                raise OSError(errno.EMFILE, line) from exc
+            err = self._limit_error(name, exc, "open")
+            if err is not None:
+                raise err from exc
             raise
         if name in self._known:
             self.reopened += 1
@@ -164,8 +182,9 @@ class PerConversation:
         self.created_seconds += time.perf_counter() - t0
         return sub
 
-    def _limit_line(self, name: str, exc: BaseException) -> str:
-        """One line naming the layout, the store and the open-file limit when ``exc`` looks like that limit was hit."""
+    def _limit_line(self, name: str, exc: BaseException, doing: str = "open") -> str:
+        """One line naming the layout, the store and the limit when ``exc`` looks like a system limit was hit: the
+        open-file limit (``ulimit -n``) or the store's memory (seekdb's error 4013); "" otherwise."""
         text = str(exc).lower()
         try:
             import resource
@@ -177,14 +196,27 @@ class PerConversation:
             fds = len(os.listdir("/proc/self/fd"))
         except OSError:
             fds = -1
-        hit = getattr(exc, "errno", None) in (errno.EMFILE, errno.ENFILE) or "too many open files" in text or \
+        files = getattr(exc, "errno", None) in (errno.EMFILE, errno.ENFILE) or "too many open files" in text or \
             ("unable to open database file" in text) or (soft > 0 and fds >= soft - 8)
-        if not hit:
+        memory = isinstance(exc, MemoryError) or getattr(exc, "errno", None) == errno.ENOMEM or "memory limit" in text or \
+            "code=4013" in text or "code=-4013" in text
+        if not (files or memory):
             return ""
         bound = f"max_open={self.max_open}" if self.max_open is not None else "every collection kept open (this store cannot close one)"
-        return (f"{self.name} per_conversation layout: could not open collection {name!r} ({len(self._known):,} collections, "
-                f"{len(self._subs):,} open, {bound}): the process has {fds} files open and its open-file limit (ulimit -n) is "
-                f"{soft}; raise the limit, lower backend.max_open, or use backend.layout=shared ({type(exc).__name__}: {exc})")
+        head = (f"{self.name} per_conversation layout: could not {doing} collection {name!r} ({len(self._known):,} collections, "
+                f"{len(self._subs):,} open, {bound})")
+        if files:
+            return (f"{head}: the process has {fds} files open and its open-file limit (ulimit -n) is {soft}; raise the limit, "
+                    f"lower backend.max_open, or use backend.layout=shared ({type(exc).__name__}: {exc})")
+        return (f"{head}: the store reached its memory limit; give it more memory, fewer users per store, or use "
+                f"backend.layout=shared ({type(exc).__name__}: {exc})")
+
+    def _limit_error(self, name: str, exc: BaseException, doing: str) -> OSError | None:
+        line = self._limit_line(name, exc, doing)
+        if not line:
+            return None
+        memory = "reached its memory limit" in line
+        return OSError(errno.ENOMEM if memory else errno.EMFILE, line)
 
     # ---------------------------------------------------------------- contract
     def open(self, *, dim: int, metric: str | None = None) -> None:
@@ -208,7 +240,13 @@ class PerConversation:
             name = sub_collection(self.collection, conv)
             sub = self._open_sub(name)
             part = batch if len(rows) == len(batch.ids) else _rows(batch, rows)
-            sub.add(part)
+            try:
+                sub.add(part)
+            except Exception as exc:
+                err = self._limit_error(name, exc, "write to")
+                if err is not None:
+                    raise err from exc
+                raise
             self._pending.add(name)
 
     def wait_ready(self, timeout_s: float = 300.0) -> None:

@@ -79,6 +79,10 @@ class EmbeddedInstanceInUse(RuntimeError):
     """A second embedded seekdb path was opened while the first is still in use in this process."""
 
 
+# Client connections shared by backends with ``share_client`` (per-conversation collections): place -> [client, users].
+_SHARED_LOCK = threading.Lock()
+_SHARED: dict[tuple, list] = {}
+
 # One embedded seekdb instance per process: the path it serves and how many open backends use it.
 _EMBEDDED_LOCK = threading.Lock()
 _EMBEDDED: dict[str, object] = {"path": None, "users": 0}
@@ -169,6 +173,11 @@ class SeekdbBackend:
     name = "seekdb"
     capabilities = Capabilities(exact=False, filters=FILTER_KINDS, persistent=True, server=False, max_k=MAX_K, clients=CLIENTS,
                                 scores=SCORES)
+    # a per-conversation collection shares one client connection with the others of its place (``share_client``): a
+    # connection each cost a file descriptor here and one in the server per user (measured: 500 users, 510 + ~500 fds),
+    # closing and reopening them ~18-45 ms per search; shared, a collection is a handle in this process and the
+    # collections' rows and indexes live in the server, whose memory seekdb itself manages (bench.backends.layout)
+    per_conversation_settings = {"share_client": True}
 
     def __init__(
         self,
@@ -187,9 +196,14 @@ class SeekdbBackend:
         batch_size: int = 500,
         refresh_after_s: float = 1.0,
         metric: str = "cosine",
+        share_client: bool | None = None,
     ) -> None:
+        """share_client: use one client connection with every other backend of this process on the same place (path,
+        or host, port, tenant, database and user) that shares too, closed with the last of them (None: no, except in
+        a per-conversation collection, ``per_conversation_settings``)."""
         if host is None and not path:
             raise ValueError("seekdb: give `path` (embedded mode) or `host` (server mode)")
+        self.share_client = share_client
         for field, value in (("ef_search", ef_search), ("ef_construction", ef_construction), ("m", m),
                              ("batch_size", batch_size), ("port", port)):
             if not isinstance(value, int) or value <= 0:
@@ -227,9 +241,29 @@ class SeekdbBackend:
     def _where(self) -> str:
         return f"embedded {self.path}" if self.host is None else f"server {self.host}:{self.port}"
 
+    def _place(self) -> tuple:
+        return (self.path,) if self.host is None else (self.host, self.port, self.tenant, self.database, self.user)
+
     def _connect(self) -> None:
         if self._client is not None:
             return
+        if self.share_client:
+            with _SHARED_LOCK:
+                entry = _SHARED.get(self._place())
+                if entry is not None:
+                    if self.host is None:
+                        _acquire_embedded(self.path)
+                        self._hold = weakref.finalize(self, _release_embedded, self.path)
+                    entry[1] += 1
+                    self._client = entry[0]
+                    self._session()
+                    return
+        self._connect_own()
+        if self.share_client:
+            with _SHARED_LOCK:
+                _SHARED[self._place()] = [self._client, 1]
+
+    def _connect_own(self) -> None:
         pyseekdb = _client("pyseekdb")
         if self.host is None:
             _acquire_embedded(self.path)
@@ -278,6 +312,18 @@ class SeekdbBackend:
             self._ef_now = ef
 
     def _disconnect(self) -> None:
+        if self._client is not None and self.share_client:
+            with _SHARED_LOCK:
+                entry = _SHARED.get(self._place())
+                if entry is not None and entry[0] is self._client:
+                    entry[1] -= 1
+                    if entry[1] > 0:  # others still use it
+                        self._client = self._col = self._conn = None
+                        if self._hold is not None:
+                            self._hold()
+                            self._hold = None
+                        return
+                    del _SHARED[self._place()]
         if self._client is not None:
             try:
                 self._client._server._cleanup()

@@ -1,12 +1,17 @@
 """``make compare``: every local store side by side, on LoCoMo and on synthetic data at the seed's scale.
 
-Two parts, both written to ``reports/compare/``:
+Two parts, both written to ``reports/compare/``, and a third on request:
 1. LoCoMo (quality and latency): the main pipeline (``python -m bench``) once per store, servers
    started here on loopback; one table of best F1, limit-5 recall, latency and store metrics.
 2. Scale: clustered synthetic vectors (14,726 and 100,000 memories; 384-d and 1536-d) with role,
    conversation and time metadata. Per store: ingest time, read-after-write lag (``wait_ready``),
    per-query latency p50/p99 (top-10, unfiltered and conversation-filtered; warm-up discarded),
    recall@10 against the exact numpy scan, and the latency ratio to that scan.
+3. Per user (``--per-user``, ``bench.tools.peruser``): LongMemEval_S's 498 users (~490 turns each, 245,625 in all),
+   a collection per user on exact, sqlite_vec, lancedb, chroma and seekdb: ingest rows/s, search p50/p99, fidelity@k
+   against the exact scan, peak RSS and open files (child processes included), the bound on open collections and its
+   reopens; MiniLM vectors from an embedding cache (``--per-user-cache``) or, when a text is missing there, synthetic
+   vectors with the real per-user counts (the table says which).
 The seed article's figures are printed beside ours, labelled as quoted, not measured.
 Each store runs in each store layout (``--layouts``, default both; ``bench.backends.layout``): one
 shared collection filtered by conversation, or a collection per conversation; the tables have a
@@ -315,6 +320,32 @@ def _md(df: pd.DataFrame, cols: list[str]) -> str:
     return "\n".join(lines)
 
 
+def per_user_lines(args, stores: list[str], *, out: Path, workdir: Path, overrides: dict) -> list[str]:
+    """The per-user part (``bench.tools.peruser``): its table to ``per_user.csv`` (rewritten after each store) and its
+    README lines."""
+    from bench.tools import peruser
+    from bench.tools.perf.common import REPO
+
+    names = [s for s in peruser.STORES if s in stores or s == "exact"]
+    cache = Path(args.per_user_cache) if args.per_user_cache else REPO / "reports" / "cache"
+    data, label, kind = peruser.corpus_data([f"dataset={args.per_user_data}", "embedder=minilm", "memory.unit=turn", "memory.roles=all"],
+                                            cache=cache, users=args.per_user_users)
+    df = peruser.per_user_part(names, data, kind=kind, workdir=workdir, k=args.k, warmup=args.warmup, overrides=overrides,
+                               progress=args.progress, max_open=args.max_open,
+                               layouts=tuple(check_layout(x) for x in args.per_user_layouts.split(",") if x),
+                               on_row=lambda d: write_atomic(out / "per_user.csv", lambda p: d.to_csv(p, index=False)))
+    write_atomic(out / "per_user.csv", lambda p: df.to_csv(p, index=False))
+    return [f"## Per user ({label})", "",
+            f"A collection, table or file per user (`per_conversation` layout; `shared`: one collection, filtered by user); "
+            f"each question asked once in its user's collection, "
+            f"top-{args.k}. `fidelity_at_k`: share of the exact top-{args.k} of the user's rows returned (ties with the "
+            f"{args.k}th count); `ingest_rows_per_s`: rows / the store's add calls (collections created there); p50/p99: the "
+            "store call; `peak_rss_gb` / `max_open_fds`: this process and its children (an embedded seekdb server), "
+            "`rss_added_gb` over what the process held before the store; `max_open`: the bound on open collections "
+            "(`all`: the store keeps every one, bench/backends/layout.py says why), `reopened`: reopens it cost. "
+            f"`vectors`: {kind}.", "", _md(df, list(df.columns)), ""]
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = parser("stores", "Every local store, and Pinecone via its loopback double (quality only), side by side, on LoCoMo and on "
                 "synthetic data at the seed's scale -> reports/compare/.",
@@ -337,6 +368,20 @@ def main(argv: list[str] | None = None) -> int:
                          "is the double's, not Pinecone's (default on; --no-pinecone-loopback skips Pinecone)")
     ap.add_argument("--no-locomo", action="store_true", help="skip the LoCoMo part")
     ap.add_argument("--no-scale", action="store_true", help="skip the synthetic scale part")
+    ap.add_argument("--per-user", action="store_true",
+                    help="also the per-user part (bench/tools/peruser.py): LongMemEval_S's 498 users, a collection each, on "
+                         "exact, sqlite_vec, lancedb, chroma and seekdb (those of --stores): ingest rows/s, p50/p99, fidelity@k "
+                         "against exact, peak RSS and open files")
+    ap.add_argument("--per-user-data", default="longmemeval_s", help="the per-user part's corpus (default longmemeval_s)")
+    ap.add_argument("--per-user-users", type=int, default=None, help="only the first N users of it (default: all)")
+    ap.add_argument("--per-user-cache", default=None,
+                    help="a paths.cache root whose embeddings/ hold the corpus's MiniLM turn vectors, only read (default: "
+                         "reports/cache); a text missing there: synthetic vectors with the real per-user counts, said in the table")
+    ap.add_argument("--per-user-layouts", default="per_conversation",
+                    help="the per-user part's layouts (default per_conversation; per_conversation,shared adds one collection "
+                         "filtered by user, for the stores that do better that way)")
+    ap.add_argument("--max-open", type=int, default=None,
+                    help="backend.max_open of the per-user part (default: the layout's, bench.backends.layout)")
     ap.add_argument("--out", default=str(reports_dir("compare")), help="default reports/compare")
     ap.add_argument("--progress", action=argparse.BooleanOptionalAction, default=sys.stderr.isatty())
     ap.add_argument("-v", "--verbose", action="store_true", help="also the store clients' own INFO lines (httpx, pyseekdb, ...)")
@@ -385,6 +430,8 @@ def main(argv: list[str] | None = None) -> int:
                       "`p50_ms` / `p99_ms` in the table are the unfiltered search, which on the per-conversation layout fans "
                       "out over every collection (no memory query does that).", ""]
             lines += [f"![{p.stem}]({p.name})" for p in plot(scale, out)]
+        if args.per_user:
+            lines += per_user_lines(args, [*stores, *loopback], out=out, workdir=Path(tmp), overrides=overrides)
     write_atomic(out / "README.md", lambda p: p.write_text("\n".join(lines) + "\n"))
     print(out / "README.md")
     return 0
