@@ -112,22 +112,28 @@ def _view_rows(spec: StrategySpec, t, ctx: list[_Ctx], cols: dict, tok: dict, fo
                 costs[f][i] = price[f]
             if chosen is not None:
                 chosen[c.question.question_id] = tuple(ids)
-    idx = np.arange(nq)
+    _append(cols, tok, spec, t, n_sel=n_sel, n_cor=n_cor, sat=sat, rec=rec, cont=cont, costs=costs,
+            latency=np.array([c.latency_ns for c in ctx], dtype=float) if spec.uses_store else np.full(nq, NAN))
+
+
+def _append(cols: dict, tok: dict, spec: StrategySpec, t, *, n_sel, n_cor, sat, rec, cont, costs: dict, latency) -> None:
+    """One strategy-at-threshold's rows, a value per question in each array (the array paths of ``sweep``)."""
+    nq = len(n_sel)
     cols["strategy"].append(np.full(nq, spec.name, dtype=object))
     cols["kind"].append(np.full(nq, spec.kind, dtype=object))
     cols["threshold"].append(np.full(nq, NAN if t is None else t))
-    cols["qi"].append(idx)
+    cols["qi"].append(np.arange(nq))
     cols["n_selected"].append(n_sel)
     cols["n_correct"].append(n_cor)
-    cols["latency_ns"].append(np.array([c.latency_ns for c in ctx], dtype=float) if spec.uses_store else np.full(nq, NAN))
+    cols["latency_ns"].append(latency)
     cols["depth_saturated"].append(sat)
     cols["route"].append(np.full(nq, "", dtype=object))
     cols["l1_selected"].append(np.full(nq, NAN))
     cols["l1_correct"].append(np.full(nq, NAN))
     cols["answer_recall"].append(rec)
     cols["answer_contained"].append(cont)
-    for f in formats:
-        tok[f].append(costs[f])
+    for f, c in costs.items():
+        tok[f].append(c)
 
 
 class _Prefixes:
@@ -480,22 +486,10 @@ def _prefix_rows(spec: StrategySpec, rule, t, ctx: list[_Ctx], pre: _Prefixes, c
     if chosen is not None:
         for i in np.flatnonzero(~pre.slow).tolist():
             chosen[ctx[i].question.question_id] = tuple(ctx[i].hits.ids[: n[i]])
-    cols["strategy"].append(np.full(nq, spec.name, dtype=object))
-    cols["kind"].append(np.full(nq, spec.kind, dtype=object))
-    cols["threshold"].append(np.full(nq, NAN if t is None else t))
-    cols["qi"].append(idx)
-    cols["n_selected"].append(n)
-    cols["n_correct"].append(n_cor)
-    cols["latency_ns"].append(pre.latency if spec.uses_store else np.full(nq, NAN))
-    cols["depth_saturated"].append((0 < pre.n_hits) & (pre.n_hits < pre.n_eligible) & (n >= pre.n_hits) & sat if spec.uses_store
-                                   else np.zeros(nq, dtype=bool))
-    cols["route"].append(np.full(nq, "", dtype=object))
-    cols["l1_selected"].append(np.full(nq, NAN))
-    cols["l1_correct"].append(np.full(nq, NAN))
-    cols["answer_recall"].append(a_rec)
-    cols["answer_contained"].append(a_cont)
-    for f in formats:
-        tok[f].append(costs[f])
+    _append(cols, tok, spec, t, n_sel=n, n_cor=n_cor, rec=a_rec, cont=a_cont, costs=costs,
+            latency=pre.latency if spec.uses_store else np.full(nq, NAN),
+            sat=(0 < pre.n_hits) & (pre.n_hits < pre.n_eligible) & (n >= pre.n_hits) & sat if spec.uses_store
+            else np.zeros(nq, dtype=bool))
 
 
 def _cat(chunks: list, dtype) -> np.ndarray:
