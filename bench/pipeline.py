@@ -312,14 +312,10 @@ def _cached(inner, settings: Settings):
 
 def _token_table(job: Job, settings: Settings, fault=log.error):
     """Tokens of every memory in every injection format (``bench.selection.formats``), counts cached per corpus and encoding."""
-    import tiktoken
-
     from bench.selection import formats as F
     from bench.data import tokens
 
-    count_many, save_counts = tokens.cached_counter(settings.cache / "tokens" /
-                                                    f"{settings.encoding}-tiktoken{tiktoken.__version__}-{job.corpus_sha[:16]}.json",
-                                                    settings.encoding)
+    count_many, save_counts = tokens.cached_counter(tokens.counts_file(settings.cache, settings.encoding, job.corpus_sha), settings.encoding)
     table = F.token_table(job.corpus.turns(), count_many, F.FORMATS)
     try:
         save_counts()

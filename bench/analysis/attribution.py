@@ -36,6 +36,7 @@ import numpy as np
 import pandas as pd
 
 from bench.results.rundir import STRATEGIES, JobInputs
+from bench.selection.formats import token_table
 from bench.strategies.spec import load_specs
 from bench.strategies.vector import passes
 from bench.replay.trace import Trace
@@ -179,6 +180,9 @@ def attribute_job(job: JobInputs, chosen: Mapping[tuple[str, str, str, str], flo
     memo = {} if memo is None else memo
     turns = job.corpus.turns()
     key = ("tokens", id(job.corpus), job.token_encoding)
+    if key not in memo and job.token_counts is not None and job.token_counts.is_file():  # the counts the job priced with
+        count_many, _ = tokens.cached_counter(job.token_counts, job.token_encoding)
+        memo[key] = dict(token_table(turns, count_many, ["A"]).memory["A"])
     if key not in memo:
         counts_ = tokens.count_tokens_many([tokens.format_memory(t.role, t.text) for t in turns], job.token_encoding)
         memo[key] = {t.key: n for t, n in zip(turns, counts_)}

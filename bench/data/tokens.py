@@ -156,6 +156,14 @@ def count_tokens_many(texts: Sequence[str], encoding: str = DEFAULT_ENCODING) ->
         return [n for part in pool.map(count, [texts[i : i + size] for i in range(0, len(texts), size)]) for n in part]
 
 
+def counts_file(cache: str | os.PathLike, encoding: str, corpus_sha: str) -> Path:
+    """Where a corpus's token counts (``cached_counter``) are kept under a cache root: per encoding, tiktoken version and
+    corpus content. The job writes them (``bench.pipeline``); the report's miss attribution reads them."""
+    import tiktoken
+
+    return Path(cache) / "tokens" / f"{encoding}-tiktoken{tiktoken.__version__}-{corpus_sha[:16]}.json"
+
+
 def cached_counter(path: str | os.PathLike, encoding: str = DEFAULT_ENCODING):
     """``(count_many, save)``: ``count_tokens_many(texts, encoding)`` remembered per call by the sha256 of the call's
     texts (each text with its length, so no two lists share a key), kept in the JSON file ``path`` (``save()`` writes

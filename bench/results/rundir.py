@@ -311,6 +311,7 @@ class JobInputs:
     strategies: tuple[dict, ...]  # strategies.json records (``bench.strategies.spec.load_specs`` rebuilds the specs)
     embedder: str
     token_encoding: str
+    token_counts: Path | None = None  # the job's token-count cache (bench.data.tokens.counts_file), when its config names one
 
 
 def load_job(job: RunDir | Path, memo: dict | None = None) -> JobInputs:
@@ -325,8 +326,12 @@ def load_job(job: RunDir | Path, memo: dict | None = None) -> JobInputs:
     key = ("corpus", meta.get("corpus_sha256") or str(job.path))
     corpus = memo[key] if key in memo else memo.setdefault(key, job.corpus())
     settings = job.settings()
-    return JobInputs(job.path, corpus, tuple(job.traces()), tuple(job.strategies()), str(meta["embedder"]),
-                     str(meta.get("tokens_encoding") or (settings.get("tokens") or {}).get("encoding")))
+    encoding = str(meta.get("tokens_encoding") or (settings.get("tokens") or {}).get("encoding"))
+    cache, sha = (settings.get("paths") or {}).get("cache"), meta.get("corpus_sha256")
+    from bench.data.tokens import counts_file
+
+    return JobInputs(job.path, corpus, tuple(job.traces()), tuple(job.strategies()), str(meta["embedder"]), encoding,
+                     counts_file(cache, encoding, sha) if cache and sha else None)
 
 
 def collect_jobs(sweep_dir: Path) -> bool:

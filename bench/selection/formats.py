@@ -192,12 +192,28 @@ def _dedup_count(count_many: Callable[[list[str]], list[int]], texts: list[str])
     return [n[t] for t in texts]
 
 
+CHUNK = 16_384  # memories whose pieces are built and counted at a time: a corpus's pieces never all exist at once
+
+
+def _counts(count_many: Callable[[list[str]], list[int]], turns: Sequence[Turn], piece: Callable[[Turn], str],
+            *suffixes: str) -> list[list[int]]:
+    """Per suffix, the token counts of ``piece(t) + suffix`` for every turn, ``CHUNK`` turns at a time (at LongMemEval_S
+    size the pieces of every turn are GBs of short-lived strings, whose freed memory the process keeps)."""
+    out: list[list[int]] = [[] for _ in suffixes]
+    for lo in range(0, len(turns), CHUNK):
+        pieces = [piece(t) for t in turns[lo : lo + CHUNK]]
+        for counts, suffix in zip(out, suffixes):
+            counts += count_many([x + suffix for x in pieces] if suffix else pieces)
+    return out
+
+
 def token_table(turns: Sequence[Turn], count_many: Callable[[list[str]], list[int]], formats: Sequence[str] = FORMATS) -> TokenTable:
-    """Count every piece once (twice where a joiner may merge into it).
+    """Count every piece once (twice where a joiner may merge into it), ``CHUNK`` memories per call of ``count_many``.
 
     ``count_many`` maps texts to token counts (e.g. ``bench.data.tokens.count_tokens_many``).
     """
     formats = check_formats(formats)
+    turns = list(turns)
     keys = [t.key for t in turns]
     memory: dict[str, dict[str, int]] = {}
     joined: dict[str, dict[str, int]] = {}
@@ -207,22 +223,22 @@ def token_table(turns: Sequence[Turn], count_many: Callable[[list[str]], list[in
     anchors: dict[str, int] = {}
     unsafe: frozenset = frozenset()
     if "A" in formats:
-        lines = [line_a(t) for t in turns]
-        memory["A"] = last["A"] = dict(zip(keys, count_many(lines)))
-        joined["A"] = dict(zip(keys, count_many([x + A_SEP for x in lines])))
+        alone, with_sep = _counts(count_many, turns, line_a, "", A_SEP)
+        memory["A"] = last["A"] = dict(zip(keys, alone))
+        joined["A"] = dict(zip(keys, with_sep))
         fixed["A"], per_gap["A"] = 0, 0
-        unsafe = frozenset(k for k, x in zip(keys, lines) if not x[:1].isalpha())
+        unsafe = frozenset(t.key for t in turns if not f"{t.role}:"[:1].isalpha())  # the A line's first character
     if "B" in formats:
-        objs = [object_b(t) for t in turns]
-        memory["B"] = dict(zip(keys, count_many(objs)))
-        joined["B"] = dict(zip(keys, count_many([o + B_SEP.rstrip() for o in objs])))  # '"},' ends the object's last pre-token
-        last["B"] = dict(zip(keys, count_many([o + B_CLOSE for o in objs])))
+        alone, with_sep, closing = _counts(count_many, turns, object_b, "", B_SEP.rstrip(), B_CLOSE)  # '"},' ends the object's last pre-token
+        memory["B"] = dict(zip(keys, alone))
+        joined["B"] = dict(zip(keys, with_sep))
+        last["B"] = dict(zip(keys, closing))
         n_head, n_open, n_gap = count_many([B_HEAD, B_OPEN + B_HEAD, B_SEP[-1] + B_HEAD])
         fixed["B"], per_gap["B"] = n_open - n_head, n_gap - n_head  # '[{"' and ' {"' replace the object's own '{"'
     if "C" in formats:
-        cl = [line_c(t) for t in turns]
-        memory["C"] = last["C"] = dict(zip(keys, count_many(cl)))
-        joined["C"] = dict(zip(keys, count_many([x + "\n" for x in cl])))  # a section's last line before the next anchor
+        alone, with_nl = _counts(count_many, turns, line_c, "", "\n")  # with "\n": a section's last line before the next anchor
+        memory["C"] = last["C"] = dict(zip(keys, alone))
+        joined["C"] = dict(zip(keys, with_nl))
         anchors = dict(zip(keys, _dedup_count(count_many, [anchor_c(t)[1:] for t in turns])))
         fixed["C"], per_gap["C"] = count_many([C_HEADER + "\n"])[0], 0  # the header and the first anchor's blank line
     c_info = {t.key: (session_key(t), t.position, float("inf") if t.timestamp is None else t.timestamp, memory["C"][t.key],

@@ -185,3 +185,24 @@ def test_a_threshold_that_is_not_a_similarity_misses_by_threshold():
     m = A.attribute(TRACE, CORPUS, rel, 0.15, seen[("rel", 0.15)], A.gold_ranks(TRACE.table), top_n=4)
     assert dict(zip(m[m.question_id == "q1"].memory, m[m.question_id == "q1"].cause)) == {
         "c1|t0": "threshold", "c1|t1": "store", "c1|t4": "embedding"}
+
+
+def test_attribution_reads_the_token_counts_the_job_priced_with(tmp_path, monkeypatch):
+    # the job's token-count cache holds 7 tokens per memory (a stand-in counter); attribution reads it, tokenising nothing
+    from bench.data import tokens
+    from bench.results.rundir import JobInputs
+    from bench.selection.formats import token_table
+
+    path = tokens.counts_file(tmp_path / "cache", "cl100k_base", "ab" * 32)
+    monkeypatch.setattr(tokens, "count_tokens_many", lambda texts, encoding=None: [7] * len(list(texts)))
+    count_many, save = tokens.cached_counter(path, "cl100k_base")
+    token_table(CORPUS.turns(), count_many, ["A"])  # what bench.pipeline counts, into the cache file
+    save()
+    monkeypatch.setattr(tokens, "count_tokens_many", lambda texts, encoding=None: pytest.fail("tokenised again"))
+    job = JobInputs(tmp_path, CORPUS, (TRACE,), (), "fake", "cl100k_base", token_counts=path)
+    memo: dict = {}
+    A.attribute_job(job, {}, memo=memo)
+    assert memo[("tokens", id(CORPUS), "cl100k_base")] == {t.key: 7 for t in TURNS}
+    missing = JobInputs(tmp_path, CORPUS, (TRACE,), (), "fake", "cl100k_base", token_counts=tmp_path / "absent.json")
+    with pytest.raises(pytest.fail.Exception, match="tokenised again"):  # no cache file: counted as before
+        A.attribute_job(missing, {}, memo={})

@@ -154,6 +154,12 @@ def test_load_job_reads_what_the_job_wrote(tmp_path):
     assert job.corpus == TINY and job.embedder == "e" and job.strategies == tuple(run.strategies())
     assert [t.meta["roles"] for t in job.traces] == [["user"]]
     assert rundir.load_job(run, memo).corpus is job.corpus  # one corpus per content digest, shared through memo
+    assert job.token_counts is None  # its config names no cache
+    run.write_config(yaml.safe_dump({"paths": {"cache": str(tmp_path / "c")}, "tokens": {"encoding": "o200k_base"}}))
+    from bench.data.tokens import counts_file
+
+    assert rundir.load_job(run).token_counts == counts_file(tmp_path / "c", "o200k_base", corpus_digest(TINY))
+    assert rundir.load_job(run).token_counts.parent == tmp_path / "c" / "tokens"
 
 
 def test_a_failed_single_run_has_no_results(tmp_path):

@@ -87,6 +87,19 @@ def test_unknown_format_is_an_error():
         table.cost("B", [T0.key])
 
 
+def test_the_table_is_counted_in_chunks_with_the_same_counts(monkeypatch):
+    # a character counter; CHUNK 2 over four turns: every call of count_many gets at most 2 pieces, the table is unchanged
+    whole = F.token_table([T0, T1, T2, T3], lambda texts: [len(x) for x in texts])
+    monkeypatch.setattr(F, "CHUNK", 2)
+    sizes = []
+    chunked = F.token_table([T0, T1, T2, T3], lambda texts: sizes.append(len(texts)) or [len(x) for x in texts])
+    assert max(sizes) == 3  # the pieces 2 at a time; 3: the fixed B pieces, and the three distinct C anchors
+    assert sizes.count(2) == 2 * (2 + 3 + 2)  # two chunks x (A: alone, joined; B: alone, joined, last; C: alone, joined)
+    assert chunked.memory == whole.memory and chunked.joined == whole.joined and chunked.last == whole.last
+    assert chunked.c_info == whole.c_info and chunked.anchor == whole.anchor and chunked.unsafe_a == whole.unsafe_a
+    assert chunked.memory["A"][T1.key] == len("assistant: Nice!") == 16 and chunked.joined["A"][T1.key] == 17
+
+
 ENCODINGS = ("cl100k_base", "o200k_base")
 
 
