@@ -10,6 +10,7 @@ job's ``corpus_sha256`` (``bench.run.corpus_digest``).
 
 from __future__ import annotations
 
+import functools
 import gzip
 import json
 import os
@@ -25,16 +26,23 @@ DEFECT_FIELDS = ("file", "record", "field", "kind", "value", "action")
 
 def to_plain(corpus: Corpus) -> dict:
     """The corpus as plain JSON-able data (see the module docstring)."""
-    return {
-        "format": FORMAT, "name": corpus.name, "source": corpus.source,
-        "conversations": [{"conversation_id": c.conversation_id,
-                           **{f: [getattr(t, f) for t in c.turns] for f in TURN_FIELDS},
-                           # Turn.metadata, only for a corpus that has some (a corpus without keeps its bytes)
-                           **({"metadata": [[[k, list(v) if isinstance(v, tuple) else v] for k, v in t.metadata] for t in c.turns]}
-                              if any(t.metadata for t in c.turns) else {})} for c in corpus.conversations],
-        "questions": {f: [list(q.evidence) if f == "evidence" else getattr(q, f) for q in corpus.questions] for f in QUESTION_FIELDS},
-        "defects": {f: [getattr(d, f) for d in corpus.defects] for f in DEFECT_FIELDS},
-    }
+    return {**_head(corpus), "conversations": [_conversation(c) for c in corpus.conversations], **_tail(corpus)}
+
+
+def _head(corpus: Corpus) -> dict:
+    return {"format": FORMAT, "name": corpus.name, "source": corpus.source}
+
+
+def _conversation(c: Conversation) -> dict:
+    return {"conversation_id": c.conversation_id, **{f: [getattr(t, f) for t in c.turns] for f in TURN_FIELDS},
+            # Turn.metadata, only for a corpus that has some (a corpus without keeps its bytes)
+            **({"metadata": [[[k, list(v) if isinstance(v, tuple) else v] for k, v in t.metadata] for t in c.turns]}
+               if any(t.metadata for t in c.turns) else {})}
+
+
+def _tail(corpus: Corpus) -> dict:
+    return {"questions": {f: [list(q.evidence) if f == "evidence" else getattr(q, f) for q in corpus.questions] for f in QUESTION_FIELDS},
+            "defects": {f: [getattr(d, f) for d in corpus.defects] for f in DEFECT_FIELDS}}
 
 
 def from_plain(data: dict, *, where: str = "corpus snapshot") -> Corpus:
@@ -58,11 +66,16 @@ def from_plain(data: dict, *, where: str = "corpus snapshot") -> Corpus:
 
 
 def dump(corpus: Corpus, path: str | os.PathLike) -> Path:
-    """Write ``corpus`` to ``path`` (gzip JSON; no name or time in its header, so the same corpus gives the same bytes)."""
+    """Write ``corpus`` to ``path`` (gzip JSON; no name or time in its header, so the same corpus gives the same bytes).
+    The JSON of ``to_plain`` is written a conversation at a time: the whole text never exists at once (at LongMemEval_S
+    size it was ~2 GB of transient strings)."""
     path = Path(path)
-    raw = json.dumps(to_plain(corpus), ensure_ascii=False, separators=(",", ":")).encode("utf-8")
+    dumps = functools.partial(json.dumps, ensure_ascii=False, separators=(",", ":"))
     with open(path, "wb") as f, gzip.GzipFile(filename="", fileobj=f, mode="wb", compresslevel=6, mtime=0) as gz:
-        gz.write(raw)
+        gz.write(dumps(_head(corpus))[:-1].encode("utf-8") + b',"conversations":[')
+        for i, c in enumerate(corpus.conversations):
+            gz.write((b"," if i else b"") + dumps(_conversation(c)).encode("utf-8"))
+        gz.write(b"]," + dumps(_tail(corpus))[1:].encode("utf-8"))
     return path
 
 

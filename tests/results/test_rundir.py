@@ -71,6 +71,29 @@ def test_snapshot_of_a_loaded_corpus_round_trips(tmp_path):
     assert snapshot.load(snapshot.dump(demo, tmp_path / "demo.json.gz")) == demo
 
 
+@pytest.mark.parametrize("corpus", [TINY, Corpus("empty", (), ())], ids=["tiny", "empty"])
+def test_snapshot_is_written_a_conversation_at_a_time_as_one_json_document(tmp_path, corpus):
+    # the streamed text is exactly the one-shot JSON of to_plain (the bytes every earlier snapshot had)
+    import gzip
+    import json
+
+    path = snapshot.dump(corpus, tmp_path / "c.json.gz")
+    text = gzip.decompress(path.read_bytes()).decode("utf-8")
+    assert text == json.dumps(snapshot.to_plain(corpus), ensure_ascii=False, separators=(",", ":"))
+    assert snapshot.load(path) == corpus
+
+
+def test_snapshot_never_encodes_the_whole_corpus_at_once(tmp_path, monkeypatch):
+    import json
+
+    sizes, real = [], json.dumps
+    monkeypatch.setattr(snapshot.json, "dumps", lambda *a, **kw: sizes.append(len(out := real(*a, **kw))) or out)
+    path = snapshot.dump(TINY, tmp_path / "c.json.gz")
+    whole = len(real(snapshot.to_plain(TINY), ensure_ascii=False, separators=(",", ":")))
+    assert len(sizes) == 4 and max(sizes) < whole  # head, two conversations, questions and defects: each on its own
+    assert snapshot.load(path) == TINY
+
+
 def test_damaged_snapshot_is_one_clear_error(tmp_path):
     bad = tmp_path / "corpus.json.gz"
     bad.write_bytes(b"not gzip")
