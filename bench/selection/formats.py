@@ -198,7 +198,7 @@ CHUNK = 16_384  # memories whose pieces are built and counted at a time: a corpu
 def _counts(count_many: Callable[[list[str]], list[int]], turns: Sequence[Turn], piece: Callable[[Turn], str],
             *suffixes: str) -> list[list[int]]:
     """Per suffix, the token counts of ``piece(t) + suffix`` for every turn, ``CHUNK`` turns at a time (at LongMemEval_S
-    size the pieces of every turn are GBs of short-lived strings, whose freed memory the process keeps)."""
+    size, building every turn's pieces at once left the process 1.1 GB larger after they were freed)."""
     out: list[list[int]] = [[] for _ in suffixes]
     for lo in range(0, len(turns), CHUNK):
         pieces = [piece(t) for t in turns[lo : lo + CHUNK]]
