@@ -72,15 +72,23 @@ def test_snapshot_of_a_loaded_corpus_round_trips(tmp_path):
 
 
 @pytest.mark.parametrize("corpus", [TINY, Corpus("empty", (), ())], ids=["tiny", "empty"])
-def test_snapshot_is_written_a_conversation_at_a_time_as_one_json_document(tmp_path, corpus):
-    # the streamed text is exactly the one-shot JSON of to_plain (the bytes every earlier snapshot had)
+def test_snapshot_is_json_lines_and_a_v1_document_still_reads(tmp_path, corpus):
+    # v2: a head with the number of conversations, a line per conversation, then questions and defects
     import gzip
     import json
 
     path = snapshot.dump(corpus, tmp_path / "c.json.gz")
-    text = gzip.decompress(path.read_bytes()).decode("utf-8")
-    assert text == json.dumps(snapshot.to_plain(corpus), ensure_ascii=False, separators=(",", ":"))
-    assert snapshot.load(path) == corpus
+    lines = gzip.decompress(path.read_bytes()).decode("utf-8").splitlines()
+    assert json.loads(lines[0]) == {"format": "recallbench-corpus-v2", "name": corpus.name, "source": corpus.source,
+                                    "conversations": len(corpus.conversations)}
+    assert [json.loads(x)["conversation_id"] for x in lines[1:-1]] == [c.conversation_id for c in corpus.conversations]
+    assert sorted(json.loads(lines[-1])) == ["defects", "questions"] and snapshot.load(path) == corpus
+    v1 = tmp_path / "v1.json.gz"  # a snapshot written before v2: one JSON document
+    v1.write_bytes(gzip.compress(json.dumps(snapshot.to_plain(corpus), ensure_ascii=False).encode("utf-8")))
+    assert snapshot.load(v1) == corpus
+    path.write_bytes(gzip.compress("\n".join(lines[:-1]).encode("utf-8")))  # cut before its questions
+    with pytest.raises(ValueError, match=r"c.json.gz: not a readable corpus snapshot \(JSONDecodeError"):
+        snapshot.load(path)
 
 
 def test_snapshot_never_encodes_the_whole_corpus_at_once(tmp_path, monkeypatch):
@@ -100,7 +108,7 @@ def test_damaged_snapshot_is_one_clear_error(tmp_path):
     with pytest.raises(ValueError, match=r"corpus.json.gz: not a readable corpus snapshot \(BadGzipFile"):
         snapshot.load(bad)
     bad.write_bytes(gzip.compress(json.dumps({"format": "other"}).encode()))
-    with pytest.raises(ValueError, match=r"corpus.json.gz: field format is 'other', expected 'recallbench-corpus-v1'"):
+    with pytest.raises(ValueError, match=r"corpus.json.gz: field format is 'other', expected 'recallbench-corpus-v2' or 'recallbench-corpus-v1'"):
         snapshot.load(bad)
 
 
