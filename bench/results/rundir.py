@@ -320,6 +320,8 @@ def load_job(job: RunDir | Path, memo: dict | None = None) -> JobInputs:
 
     ``memo`` (a dict the caller keeps) shares one corpus between jobs that measured the same content.
     """
+    from bench.data.tokens import counts_file
+
     job = job if isinstance(job, RunDir) else RunDir(job)
     meta = job.meta()
     memo = {} if memo is None else memo
@@ -328,8 +330,6 @@ def load_job(job: RunDir | Path, memo: dict | None = None) -> JobInputs:
     settings = job.settings()
     encoding = str(meta.get("tokens_encoding") or (settings.get("tokens") or {}).get("encoding"))
     cache, sha = (settings.get("paths") or {}).get("cache"), meta.get("corpus_sha256")
-    from bench.data.tokens import counts_file
-
     return JobInputs(job.path, corpus, tuple(job.traces()), tuple(job.strategies()), str(meta["embedder"]), encoding,
                      counts_file(cache, encoding, sha) if cache and sha else None)
 
