@@ -105,6 +105,7 @@ class Result:
 
 def run(inputs: Inputs, settings: Settings, out_dir: Path) -> Result:
     """One job into ``out_dir``: corpus -> embeddings -> trace per role filter -> calibration -> sweep -> ranked -> files."""
+    from bench.metrics.answers import AnswerIndex
     from bench.selection import formats as F
     from bench.selection.sweep import format_tokens_table, summarise, sweep, threshold_grid
     from bench.strategies.spec import score_bounds
@@ -123,6 +124,7 @@ def run(inputs: Inputs, settings: Settings, out_dir: Path) -> Result:
         table = _token_table(job, settings, fault)
         token_counts = dict(table.memory["A"])  # "role: message" lines
         readable, cost = _coverage(job, embedder, settings)
+        answers = AnswerIndex.build(job.corpus)  # answer coverage's per-memory tokens, once for every trace of the job
         out_dir.mkdir(parents=True, exist_ok=True)
         out = RunDir(out_dir)
         parts, metas, by_format, fitted, traces, scored = [], [], [], [], [], []
@@ -147,7 +149,7 @@ def run(inputs: Inputs, settings: Settings, out_dir: Path) -> Result:
                 fitted.append(record)
             shared: dict = {}  # the two sweeps of this trace build its per-question arrays once
             parts.append(sweep(trace, job.corpus, specs, grid, token_counts, embedder=embedder.model_id, formats=formats,
-                               format_tokens=table, calibrated=probs, shared=shared))
+                               format_tokens=table, calibrated=probs, answers=answers, shared=shared))
             by_format += format_tokens_table(trace, job.corpus, specs, token_counts, table, embedder=embedder.model_id, shared=shared)
             metas.append(trace.meta)
         rows = pd.concat(parts, ignore_index=True)

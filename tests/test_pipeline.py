@@ -265,3 +265,18 @@ def test_a_ratio_strategy_under_a_native_score_and_faults_on_a_run_file_stop_in_
     run.write_text(json.dumps({"q1": ["c1|t1"], "q2": ["c1|t3"]}))
     with pytest.raises(ValueError, match="faults: injected faults wrap a store's search, not a run_file"):
         pipeline.run(inputs, replace(settings, run_file=str(run), faults={"error_rate": 0.5, "seed": 0}), tmp_path / "out")
+
+
+def test_the_answer_index_is_built_once_per_job_for_every_trace(job, tmp_path, monkeypatch):
+    """Two role filters give two traces and two sweeps; the corpus's answer index (every text tokenised) is built once
+    and the sweeps read it."""
+    from bench.metrics.answers import AnswerIndex
+
+    built = []
+    real = AnswerIndex.build
+    monkeypatch.setattr(AnswerIndex, "build", staticmethod(lambda corpus: built.append(corpus.name) or real(corpus)))
+    inputs, settings = job
+    users = {**limit(1), "name": "limit1_user", "roles": ["user"]}
+    r = pipeline.run(replace(inputs, strategies=(limit(1), users)), settings, tmp_path / "run")
+    assert built == ["tiny"] and len(RunDir(r.path).meta()["caches"]["traces"]) == 2
+    assert rows(r, "limit1_user").iloc[0]["n_questions"] == 2  # (before: one build per sweep, two here)

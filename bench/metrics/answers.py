@@ -59,8 +59,16 @@ _SQUASH = dict.fromkeys(map(ord, "'\u2018\u2019" + string.punctuation + "\u201c\
 PREFILTER_MAX = 16  # a conversation's wanted tokens up to which the squash test is cheaper than tokenising every turn
 
 
+_ASCII_SQUASH = bytes(k for k in _SQUASH if k < 128)  # what squash deletes from an ASCII text, as bytes
+
+
 def squash(text: str) -> str:
     return str(text).lower().translate(_SQUASH)
+
+
+def _squashed(text: str) -> bytes:
+    """``squash(text)`` in UTF-8 (an ASCII text through ``bytes.translate``, several times faster than ``str.translate``)."""
+    return text.lower().encode().translate(None, _ASCII_SQUASH) if text.isascii() else squash(text).encode()
 
 
 def answer_tokens(text: str) -> list[str]:
@@ -99,22 +107,22 @@ def contained(*, answer: str, context: Sequence[str]) -> float:
 
 def _candidates(turns: Sequence[Turn], want: set) -> list[int]:
     """Positions (ascending) of the turns whose ``squash`` holds one of the tokens ``want``: the others cannot hold
-    them. An ASCII conversation is squashed once, its texts joined by NUL (which squash keeps), and each token's
-    occurrences are mapped to their turn; otherwise turn by turn."""
+    them. The squashed texts are joined by NUL (which squash keeps; UTF-8 never puts a zero byte inside a character) and
+    each token's occurrences are mapped to their turn; a conversation whose texts hold NUL is tested turn by turn."""
     texts = [t.text for t in turns]
-    blob = "\0".join(texts)
-    if not blob.isascii() or blob.count("\0") != len(texts) - 1:
-        return [i for i, x in enumerate(texts) if any(w in squash(x) for w in want)]
-    blob = squash(blob)
+    blob = b"\0".join(map(_squashed, texts))
+    if blob.count(b"\0") != len(texts) - 1:
+        return [i for i, s in enumerate(map(squash, texts)) if any(w in s for w in want)]
     at = []
     for w in want:
+        w = w.encode()
         k = blob.find(w)
         while k >= 0:
             at.append(k)
             k = blob.find(w, k + 1)
     out, row, prev = [], 0, 0
     for k in sorted(at):
-        row += blob.count("\0", prev, k)
+        row += blob.count(b"\0", prev, k)
         prev = k
         if not out or out[-1] != row:
             out.append(row)

@@ -190,23 +190,42 @@ class Visibility:
 
     def __init__(self, corpus: Corpus, metadata: tuple[tuple[str, str, object], ...] | None = None) -> None:
         turns = corpus.turns()
+        self._all = turns
         # per row: passes the metadata filter (None: no filter); applied by ``mask`` for every question
         self.meta_ok = np.array([meta_admits(metadata, t.metadata) for t in turns], dtype=bool) if metadata else None
-        self.keys = np.array([t.key for t in turns], dtype=object)
-        self.row_of = {k: i for i, k in enumerate(self.keys.tolist())}
         self.ts = np.array([float(t.timestamp or 0.0) for t in turns])
-        self.role = np.array([t.role for t in turns], dtype=object)
-        self.key_rank = np.empty(len(turns), dtype=np.int64)  # order of a key within its conversation (tie-break)
         self.spans: dict[str, tuple[int, int]] = {}
         self.turns: dict[str, tuple[Turn, ...]] = {}
         self._role_ok: dict[tuple[str, ...], np.ndarray] = {}
+        self._bounds: list[tuple[int, int]] = []  # each conversation's rows, in corpus order
         row = 0
         for c in corpus.conversations:
             n = len(c.turns)
-            self.key_rank[row : row + n] = np.argsort(np.argsort(self.keys[row : row + n].astype(str), kind="stable"), kind="stable")
             self.spans[c.conversation_id] = (row, row + n)
+            self._bounds.append((row, row + n))
             self.turns[c.conversation_id] = tuple(c.turns)
             row += n
+
+    # roles, keys, their rows and their ranks: built when first read (the sweep reads none of them without a role filter)
+    @cached_property
+    def role(self) -> np.ndarray:
+        return np.array([t.role for t in self._all], dtype=object)
+
+    @cached_property
+    def keys(self) -> np.ndarray:
+        return np.array([t.key for t in self._all], dtype=object)
+
+    @cached_property
+    def row_of(self) -> dict[str, int]:
+        return dict(zip(self.keys.tolist(), range(len(self.keys))))
+
+    @cached_property
+    def key_rank(self) -> np.ndarray:
+        """Order of each key within its conversation (the exact ranking's tie-break)."""
+        out = np.empty(len(self._all), dtype=np.int64)
+        for start, end in self._bounds:
+            out[start:end] = np.argsort(np.argsort(self.keys[start:end].astype(str), kind="stable"), kind="stable")
+        return out
 
     def span(self, conversation_id: str) -> tuple[int, int]:
         """First and past-the-last row of a conversation ((0, 0) for one not in the corpus)."""
@@ -241,7 +260,8 @@ class Visibility:
     def visible_turns(self, q: Question, roles: tuple[str, ...] | None = None) -> Memories:
         """The Turns ``q`` may see, in conversation order."""
         turns = self.turns.get(q.conversation_id, ())
-        return Memories([turns[i] for i in self.local(q, roles).tolist()])
+        local = self.local(q, roles)
+        return Memories(turns if len(local) == len(turns) else [turns[i] for i in local.tolist()])  # all of them: as they are
 
     def lookup(self, ids: Sequence[str]) -> np.ndarray:
         """Row of each id (-1 for ids not in the corpus)."""

@@ -148,7 +148,7 @@ class _Prefixes:
         self._answers: tuple | None = None  # (the AnswerIndex, its arrays)
         self._above: dict[float, np.ndarray] = {}  # threshold -> n_above (``prepare``)
         keys = list(table.last["A"] if table is not None and "A" in table.last else token_counts)
-        self.row_of = {k: i for i, k in enumerate(keys)}
+        self.row_of = dict(zip(keys, range(len(keys))))
         self.keys = keys
         nq = len(ctx)
         n_hits = np.fromiter((len(c.hits) for c in ctx), np.int64, nq)
@@ -162,7 +162,7 @@ class _Prefixes:
         # every question's hits at once (flat, question-major); a question is slow when one of its ids is not in the
         # corpus or repeats, or its scores are not finite and non-increasing
         total = int(n_hits.sum())
-        flat_ids = np.concatenate([np.asarray(c.hits.ids, dtype=object) for c in ctx]) if total else np.zeros(0, dtype=object)
+        flat_ids = [k for c in ctx for k in c.hits.ids]  # a list: mapped far faster than an object array
         s = np.concatenate([np.asarray(c.hits.scores, dtype=np.float64) for c in ctx]) if total else np.zeros(0)
         try:
             r = np.fromiter(map(self.row_of.__getitem__, flat_ids), np.int64, total)
@@ -315,6 +315,7 @@ def sweep(
     calibrated: Mapping[str, np.ndarray] | None = None,
     record: dict | None = None,
     answer_coverage: bool = True,
+    answers: AnswerIndex | None = None,
     shared: dict | None = None,
 ) -> pd.DataFrame:
     """One row per (strategy, threshold, format, question).
@@ -335,7 +336,9 @@ def sweep(
     rounded to 10 places or None) -> question id -> the selected memory ids (distinct, in selection order).
     ``shared`` (a dict the caller passes to several sweeps of the same trace, corpus and token tables, as ``run_job``
     does for the main sweep and ``format_tokens_table``): the per-question context and prefix arrays are built once.
-    ``answer_coverage=False`` leaves ``answer_recall``/``answer_contained`` NaN (for side sweeps that report tokens only).
+    ``answer_coverage=False`` leaves ``answer_recall``/``answer_contained`` NaN (for side sweeps that report tokens only);
+    ``answers`` is the corpus's ``AnswerIndex`` when the caller built it (once per corpus: it reads every text), else the
+    sweep builds it.
     ``depth_saturated``: the strategy read the store, kept every candidate the store returned, and
     the store returned fewer memories than the question may see, so a deeper search could have
     changed the selection.
@@ -375,7 +378,10 @@ def sweep(
         except KeyError as e:
             raise ValueError(f"sweep: no calibrated scores for question {e.args[0]!r} (field question_id)") from None
     cols: dict[str, list] = {c: [] for c in _COLS}  # column -> chunks (lists or arrays), one per (strategy, threshold)
-    answers = AnswerIndex.build(corpus) if answer_coverage else AnswerIndex({})  # answer coverage of each selection (bench.metrics.answers)
+    if not answer_coverage:
+        answers = AnswerIndex({})
+    elif answers is None:
+        answers = AnswerIndex.build(corpus)  # answer coverage of each selection (bench.metrics.answers)
     tok: dict[str, list] = {f: [] for f in formats}  # format -> chunks
     order = replay_order([c.question for c in ctx])
     prefixes = None

@@ -233,3 +233,29 @@ def test_prefilter_skips_only_turns_that_cannot_hold_an_answer_token(monkeypatch
     assert fast.score("q3", ids[2:3]) == (1.0, 1.0) and fast.score("q4", ids[4:5]) == (1.0, 1.0)
     assert fast.score("q1", ids[3:4]) == (0.0, 0.0)
     assert A.squash("The U.S.\u00a0don't 1,000") == "theusdont1000"
+
+
+def test_prefilter_on_accented_and_nul_texts(monkeypatch):
+    """ASCII texts are squashed as bytes, the others as str, joined in UTF-8: the same squash, the same index (a text
+    holding NUL falls back to testing turn by turn)."""
+    import string
+
+    import bench.metrics.answers as A
+
+    for x in ("The U.S.\u00a0don't 1,000", string.printable + "\x1c\x1d\x1e\x1f", "Caf\u00e9 in Z\u00fcrich", "\u0130stanbul \u2019s"):
+        assert A._squashed(x) == A.squash(x).encode(), x
+    for texts, hot in ((["We flew to Z\u00fcrich.", "Caf\u00e9 au lait \u2014 no sugar", "nothing here"], [0, 1]),
+                       (["a\0b", "Z\u00fcrich again", "none"], [1])):
+        turns = tuple(Turn("c", f"t{i}", "user", "user", t, float(i), i) for i, t in enumerate(texts))
+        qs = (Question("q1", "c", "where?", None, ("t0",), answer="Z\u00fcrich"), Question("q2", "c", "drink?", None, ("t1",), answer="caf\u00e9"))
+        corpus = Corpus("pf", (Conversation("c", turns),), qs)
+        assert A._candidates(turns, {"z\u00fcrich", "caf\u00e9"}) == hot
+        fast = AnswerIndex.build(corpus)
+        with monkeypatch.context() as m:
+            m.setattr(A, "PREFILTER_MAX", -1)  # every turn tokenised
+            slow = AnswerIndex.build(corpus)
+        ids = [t.key for t in turns]
+        for q in qs:
+            for n in range(len(ids) + 1):
+                assert fast.score(q.question_id, ids[:n]) == slow.score(q.question_id, ids[:n])
+        assert fast.score("q1", ids[hot[0] : hot[0] + 1])[0] == 1.0 and fast.score("q1", ids[2:])[0] == 0.0

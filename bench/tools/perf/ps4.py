@@ -1,8 +1,10 @@
 """PS4 (issue 29): the sweep stage against an independent numpy script, at full size.
 
-Times: the sweep stage (``sweep`` + ``format_tokens_table`` + ``summarise``, sharing one preparation as ``run_job``
-does), in-process CPU, on the dataset's warm exact trace (``--ps-dataset``, default locomo) and on a synthetic
-LongMemEval_S-sized trace (``--ps4-synthetic``, default 500 questions x 500 candidates, ``PS4/synthetic``).
+Times: the sweep stage (``sweep`` + ``summarise``, as ``run_job`` calls them; ``/format table`` rows add the report's
+``format_tokens_table``, sharing the sweep's preparation), in-process CPU, on the dataset's warm exact trace (``--ps-dataset``,
+default locomo) and on a synthetic LongMemEval_S-sized trace (``--ps4-synthetic``, default 500 questions x 500 candidates,
+``PS4/synthetic``). The per-corpus tables a job builds once for all its traces (token pieces, the answer index) are built
+before either side is timed.
 Reference: ``bench.tools.minimal_sweep`` (an independent numpy script: the same per-question rows and their means) on
 the same trace, best of interleaved repeats; the rows must agree to 1e-9, else the ratio is not reported.
 Target: <= 2.
@@ -11,6 +13,7 @@ Target: <= 2.
 from __future__ import annotations
 
 import time
+from functools import partial
 
 import numpy as np
 
@@ -64,12 +67,15 @@ def synthetic_trace(n_questions: int = 500, n_candidates: int = 500, *, seed: in
 
 
 def sweep_pair(corpus, trace, *, repeats: int = 3, encoding: str = "cl100k_base") -> dict:
-    """CPU seconds of our sweep stage (``sweep`` + ``format_tokens_table`` + ``summarise``, as ``run_job`` calls them) and of
-    ``bench.tools.minimal_sweep`` (``rows`` + ``summary``) on one trace, best of interleaved repeats, and the largest difference
-    between their per-question rows (format A)."""
+    """CPU seconds of our sweep stage and of ``bench.tools.minimal_sweep`` (``rows`` + ``summary``) on one trace, best of
+    interleaved repeats, and the largest difference between their per-question rows (format A). Ours twice: ``sweep`` +
+    ``summarise`` (``ours_s``) and with the report's format side table (``format_tokens_table``, sharing the sweep's
+    preparation as ``run_job`` does; ``ours_format_s``). Per-corpus tables are built before either side is timed, as a job
+    builds them once for all its traces: the token pieces (both sides) and the answer index (``answers_build_s``, once)."""
     from bench.selection import formats as F
     from bench.data import tokens
     from bench.cli.config import build_strategies
+    from bench.metrics.answers import AnswerIndex
     from bench.strategies.spec import threshold_grid
     from bench.selection.sweep import format_tokens_table, summarise, sweep
     from bench.tools import minimal_sweep as M
@@ -80,12 +86,16 @@ def sweep_pair(corpus, trace, *, repeats: int = 3, encoding: str = "cl100k_base"
     table = F.token_table(corpus.turns(), lambda texts: tokens.count_tokens_many(texts, encoding), F.FORMATS)
     counts = dict(table.memory["A"])
     inp = M.inputs_from(corpus, trace, table)
+    t0 = time.process_time()
+    answers = AnswerIndex.build(corpus)
+    answers_s = time.process_time() - t0
 
-    def ours():
+    def ours(side_table: bool):
         t0 = time.process_time()
         shared: dict = {}
-        rows = sweep(trace, corpus, specs, grid, counts, embedder="e", formats=("A",), format_tokens=table, shared=shared)
-        format_tokens_table(trace, corpus, specs, counts, table, embedder="e", shared=shared)
+        rows = sweep(trace, corpus, specs, grid, counts, embedder="e", formats=("A",), format_tokens=table, answers=answers, shared=shared)
+        if side_table:
+            format_tokens_table(trace, corpus, specs, counts, table, embedder="e", shared=shared)
         summarise(rows)
         return time.process_time() - t0, rows
 
@@ -95,13 +105,14 @@ def sweep_pair(corpus, trace, *, repeats: int = 3, encoding: str = "cl100k_base"
         M.summary(out, inp.adversarial)
         return time.process_time() - t0, out
 
-    a, b = [], []
+    a, b, c = [], [], []
     for i in range(repeats):
-        for fn, acc in ((ours, a), (theirs, b)) if i % 2 == 0 else ((theirs, b), (ours, a)):
+        calls = [(partial(ours, False), a), (theirs, b), (partial(ours, True), c)]
+        for fn, acc in calls if i % 2 == 0 else calls[::-1]:
             acc.append(fn())
     diff = rows_diff(a[0][1], b[0][1], [q.question_id for q in corpus.questions], list(trace.table["question_id"]))
-    return {"ours_s": [x[0] for x in a], "minimal_s": [x[0] for x in b], "rows_max_abs_diff": diff,
-            "questions": len(trace.table), "rows": len(a[0][1])}
+    return {"ours_s": [x[0] for x in a], "ours_format_s": [x[0] for x in c], "minimal_s": [x[0] for x in b],
+            "answers_build_s": answers_s, "rows_max_abs_diff": diff, "questions": len(trace.table), "rows": len(a[0][1])}
 
 
 def rows_diff(ours, minimal: dict, corpus_order: list[str], trace_order: list[str]) -> float:
@@ -124,35 +135,43 @@ def rows_diff(ours, minimal: dict, corpus_order: list[str], trace_order: list[st
 
 def ps4_sweep(dataset: str, *, repeats: int = 3, synthetic: tuple[int, int] | None = (500, 500)) -> list[Ratio]:
     """PS4: our sweep stage / the minimal numpy script on one trace of ``dataset`` (a warm exact run's, embeddings from the
-    real cache) and on a synthetic LongMemEval_S-sized trace; the rows must agree to 1e-9 or the ratio is not reported."""
+    real cache) and on a synthetic LongMemEval_S-sized trace, without and with the format side table; the rows must agree
+    to 1e-9 or the ratio is not reported."""
     from bench.cli.config import build
     from bench.replay.trace import Trace
 
     out = []
-    method = ("in-process CPU (time.process_time): bench.selection.sweep.sweep (format A, default strategies, 17 thresholds) + "
-              "format_tokens_table + summarise with one shared preparation, as run_job calls them, vs bench.tools.minimal_sweep "
-              f"rows + summary on the same trace and token pieces; best of {repeats} interleaved repeats each; per-question rows "
-              "must agree to 1e-9")
+    method = ("in-process CPU (time.process_time): bench.selection.sweep.sweep (format A, default strategies, 17 thresholds, "
+              "answer coverage from the corpus's AnswerIndex) + summarise, as run_job calls them, vs bench.tools.minimal_sweep "
+              "rows + summary on the same trace; the per-corpus tables (token pieces for both, the answer index for ours: "
+              "answers_build_s) are built before timing, as a job builds them once for all its traces; best of "
+              f"{repeats} interleaved repeats each; per-question rows must agree to 1e-9")
+    with_table = "; with the report's format side table (format_tokens_table, sharing the sweep's preparation)"
+    got = None
     with temp_cache(REPO / "reports" / "cache" / "embeddings") as (tmp, cache):
         proc = run_measured(bench_cmd(*ps_overrides(dataset), f"paths.cache={cache}", f"hydra.run.dir={tmp / 'run'}", trace_cache=True))
         if proc.returncode != 0:
-            out.append(Ratio("PS4", f"sweep stage / minimal numpy script ({dataset} trace)", float("nan"), "<=", 2.0,
+            out.append(Ratio("PS4", f"sweep + summarise / minimal numpy script ({dataset} trace)", float("nan"), "<=", 2.0,
                              method=method, details={"error": _failed(proc, "run")}))
         else:
-            corpus = build(compose(ps_overrides(dataset)).dataset)
-            got = sweep_pair(corpus, Trace.load(tmp / "run" / "trace"), repeats=repeats)
-            out.append(_ps4_ratio("PS4", f"sweep + format table + summarise / minimal numpy script ({dataset} trace, "
-                                  f"{got['questions']:,} questions)", got, method))
+            got = sweep_pair(build(compose(ps_overrides(dataset)).dataset), Trace.load(tmp / "run" / "trace"), repeats=repeats)
+    if got is not None:
+        what = f"{dataset} trace, {got['questions']:,} questions"
+        out.append(_ps4_ratio("PS4", f"sweep + summarise / minimal numpy script ({what})", got, "ours_s", method))
+        out.append(_ps4_ratio("PS4/format table", f"sweep + format table + summarise / minimal numpy script ({what})", got,
+                              "ours_format_s", method + with_table))
     if synthetic:
-        corpus, trace = synthetic_trace(*synthetic)
-        got = sweep_pair(corpus, trace, repeats=repeats)
-        out.append(_ps4_ratio("PS4/synthetic", f"the same on a synthetic LongMemEval_S-sized trace ({synthetic[0]:,} questions x "
-                              f"{synthetic[1]:,} candidates)", got, method + "; bench.tools.perf.ps4.synthetic_trace"))
+        got = sweep_pair(*synthetic_trace(*synthetic), repeats=repeats)
+        what = f"a synthetic LongMemEval_S-sized trace, {synthetic[0]:,} questions x {synthetic[1]:,} candidates"
+        method += "; bench.tools.perf.ps4.synthetic_trace"
+        out.append(_ps4_ratio("PS4/synthetic", f"sweep + summarise / minimal numpy script ({what})", got, "ours_s", method))
+        out.append(_ps4_ratio("PS4/synthetic+format table", f"the same with the format table ({what})", got, "ours_format_s",
+                              method + with_table))
     return out
 
 
-def _ps4_ratio(key: str, what: str, got: dict, method: str) -> Ratio:
-    value = best_ratio(got["ours_s"], got["minimal_s"]) if got["rows_max_abs_diff"] <= 1e-9 else float("nan")
+def _ps4_ratio(key: str, what: str, got: dict, ours: str, method: str) -> Ratio:
+    value = best_ratio(got[ours], got["minimal_s"]) if got["rows_max_abs_diff"] <= 1e-9 else float("nan")
     return Ratio(key, what, value, "<=", 2.0, method=method, details=got)
 
 
