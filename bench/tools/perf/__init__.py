@@ -21,7 +21,7 @@ PE   ``pe``       peak RSS (<= 1.5 GB) and throughput / raw ONNX (>= 0.9) embedd
 PC   ``pc``       split-half coverage of the printed 95 % intervals on LoCoMo (>= 90 %)
 PS1-PS3 ``ps1_ps3`` a cold full-size run / raw ONNX embedding (<= 1.15), the warm rerun (<= 90 s), its peak RSS
      (<= 3 GB); ``--only``, not in the default parts
-PS4  ``ps4``      the sweep stage / ``bench.tools.minimal_sweep`` on a full-size trace (<= 2)
+PS4  ``ps4``      sweep + summarise (``/format table``: and the side table) / ``bench.tools.minimal_sweep`` on a full-size trace (<= 2)
 
 PS1-PS4 (issue 29) take the dataset by name (``--ps-dataset``, default locomo; ``longmemeval_s`` at full size).
 
