@@ -24,7 +24,7 @@ from pathlib import Path
 import pandas as pd
 
 from bench import run as rid
-from bench.output import error_line, redact
+from bench.output import error_line, redact, write_atomic
 from bench.results.rundir import CARD, FAILED, NOT_CACHED, RESULTS, RunDir, strategy_record
 
 log = logging.getLogger("bench")
@@ -105,7 +105,6 @@ class Result:
 
 def run(inputs: Inputs, settings: Settings, out_dir: Path) -> Result:
     """One job into ``out_dir``: corpus -> embeddings -> trace per role filter -> calibration -> sweep -> ranked -> files."""
-    from bench.metrics.answers import AnswerIndex
     from bench.selection import formats as F
     from bench.selection.sweep import format_tokens_table, summarise, sweep, threshold_grid
     from bench.strategies.spec import score_bounds
@@ -124,7 +123,7 @@ def run(inputs: Inputs, settings: Settings, out_dir: Path) -> Result:
         table = _token_table(job, settings, fault)
         token_counts = dict(table.memory["A"])  # "role: message" lines
         readable, cost = _coverage(job, embedder, settings)
-        answers = AnswerIndex.build(job.corpus)  # answer coverage's per-memory tokens, once for every trace of the job
+        answers = _answer_index(job, settings, fault)  # answer coverage's per-memory tokens, once for every trace of the job
         out_dir.mkdir(parents=True, exist_ok=True)
         out = RunDir(out_dir)
         parts, metas, by_format, fitted, traces, scored = [], [], [], [], [], []
@@ -324,6 +323,33 @@ def _token_table(job: Job, settings: Settings, fault=log.error):
     except OSError as exc:
         fault(f"could not write the token-count cache: {error_line(exc)}")
     return table
+
+
+def _answer_index(job: Job, settings: Settings, fault=log.error):
+    """Answer coverage's index of the corpus (``bench.metrics.answers.AnswerIndex``: every text holding an answer token,
+    tokenised), kept under the cache by the corpus's content and the code that builds it; an unreadable file is built again."""
+    import numpy as np
+
+    from bench.metrics.answers import AnswerIndex
+
+    path = settings.cache / "answers" / f"{job.corpus_sha[:16]}-{rid.code_digest('metrics/answers', 'types')}.npz"
+    if path.is_file():
+        try:
+            with np.load(path, allow_pickle=False) as z:
+                return AnswerIndex.from_arrays(job.corpus, {k: z[k] for k in z.files})
+        except Exception as exc:  # noqa: BLE001  (a cache: whatever is wrong with it, build again)
+            log.warning("ignoring the answer-index cache %s (%s): building it again", path, error_line(exc))
+    index = AnswerIndex.build(job.corpus)
+
+    def save(tmp: Path) -> None:
+        with open(tmp, "wb") as f:
+            np.savez(f, **index.to_arrays())
+
+    try:
+        write_atomic(path, save)
+    except OSError as exc:
+        fault(f"could not write the answer-index cache: {error_line(exc)}")
+    return index
 
 
 def _coverage(job: Job, embedder, settings: Settings):

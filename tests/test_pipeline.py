@@ -280,3 +280,10 @@ def test_the_answer_index_is_built_once_per_job_for_every_trace(job, tmp_path, m
     r = pipeline.run(replace(inputs, strategies=(limit(1), users)), settings, tmp_path / "run")
     assert built == ["tiny"] and len(RunDir(r.path).meta()["caches"]["traces"]) == 2
     assert rows(r, "limit1_user").iloc[0]["n_questions"] == 2  # (before: one build per sweep, two here)
+    cached = list((settings.cache / "answers").glob("*.npz"))
+    assert len(cached) == 1 and cached[0].name.startswith(r.key.inputs["corpus_sha256"][:16])
+    pipeline.run(replace(inputs, strategies=(limit(1), users)), replace(settings, resume=False), tmp_path / "again")
+    assert built == ["tiny"]  # read from the cache
+    cached[0].write_bytes(b"not an npz")
+    pipeline.run(replace(inputs, strategies=(limit(1), users)), replace(settings, resume=False), tmp_path / "third")
+    assert built == ["tiny", "tiny"] and cached[0].read_bytes()[:2] == b"PK"  # an unreadable cache: built and written again

@@ -49,6 +49,11 @@ STOP_WORDS = frozenset("""
 _APOSTROPHES = str.maketrans("", "", "'\u2018\u2019")
 _DIGIT_PUNCT = re.compile(rf"(?<=\d)[{re.escape(string.punctuation)}](?=\d)")
 _PUNCT = str.maketrans(string.punctuation + "\u201c\u201d\u2013\u2014\u2026", " " * (len(string.punctuation) + 5))
+# the same rule on an ASCII text, as bytes (several times faster): \d is [0-9] there; the ASCII whitespace str.split knows
+# beyond bytes.split's (\x1c-\x1f) becomes a space; a single letter that may join is [b-hj-z] ("a" and "i" are words)
+_B_DIGIT_PUNCT = re.compile(rb"([0-9])[" + re.escape(string.punctuation).encode() + rb"](?=[0-9])")  # sub: keep group 1
+_B_PUNCT = bytes.maketrans(string.punctuation.encode() + b"\x1c\x1d\x1e\x1f", b" " * (len(string.punctuation) + 4))
+_INITIALS = re.compile(r" [b-hj-z] [b-hj-z] ")  # two single letters in a row, in an ASCII text's words joined by one space
 
 
 # Every answer token is a substring of a text's ``squash``: lower case, without apostrophes, punctuation and whitespace
@@ -74,7 +79,14 @@ def _squashed(text: str) -> bytes:
 def answer_tokens(text: str) -> list[str]:
     """Answer coverage's tokens of a text (the module docstring's rule): punctuation split, initials joined,
     stop words dropped."""
-    text = _DIGIT_PUNCT.sub("", str(text).lower().translate(_APOSTROPHES)).translate(_PUNCT)
+    text = str(text)
+    if text.isascii():
+        text = _B_DIGIT_PUNCT.sub(rb"\1", text.lower().encode().translate(None, b"'")).translate(_B_PUNCT).decode()
+        words = text.split()
+        if not _INITIALS.search(f" {' '.join(words)} "):  # no run of initials to join: the words as they are
+            return [t for t in words if t not in STOP_WORDS]
+    else:
+        text = _DIGIT_PUNCT.sub("", text.lower().translate(_APOSTROPHES)).translate(_PUNCT)
     out: list[str] = []
     initials = False  # the last token is a run of single letters
     for tok in text.split():
@@ -210,6 +222,49 @@ class AnswerIndex:
             hot.update(np.flatnonzero(inside).tolist())
             out[q.question_id] = _Question(local, counts, np.array([want[t] for t in tokens], dtype=np.int64), inside,
                                            np.array(sorted(hot), dtype=np.int64), keys)
+        return AnswerIndex(out)
+
+    def to_arrays(self) -> dict[str, np.ndarray]:
+        """The index as flat arrays (what ``from_arrays`` needs with the same corpus): per question with an answer its id,
+        its distinct answer tokens' counts and its hot memories (rows, token counts, whole answer inside); nothing else
+        holds information (the other memories hold no answer token)."""
+        qs = [(k, q) for k, q in self.questions.items() if q is not None]
+        cat = lambda parts, dtype: np.concatenate(parts).astype(dtype) if parts else np.zeros(0, dtype)  # noqa: E731
+        return {"question_id": np.array([k for k, _ in qs], dtype=str), "n_tokens": np.array([len(q.want) for _, q in qs], dtype=np.int64),
+                "want": cat([q.want for _, q in qs], np.int64), "n_hot": np.array([len(q.hot) for _, q in qs], dtype=np.int64),
+                "hot": cat([q.hot for _, q in qs], np.int64), "hot_counts": cat([q.counts[q.hot].ravel() for _, q in qs], np.int64),
+                "hot_inside": cat([q.inside[q.hot] for _, q in qs], bool)}
+
+    @staticmethod
+    def from_arrays(corpus: Corpus, arrays) -> AnswerIndex:
+        """The index ``to_arrays`` flattened, for the same corpus (``ValueError`` when the arrays do not fit it)."""
+        qs = {q.question_id: q for q in corpus.questions}
+        convs = {c.conversation_id: c for c in corpus.conversations}
+        rows: dict[str, tuple[dict, tuple]] = {}  # conversation -> (key -> row, keys), shared by its questions as ``build`` does
+        out: dict = dict.fromkeys(qs)
+        ids, n_tok, n_hot = arrays["question_id"].tolist(), arrays["n_tokens"], arrays["n_hot"]
+        want, hot, counts, inside = arrays["want"], arrays["hot"], arrays["hot_counts"], arrays["hot_inside"]
+        if not (len(ids) == len(n_tok) == len(n_hot) and n_tok.sum() == len(want) and n_hot.sum() == len(hot) == len(inside)
+                and int((n_hot * n_tok).sum()) == len(counts)):
+            raise ValueError("answer index arrays: their lengths do not agree")
+        w = h = c = 0
+        for qid, k, n in zip(ids, n_tok.tolist(), n_hot.tolist()):
+            q = qs.get(qid)
+            conv = convs.get(q.conversation_id) if q is not None else None
+            if conv is None:
+                raise ValueError(f"answer index arrays: question {qid!r} is not in corpus {corpus.name!r}")
+            if q.conversation_id not in rows:
+                keys = tuple(t.key for t in conv.turns)
+                rows[q.conversation_id] = dict(zip(keys, range(len(keys)))), keys
+            local, keys = rows[q.conversation_id]
+            hq = hot[h : h + n]
+            if n and (hq.min() < 0 or hq.max() >= len(keys)):
+                raise ValueError(f"answer index arrays: question {qid!r} names a memory its conversation does not have")
+            dense, whole = np.zeros((len(keys), k), dtype=np.int64), np.zeros(len(keys), dtype=bool)
+            dense[hq] = counts[c : c + n * k].reshape(n, k)
+            whole[hq] = inside[h : h + n]
+            out[qid] = _Question(local, dense, want[w : w + k].copy(), whole, hq.copy(), keys)
+            w, h, c = w + k, h + n, c + n * k
         return AnswerIndex(out)
 
     def prefixes(self, question_id: str, ids: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:

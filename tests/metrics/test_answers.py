@@ -259,3 +259,32 @@ def test_prefilter_on_accented_and_nul_texts(monkeypatch):
             for n in range(len(ids) + 1):
                 assert fast.score(q.question_id, ids[:n]) == slow.score(q.question_id, ids[:n])
         assert fast.score("q1", ids[hot[0] : hot[0] + 1])[0] == 1.0 and fast.score("q1", ids[2:])[0] == 0.0
+
+
+def test_the_index_as_arrays_reads_back_the_same():
+    """``to_arrays`` / ``from_arrays`` (the job's answer-index cache) give back the index ``build`` made; arrays that do not
+    fit the corpus are one ValueError."""
+    turns = (_t(0, "She loves C.S. Lewis books."), _t(1, "We met at noon on Monday."), _t(2, "Lunch in Paris, at the U.S. embassy."))
+    other_turns = tuple(Turn("c2", t.turn_id, t.role, t.speaker, t.text, t.timestamp, t.position) for t in CORPUS.conversations[0].turns)
+    corpus = Corpus(name="tiny2", conversations=(Conversation("c1", turns), Conversation("c2", other_turns)),
+                    questions=(Question("q1", "c1", "?", None, ("t0",), answer="C. S.Lewis"), Question("q2", "c1", "?", None, ("t1",), answer="At it"),
+                               Question("q3", "c2", "?", None, ("t0",), answer="Miso, Oslo"), Question("q4", "c2", "?", None, ("t0",), answer="Oslo 2019")))
+    built = AnswerIndex.build(corpus)
+    arrays = built.to_arrays()
+    assert arrays["question_id"].tolist() == ["q1", "q3", "q4"]  # q2: stop words only, no answer
+    back = AnswerIndex.from_arrays(corpus, arrays)
+    assert back.questions["q2"] is None
+    for q in corpus.questions:
+        conv = next(c for c in corpus.conversations if c.conversation_id == q.conversation_id)
+        ids = [t.key for t in conv.turns]
+        for n in range(len(ids) + 1):
+            assert back.score(q.question_id, ids[:n]) == pytest.approx(built.score(q.question_id, ids[:n]), nan_ok=True)
+            assert np.allclose(back.score_many([q.question_id], ids[:n]), built.score_many([q.question_id], ids[:n]), equal_nan=True)
+    assert back.score("q4", ["c2|t0"]) == (1.0, 1.0) and back.score("q3", ["c2|t1"]) == (0.5, 0.0)
+    other = Corpus(name="x", conversations=corpus.conversations, questions=corpus.questions[1:])
+    with pytest.raises(ValueError, match="question 'q1' is not in corpus 'x'"):
+        AnswerIndex.from_arrays(other, arrays)
+    with pytest.raises(ValueError, match="do not agree"):
+        AnswerIndex.from_arrays(corpus, {**arrays, "want": arrays["want"][:-1]})
+    with pytest.raises(ValueError, match="names a memory"):
+        AnswerIndex.from_arrays(corpus, {**arrays, "hot": arrays["hot"] + 10})
