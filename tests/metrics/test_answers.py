@@ -53,6 +53,33 @@ def test_answer_tokens_keep_initials_together_and_drop_function_words():
     assert normalise("C. S.Lewis") == ["c", "slewis"]  # SQuAD's (bench.evaluation.qa's token F1) is unchanged
 
 
+def _tokens_ref(text):
+    """``answer_tokens``'s rule written plainly on str (the package takes a bytes path for ASCII texts)."""
+    import re
+    import string
+
+    text = re.sub(rf"(?<=\d)[{re.escape(string.punctuation)}](?=\d)", "", text.lower().replace("'", "").replace("\u2018", "").replace("\u2019", ""))
+    text = "".join(" " if ch in string.punctuation + "\u201c\u201d\u2013\u2014\u2026" else ch for ch in text)
+    out, run = [], False
+    for tok in text.split():
+        single = len(tok) == 1 and tok.isalpha() and tok not in ("a", "i")
+        if single and run:
+            out[-1] += tok
+        else:
+            out.append(tok)
+        run = single
+    return [t for t in out if t not in STOP_WORDS]
+
+
+def test_answer_tokens_ascii_fast_path_equals_the_rule():
+    texts = ["1,2,3 and 1,,2 or 4.5.6", "x y z then a b c, I J K", "tab\tsep\x1cfile\x1dgroup\x1erecord\x1funit",
+             "don't  WON'T", "e.g. i.e. U.S.A.", "B. C. D", "Café in Z\u00fcrich, C. S.\u00a0Lewis", "7-11 3:30 pm", "", "   ",
+             "x", "q r", "a\x0bb\x0cc\rd"]
+    for x in texts:
+        assert answer_tokens(x) == _tokens_ref(x), x
+    assert answer_tokens("file\x1cunit") == ["file", "unit"] and answer_tokens("1,2,3") == ["123"]
+
+
 def test_function_words_earn_no_answer_coverage():
     # SQuAD tokens ["in", "paris"]: "in" matched the context -> 0.5 on 7255a18; now only "paris" counts -> 0
     assert token_recall(answer="in Paris", context=["We live in Rome."]) == 0.0
