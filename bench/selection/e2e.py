@@ -46,14 +46,21 @@ def embed_times(embedder, texts: Sequence[str], *, sample: int, seed: int = 0) -
     if not len(pick):
         return embed, http
     is_http = isinstance(embedder, HTTPEmbedder)
-    embed_side(embedder, "queries", [texts[int(pick[0])]])  # untimed: model load, connection set-up
-    for i in pick.tolist():
-        before = getattr(embedder, "post_seconds", 0.0) if is_http else 0.0  # bench.embedders.endpoint.post_json adds to it
-        t0 = time.perf_counter_ns()
-        embed_side(embedder, "queries", [texts[i]])
-        embed[i] = time.perf_counter_ns() - t0
-        if is_http:
-            http[i] = (getattr(embedder, "post_seconds", 0.0) - before) * 1e9
+    shows = bool(getattr(embedder, "progress", False))  # its own progress line per call: timed, and one log line per question
+    if shows:
+        embedder.progress = False
+    try:
+        embed_side(embedder, "queries", [texts[int(pick[0])]])  # untimed: model load, connection set-up
+        for i in pick.tolist():
+            before = getattr(embedder, "post_seconds", 0.0) if is_http else 0.0  # bench.embedders.endpoint.post_json adds to it
+            t0 = time.perf_counter_ns()
+            embed_side(embedder, "queries", [texts[i]])
+            embed[i] = time.perf_counter_ns() - t0
+            if is_http:
+                http[i] = (getattr(embedder, "post_seconds", 0.0) - before) * 1e9
+    finally:
+        if shows:
+            embedder.progress = True
     return embed, http
 
 

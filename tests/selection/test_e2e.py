@@ -47,6 +47,25 @@ def test_a_local_embedder_has_no_http_part_and_sample_zero_measures_nothing():
     assert np.isnan(embed).all()  # not measured: NaN, never 0
 
 
+def test_the_timed_calls_log_no_progress_line(caplog):
+    """An embedder's own progress line (one per call, 32 per job) was inside the timed call and filled the run's log."""
+    from bench.progress import progress
+
+    class Shows(HashingEmbedder):
+        def embed(self, texts):
+            with progress(len(texts), "embed shows", unit="text", enabled=self.progress, tty=False) as bar:
+                bar.update(len(texts))
+            return super().embed(texts)
+
+    emb = Shows(dim=8)
+    emb.progress = True
+    with caplog.at_level("INFO", logger="bench.progress"):
+        embed, _ = e2e.embed_times(emb, TEXTS, sample=4, seed=0)
+        assert (~np.isnan(embed)).sum() == 4 and not [r for r in caplog.records if r.name == "bench.progress"]
+        emb.embed(["x"])  # its progress is back on afterwards
+    assert len([r for r in caplog.records if r.name == "bench.progress"]) == 1 and emb.progress is True
+
+
 TURNS = tuple(Turn("c1", f"t{i}", "user", "x", f"text {i}", None, i) for i in range(3))
 CORPUS = Corpus("tiny", (Conversation("c1", TURNS),), (Question("q1", "c1", "?", None, ("t0",)), Question("q2", "c1", "?", None, ())))
 TRACE = Trace(pd.DataFrame({"question_id": ["q1", "q2"], "latency_ns": [2_000_000, 4_000_000]}),
