@@ -251,24 +251,29 @@ def token_table(turns: Sequence[Turn], count_many: Callable[[list[str]], list[in
 def c_sections(table: TokenTable, keys: Sequence[str]):
     """Per memory of ``keys`` (numpy arrays): its C line tokens, the anchor tokens it brings when it opens its section,
     the break tokens it adds when it ends a section before another, its position, its section's rank among every
-    section of ``keys`` in (conversation, session) order, and whether its conversation's sessions follow each other in
-    time (each session's latest timestamp <= the next session's earliest, a missing one last): then sections of any
-    selection from it sort by (conversation, session), as ``TokenTable.cost`` sorts them (by earliest selected time)."""
+    section of ``keys`` in (conversation, session's earliest timestamp, session) order, and whether its conversation's
+    sessions follow each other in time in that order (each session's latest timestamp before the next one's earliest,
+    or equal to it with the next one's session after; a missing timestamp is last): then sections of any selection from
+    it sort in that order, as ``TokenTable.cost`` sorts them (by conversation, earliest selected time, session)."""
     import numpy as np
 
     info = list(map(table.c_info.__getitem__, keys))
     col = lambda j, dtype=np.int64: np.fromiter(map(itemgetter(j), info), dtype, len(info))  # noqa: E731
     sess = list(map(itemgetter(6), info))
-    order = sorted(dict.fromkeys(sess))
-    code = np.fromiter(map(dict(zip(order, range(len(order)))).__getitem__, sess), np.int64, len(sess))
+    uniq = list(dict.fromkeys(sess))
+    first = np.fromiter(map(dict(zip(uniq, range(len(uniq)))).__getitem__, sess), np.int64, len(sess))
     ts = col(2, np.float64)
-    lo, hi = np.full(len(order), np.inf), np.full(len(order), -np.inf)  # each session's earliest and latest timestamp
-    np.minimum.at(lo, code, ts)
-    np.maximum.at(hi, code, ts)
-    conv = [s[0] for s in order]
-    bad = {a for a, b, late, early in zip(conv, conv[1:], hi.tolist(), lo[1:].tolist()) if a == b and late > early}  # out of time order
-    ok = np.array([c not in bad for c in conv], dtype=bool)
-    return col(3), col(4), col(5), col(1), code, ok[code]
+    lo, hi = np.full(len(uniq), np.inf), np.full(len(uniq), -np.inf)  # each session's earliest and latest timestamp
+    np.minimum.at(lo, first, ts)
+    np.maximum.at(hi, first, ts)
+    lo_, hi_ = lo.tolist(), hi.tolist()
+    order = sorted(range(len(uniq)), key=lambda j: (uniq[j][0], lo_[j], uniq[j][1]))
+    rank = np.empty(len(uniq), dtype=np.int64)
+    rank[order] = np.arange(len(uniq))
+    bad = {uniq[a][0] for a, b in zip(order, order[1:]) if uniq[a][0] == uniq[b][0]
+           and (hi_[a] > lo_[b] or hi_[a] == lo_[b] and uniq[a][1] > uniq[b][1])}  # sessions that overlap in time
+    ok = np.array([s[0] not in bad for s in uniq], dtype=bool)
+    return col(3), col(4), col(5), col(1), rank[first], ok[first]
 
 
 def c_prefix_costs(*, rows, n_hits, fixed: int, tok, anchor, brk, pos, section):

@@ -229,15 +229,19 @@ def test_c_prefix_costs_hand_worked():
 def test_c_prefix_costs_equal_the_table_and_c_sections_hand_worked():
     day = 86400.0
     turns = [Turn("c", f"t{i}", ("user", "assistant")[i % 2], "s", f"line {i}" + "!" * i, MAY8 + day * (i // 3), i, i // 3) for i in range(9)]
-    turns += [Turn("d", "u0", "user", "s", "late", MAY25, 0, 0), Turn("d", "u1", "user", "s", "early", MAY8, 1, 1)]  # d: out of time order
+    # d: session 1 is earlier than session 0 (sections sort by time: 1 then 0); e: its sessions overlap in time (one by one)
+    turns += [Turn("d", "u0", "user", "s", "late", MAY25, 0, 0), Turn("d", "u1", "user", "s", "early", MAY8, 1, 1),
+              Turn("d", "u2", "user", "s", "later", MAY25 + day, 2, 0)]
+    turns += [Turn("e", "v0", "user", "s", "a", MAY8, 0, 0), Turn("e", "v1", "user", "s", "b", MAY8 + day, 1, 1),
+              Turn("e", "v2", "user", "s", "c", MAY8 + 2 * day, 2, 0)]
     table = F.token_table(turns, lambda texts: [len(t) for t in texts])
     keys = [t.key for t in turns]
     tok, anchor, brk, pos, section, ordered = F.c_sections(table, keys)
-    assert section.tolist() == [0, 0, 0, 1, 1, 1, 2, 2, 2, 3, 4] and ordered.tolist() == [True] * 9 + [False] * 2
-    assert pos.tolist() == [0, 1, 2, 3, 4, 5, 6, 7, 8, 0, 1] and tok[0] == len("[turn] user: line 0\n")
+    assert section.tolist() == [0, 0, 0, 1, 1, 1, 2, 2, 2, 4, 3, 4, 5, 6, 5] and ordered.tolist() == [True] * 12 + [False] * 3
+    assert pos.tolist() == [0, 1, 2, 3, 4, 5, 6, 7, 8, 0, 1, 2, 0, 1, 2] and tok[0] == len("[turn] user: line 0\n")
     rng = random.Random(3)
-    sel = [rng.sample(range(9), rng.randint(0, 9)) for _ in range(40)]
-    rows = np.zeros((40, 9), dtype=np.int64)
+    sel = [rng.sample(range(9), rng.randint(0, 9)) for _ in range(40)] + [rng.sample(range(9, 12), rng.randint(0, 3)) for _ in range(12)]
+    rows = np.zeros((len(sel), 9), dtype=np.int64)
     for i, s in enumerate(sel):
         rows[i, : len(s)] = s
     got = F.c_prefix_costs(rows=rows, n_hits=np.array([len(s) for s in sel]), fixed=table.fixed["C"], tok=tok, anchor=anchor, brk=brk,
