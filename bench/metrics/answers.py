@@ -296,21 +296,19 @@ class AnswerIndex:
         return tuple(q.keys[i] for i in q.hot.tolist()), q.counts[q.hot], q.inside[q.hot], q.want
 
     def score_many(self, question_ids: Sequence[str], ids: Sequence[str]) -> tuple[list[float], list[float]]:
-        """``score`` of each question for the same injected memories ``ids`` (distinct), the ids looked up once per
-        conversation."""
+        """``score`` of each question for the same injected memories ``ids`` (distinct): only each question's hot memories
+        are looked up, in ``ids`` made a set once."""
         rec, cont = [], []
-        chosen: dict[int, np.ndarray] = {}  # id of a conversation's key -> row map: which of its rows ``ids`` holds
+        have = None
         for qid in question_ids:
             q = self.questions.get(qid)
             if q is None:
                 rec.append(NAN)
                 cont.append(NAN)
                 continue
-            mask = chosen.get(id(q.local))
-            if mask is None:
-                mask = chosen[id(q.local)] = np.zeros(len(q.local), dtype=bool)
-                mask[[r for r in map(q.local.get, ids) if r is not None]] = True
-            rows = q.hot[mask[q.hot]]
+            if have is None:
+                have = set(ids)
+            rows = np.array([r for r in q.hot.tolist() if q.keys[r] in have], dtype=np.int64)
             rec.append(float(np.minimum(q.counts[rows].sum(axis=0), q.want).sum() / q.want.sum()))
             cont.append(float(q.inside[rows].any()))
         return rec, cont

@@ -98,6 +98,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--ps-dataset", default="locomo", help="dataset of PS1-PS4 (configs/dataset/<name>.yaml), e.g. longmemeval_s")
     ap.add_argument("--ps4-repeats", type=int, default=3, help="interleaved sweep-stage pairs of PS4 (best of each)")
     ap.add_argument("--ps4-synthetic", default="500x500", help="questions x candidates of PS4's synthetic trace ('' to skip)")
+    ap.add_argument("--ps4-cache", default=None,
+                    help="cache root of PS4's warm run (read and written like paths.cache): one a full run of --ps-dataset filled makes "
+                         "PS4 measurable at LongMemEval_S size in minutes (default: a temporary one sharing reports/cache/embeddings)")
     ap.add_argument("--p1-backend", default=None, help="store of the P1 runs (default: the config's default store)")
     ap.add_argument("--p1-strategies", default="all", help="'all' (every configs/strategy/*.yaml) or a Hydra list")
     ap.add_argument("--p1-repeats", type=int, default=1, help="interleaved warm 17-vs-1 pairs in P1 (best of each)")

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import time
 from functools import partial
+from pathlib import Path
 
 import numpy as np
 
@@ -66,12 +67,13 @@ def synthetic_trace(n_questions: int = 500, n_candidates: int = 500, *, seed: in
     return corpus, trace
 
 
-def sweep_pair(corpus, trace, *, repeats: int = 3, encoding: str = "cl100k_base") -> dict:
+def sweep_pair(corpus, trace, *, repeats: int = 3, encoding: str = "cl100k_base", count_many=None) -> dict:
     """CPU seconds of our sweep stage and of ``bench.tools.minimal_sweep`` (``rows`` + ``summary``) on one trace, best of
     interleaved repeats, and the largest difference between their per-question rows (format A). Ours twice: ``sweep`` +
     ``summarise`` (``ours_s``) and with the report's format side table (``format_tokens_table``, sharing the sweep's
     preparation as ``run_job`` does; ``ours_format_s``). Per-corpus tables are built before either side is timed, as a job
-    builds them once for all its traces: the token pieces (both sides) and the answer index (``answers_build_s``, once)."""
+    builds them once for all its traces: the token pieces (both sides; ``count_many``: a cached counter, else tiktoken) and
+    the answer index (``answers_build_s``, once)."""
     from bench.selection import formats as F
     from bench.data import tokens
     from bench.cli.config import build_strategies
@@ -83,7 +85,7 @@ def sweep_pair(corpus, trace, *, repeats: int = 3, encoding: str = "cl100k_base"
     cfg = compose(["dataset=locomo", f"strategy={PS_STRATEGIES}"])  # the default strategies and grid; the corpus is given
     specs = build_strategies(cfg.strategy)
     grid = threshold_grid(cfg.thresholds.start, cfg.thresholds.stop, cfg.thresholds.step)
-    table = F.token_table(corpus.turns(), lambda texts: tokens.count_tokens_many(texts, encoding), F.FORMATS)
+    table = F.token_table(corpus.turns(), count_many or (lambda texts: tokens.count_tokens_many(texts, encoding)), F.FORMATS)
     counts = dict(table.memory["A"])
     inp = M.inputs_from(corpus, trace, table)
     t0 = time.process_time()
@@ -133,12 +135,15 @@ def rows_diff(ours, minimal: dict, corpus_order: list[str], trace_order: list[st
     return worst
 
 
-def ps4_sweep(dataset: str, *, repeats: int = 3, synthetic: tuple[int, int] | None = (500, 500)) -> list[Ratio]:
-    """PS4: our sweep stage / the minimal numpy script on one trace of ``dataset`` (a warm exact run's, embeddings from the
-    real cache) and on a synthetic LongMemEval_S-sized trace, without and with the format side table; the rows must agree
-    to 1e-9 or the ratio is not reported."""
+def ps4_sweep(dataset: str, *, repeats: int = 3, synthetic: tuple[int, int] | None = (500, 500), cache: Path | None = None) -> list[Ratio]:
+    """PS4: our sweep stage / the minimal numpy script on one trace of ``dataset`` (a warm exact run's: embeddings from the
+    real cache, or everything from ``cache``, a cache root a full run of ``dataset`` filled) and on a synthetic
+    LongMemEval_S-sized trace, without and with the format side table; the rows must agree to 1e-9 or the ratio is not
+    reported."""
     from bench.cli.config import build
+    from bench.data import tokens
     from bench.replay.trace import Trace
+    from bench.run import corpus_digest
 
     out = []
     method = ("in-process CPU (time.process_time): bench.selection.sweep.sweep (format A, default strategies, 17 thresholds, "
@@ -148,13 +153,16 @@ def ps4_sweep(dataset: str, *, repeats: int = 3, synthetic: tuple[int, int] | No
               f"{repeats} interleaved repeats each; per-question rows must agree to 1e-9")
     with_table = "; with the report's format side table (format_tokens_table, sharing the sweep's preparation)"
     got = None
-    with temp_cache(REPO / "reports" / "cache" / "embeddings") as (tmp, cache):
-        proc = run_measured(bench_cmd(*ps_overrides(dataset), f"paths.cache={cache}", f"hydra.run.dir={tmp / 'run'}", trace_cache=True))
+    with temp_cache(REPO / "reports" / "cache" / "embeddings") as (tmp, scratch):
+        root = Path(cache) if cache else scratch
+        proc = run_measured(bench_cmd(*ps_overrides(dataset), f"paths.cache={root}", f"hydra.run.dir={tmp / 'run'}", trace_cache=True))
         if proc.returncode != 0:
             out.append(Ratio("PS4", f"sweep + summarise / minimal numpy script ({dataset} trace)", float("nan"), "<=", 2.0,
                              method=method, details={"error": _failed(proc, "run")}))
         else:
-            got = sweep_pair(build(compose(ps_overrides(dataset)).dataset), Trace.load(tmp / "run" / "trace"), repeats=repeats)
+            corpus = build(compose(ps_overrides(dataset)).dataset)
+            count_many = tokens.cached_counter(tokens.counts_file(root, "cl100k_base", corpus_digest(corpus)), "cl100k_base")[0]
+            got = sweep_pair(corpus, Trace.load(tmp / "run" / "trace"), repeats=repeats, count_many=count_many)
     if got is not None:
         what = f"{dataset} trace, {got['questions']:,} questions"
         out.append(_ps4_ratio("PS4", f"sweep + summarise / minimal numpy script ({what})", got, "ours_s", method))
@@ -177,4 +185,4 @@ def _ps4_ratio(key: str, what: str, got: dict, ours: str, method: str) -> Ratio:
 
 def run(args, ctx) -> list[Ratio]:
     syn = tuple(int(x) for x in args.ps4_synthetic.lower().split("x")) if args.ps4_synthetic else None
-    return ps4_sweep(args.ps_dataset, repeats=args.ps4_repeats, synthetic=syn)
+    return ps4_sweep(args.ps_dataset, repeats=args.ps4_repeats, synthetic=syn, cache=args.ps4_cache)
