@@ -268,3 +268,15 @@ def test_main_runs_the_figures_asked_for_and_keeps_the_ids_asked_for(monkeypatch
     assert P.main(["--only", "P7", "--out", str(tmp_path)]) == 0
     assert ran == ["p6"]
     assert [r["key"] for r in json.loads((tmp_path / "perfbench.json").read_text())] == ["P7"]
+
+
+def test_ps4_takes_a_filled_cache_root_and_the_synthetic_size(monkeypatch, tmp_path):
+    """--ps4-cache reaches PS4's warm run (a cache a full run filled: PS4 at LongMemEval_S size in minutes); '' skips the
+    synthetic trace."""
+    from bench.tools.perf import ps4
+
+    seen = []
+    monkeypatch.setattr(ps4, "ps4_sweep", lambda dataset, **kw: seen.append((dataset, kw)) or [C.Ratio("PS4", "x", 1.0, "<=", 2.0)])
+    assert P.main(["--only", "PS4", "--ps-dataset", "longmemeval_s", "--ps4-cache", str(tmp_path / "c"), "--ps4-synthetic", "",
+                   "--out", str(tmp_path / "out")]) == 0
+    assert seen == [("longmemeval_s", {"repeats": 3, "synthetic": None, "cache": str(tmp_path / "c")})]
