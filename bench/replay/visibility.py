@@ -189,11 +189,11 @@ class Visibility:
     """
 
     def __init__(self, corpus: Corpus, metadata: tuple[tuple[str, str, object], ...] | None = None) -> None:
-        turns = corpus.turns()
-        self._all = turns
+        self._conversations = corpus.conversations
+        n = sum(len(c.turns) for c in corpus.conversations)
         # per row: passes the metadata filter (None: no filter); applied by ``mask`` for every question
-        self.meta_ok = np.array([meta_admits(metadata, t.metadata) for t in turns], dtype=bool) if metadata else None
-        self.ts = np.array([float(t.timestamp or 0.0) for t in turns])
+        self.meta_ok = np.fromiter((meta_admits(metadata, t.metadata) for t in self._all()), bool, n) if metadata else None
+        self.ts = np.fromiter((float(t.timestamp or 0.0) for t in self._all()), np.float64, n)
         self.spans: dict[str, tuple[int, int]] = {}
         self.turns: dict[str, tuple[Turn, ...]] = {}
         self._role_ok: dict[tuple[str, ...], np.ndarray] = {}
@@ -206,14 +206,18 @@ class Visibility:
             self.turns[c.conversation_id] = tuple(c.turns)
             row += n
 
+    def _all(self):
+        """Every turn, in row order (the corpus's, without building ``corpus.turns()``)."""
+        return (t for c in self._conversations for t in c.turns)
+
     # roles, keys, their rows and their ranks: built when first read (the sweep reads none of them without a role filter)
     @cached_property
     def role(self) -> np.ndarray:
-        return np.array([t.role for t in self._all], dtype=object)
+        return np.array([t.role for t in self._all()], dtype=object)
 
     @cached_property
     def keys(self) -> np.ndarray:
-        return np.array([t.key for t in self._all], dtype=object)
+        return np.array([t.key for t in self._all()], dtype=object)
 
     @cached_property
     def row_of(self) -> dict[str, int]:
@@ -222,7 +226,7 @@ class Visibility:
     @cached_property
     def key_rank(self) -> np.ndarray:
         """Order of each key within its conversation (the exact ranking's tie-break)."""
-        out = np.empty(len(self._all), dtype=np.int64)
+        out = np.empty(len(self.ts), dtype=np.int64)
         for start, end in self._bounds:
             out[start:end] = np.argsort(np.argsort(self.keys[start:end].astype(str), kind="stable"), kind="stable")
         return out
