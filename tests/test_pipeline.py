@@ -287,3 +287,28 @@ def test_the_answer_index_is_built_once_per_job_for_every_trace(job, tmp_path, m
     cached[0].write_bytes(b"not an npz")
     pipeline.run(replace(inputs, strategies=(limit(1), users)), replace(settings, resume=False), tmp_path / "third")
     assert built == ["tiny", "tiny"] and cached[0].read_bytes()[:2] == b"PK"  # an unreadable cache: built and written again
+
+
+def test_the_token_table_is_read_back_from_its_cache(job, tmp_path, monkeypatch):
+    """The second run prices every format from the cached table (nothing counted) with the same numbers; an unreadable
+    table is counted again and rewritten."""
+    from bench.data import tokens
+
+    inputs, settings = job
+    first = pipeline.run(inputs, settings, tmp_path / "a")
+    tables = list((settings.cache / "tokens").glob("table-*.npz"))
+    assert len(tables) == 1 and tables[0].name.startswith("table-cl100k_base-")
+    counted = []
+    real = tokens.count_tokens_many
+    monkeypatch.setattr(tokens, "count_tokens_many", lambda texts, encoding="cl100k_base": counted.append(len(texts)) or real(texts, encoding))
+    tables[0].unlink()
+    (settings.cache / "tokens").joinpath(tables[0].name).write_bytes(b"not an npz")
+    pipeline.run(inputs, replace(settings, resume=False), tmp_path / "b")  # the JSON counts answer every call: nothing tokenised
+    assert counted == [] and tables[0].read_bytes()[:2] == b"PK"  # rebuilt from the counts, rewritten
+    for p in (settings.cache / "tokens").glob("*.json"):
+        p.unlink()  # only the table is left: it alone must price the run
+    again = pipeline.run(inputs, replace(settings, resume=False), tmp_path / "c")
+    assert counted == []
+    cols = ["strategy", "format", "tokens_injected_mean", "tokens_full_mean"]
+    assert again.summary[cols].equals(first.summary[cols])
+    assert set(again.summary["format"]) == {"A"} and RunDir(again.path).meta()["format_tokens"] == RunDir(first.path).meta()["format_tokens"]

@@ -212,40 +212,52 @@ def token_table(turns: Sequence[Turn], count_many: Callable[[list[str]], list[in
 
     ``count_many`` maps texts to token counts (e.g. ``bench.data.tokens.count_tokens_many``).
     """
-    formats = check_formats(formats)
     turns = list(turns)
+    return assemble(turns, count_pieces(turns, count_many, formats), count_many)
+
+
+def count_pieces(turns: Sequence[Turn], count_many: Callable[[list[str]], list[int]], formats: Sequence[str] = FORMATS) -> dict:
+    """What a ``TokenTable`` is made of, as plain values: per format the token counts of every memory's pieces, aligned
+    with ``turns`` (``"A.memory"``, ``"A.joined"``, ``"B.memory"``, ``"B.joined"``, ``"B.last"``, ``"C.memory"``,
+    ``"C.joined"``, ``"C.anchor"``), and ``"fixed"`` / ``"per_gap"`` (format -> tokens); ``assemble`` makes the table."""
+    formats = check_formats(formats)
+    out: dict = {"fixed": {}, "per_gap": {}}
+    if "A" in formats:
+        out["A.memory"], out["A.joined"] = _counts(count_many, turns, line_a, "", A_SEP)
+        out["fixed"]["A"], out["per_gap"]["A"] = 0, 0
+    if "B" in formats:
+        out["B.memory"], out["B.joined"], out["B.last"] = _counts(count_many, turns, object_b, "", B_SEP.rstrip(), B_CLOSE)  # '"},' ends the object's last pre-token
+        n_head, n_open, n_gap = count_many([B_HEAD, B_OPEN + B_HEAD, B_SEP[-1] + B_HEAD])
+        out["fixed"]["B"], out["per_gap"]["B"] = n_open - n_head, n_gap - n_head  # '[{"' and ' {"' replace the object's own '{"'
+    if "C" in formats:
+        out["C.memory"], out["C.joined"] = _counts(count_many, turns, line_c, "", "\n")  # with "\n": a section's last line before the next anchor
+        out["C.anchor"] = _dedup_count(count_many, [anchor_c(t)[1:] for t in turns])
+        out["fixed"]["C"], out["per_gap"]["C"] = count_many([C_HEADER + "\n"])[0], 0  # the header and the first anchor's blank line
+    return out
+
+
+def assemble(turns: Sequence[Turn], counts: Mapping, count_many: Callable[[list[str]], list[int]] | None = None) -> TokenTable:
+    """The ``TokenTable`` of ``turns`` from ``count_pieces``' values (computed now, or read back from a cache)."""
     keys = [t.key for t in turns]
+    formats = list(counts["fixed"])
     memory: dict[str, dict[str, int]] = {}
     joined: dict[str, dict[str, int]] = {}
     last: dict[str, dict[str, int]] = {}
-    fixed: dict[str, int] = {}
-    per_gap: dict[str, int] = {}
     anchors: dict[str, int] = {}
     unsafe: frozenset = frozenset()
+    for f in formats:
+        memory[f] = dict(zip(keys, counts[f"{f}.memory"]))
+        joined[f] = dict(zip(keys, counts[f"{f}.joined"]))
+        last[f] = dict(zip(keys, counts[f"{f}.last"])) if f == "B" else memory[f]  # A and C: a last line costs its own count
     if "A" in formats:
-        alone, with_sep = _counts(count_many, turns, line_a, "", A_SEP)
-        memory["A"] = last["A"] = dict(zip(keys, alone))
-        joined["A"] = dict(zip(keys, with_sep))
-        fixed["A"], per_gap["A"] = 0, 0
         unsafe = frozenset(t.key for t in turns if not f"{t.role}:"[:1].isalpha())  # the A line's first character
-    if "B" in formats:
-        alone, with_sep, closing = _counts(count_many, turns, object_b, "", B_SEP.rstrip(), B_CLOSE)  # '"},' ends the object's last pre-token
-        memory["B"] = dict(zip(keys, alone))
-        joined["B"] = dict(zip(keys, with_sep))
-        last["B"] = dict(zip(keys, closing))
-        n_head, n_open, n_gap = count_many([B_HEAD, B_OPEN + B_HEAD, B_SEP[-1] + B_HEAD])
-        fixed["B"], per_gap["B"] = n_open - n_head, n_gap - n_head  # '[{"' and ' {"' replace the object's own '{"'
     if "C" in formats:
-        alone, with_nl = _counts(count_many, turns, line_c, "", "\n")  # with "\n": a section's last line before the next anchor
-        memory["C"] = last["C"] = dict(zip(keys, alone))
-        joined["C"] = dict(zip(keys, with_nl))
-        anchors = dict(zip(keys, _dedup_count(count_many, [anchor_c(t)[1:] for t in turns])))
-        fixed["C"], per_gap["C"] = count_many([C_HEADER + "\n"])[0], 0  # the header and the first anchor's blank line
+        anchors = dict(zip(keys, counts["C.anchor"]))
     c_info = {t.key: (session_key(t), t.position, float("inf") if t.timestamp is None else t.timestamp, memory["C"][t.key],
                       anchors[t.key], joined["C"][t.key] - memory["C"][t.key], (t.conversation_id, t.session))
               for t in turns} if "C" in formats else {}
-    return TokenTable(memory, joined, last, {t.key: session_key(t) for t in turns}, anchors, fixed, per_gap,
-                      {t.key: t for t in turns}, count_many, unsafe, c_info)
+    return TokenTable(memory, joined, last, {t.key: session_key(t) for t in turns}, anchors, dict(counts["fixed"]),
+                      dict(counts["per_gap"]), {t.key: t for t in turns}, count_many, unsafe, c_info)
 
 
 def c_sections(table: TokenTable, keys: Sequence[str]):
