@@ -313,45 +313,23 @@ def _cached(inner, settings: Settings):
 
 def _token_table(job: Job, settings: Settings, fault=log.error):
     """Tokens of every memory in every injection format (``bench.selection.formats``), counts cached per corpus and encoding;
-    the table's counts themselves are kept too (by the corpus's content, the encoding, tiktoken's version and the code that
-    renders and counts the pieces), so a warm run neither renders nor hashes 245k pieces again."""
-    import numpy as np
-
+    the whole table's counts are kept too (``tokens.table_file``), so a warm run neither renders nor hashes every piece."""
     from bench.selection import formats as F
     from bench.data import tokens
 
     counts_path = tokens.counts_file(settings.cache, settings.encoding, job.corpus_sha)
-    path = counts_path.with_name(f"table-{counts_path.stem}-{rid.code_digest('selection/formats', 'data/tokens')[:12]}.npz")
     turns = job.corpus.turns()
     count_many, save_counts = tokens.cached_counter(counts_path, settings.encoding)
-    if path.is_file():
-        try:
-            with np.load(path, allow_pickle=False) as z:
-                counts = {k: z[k].tolist() for k in z.files if "." in k}
-                formats = z["formats"].tolist()
-                counts["fixed"], counts["per_gap"] = dict(zip(formats, z["fixed"].tolist())), dict(zip(formats, z["per_gap"].tolist()))
-            if tuple(formats) != F.FORMATS or any(len(v) != len(turns) for k, v in counts.items() if "." in k):
-                raise ValueError("it does not hold every format and memory of this corpus")
-            return F.assemble(turns, counts, count_many)
-        except Exception as exc:  # noqa: BLE001  (a cache: whatever is wrong with it, count again)
-            log.warning("ignoring the token table cache %s (%s): counting again", path, error_line(exc))
+    counts = tokens.read_table(tokens.table_file(counts_path), len(turns), F.FORMATS)
+    if counts is not None:
+        return F.assemble(turns, counts, count_many)
     counts = F.count_pieces(turns, count_many, F.FORMATS)
-    table = F.assemble(turns, counts, count_many)
     try:
         save_counts()
-        arrays = {k: np.asarray(v, dtype=np.int64) for k, v in counts.items() if "." in k}
-        formats = list(counts["fixed"])
-        arrays.update(formats=np.array(formats, dtype=str), fixed=np.array([counts["fixed"][f] for f in formats], dtype=np.int64),
-                      per_gap=np.array([counts["per_gap"][f] for f in formats], dtype=np.int64))
-
-        def save(tmp: Path) -> None:
-            with open(tmp, "wb") as f:
-                np.savez(f, **arrays)
-
-        write_atomic(path, save)
+        tokens.write_table(tokens.table_file(counts_path), counts)
     except OSError as exc:
         fault(f"could not write the token-count cache: {error_line(exc)}")
-    return table
+    return F.assemble(turns, counts, count_many)
 
 
 def _answer_index(job: Job, settings: Settings, fault=log.error):

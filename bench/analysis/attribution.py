@@ -180,9 +180,13 @@ def attribute_job(job: JobInputs, chosen: Mapping[tuple[str, str, str, str], flo
     memo = {} if memo is None else memo
     turns = job.corpus.turns()
     key = ("tokens", id(job.corpus), job.token_encoding)
-    if key not in memo and job.token_counts is not None and job.token_counts.is_file():  # the counts the job priced with
-        count_many, _ = tokens.cached_counter(job.token_counts, job.token_encoding)
-        memo[key] = dict(token_table(turns, count_many, ["A"]).memory["A"])
+    if key not in memo and job.token_counts is not None:  # the counts the job priced with: its table, else its counts file
+        table = tokens.read_table(tokens.table_file(job.token_counts), len(turns), ["A"])
+        if table is not None:
+            memo[key] = dict(zip([t.key for t in turns], table["A.memory"]))
+        elif job.token_counts.is_file():
+            count_many, _ = tokens.cached_counter(job.token_counts, job.token_encoding)
+            memo[key] = dict(token_table(turns, count_many, ["A"]).memory["A"])
     if key not in memo:
         counts_ = tokens.count_tokens_many([tokens.format_memory(t.role, t.text) for t in turns], job.token_encoding)
         memo[key] = {t.key: n for t, n in zip(turns, counts_)}

@@ -164,6 +164,54 @@ def counts_file(cache: str | os.PathLike, encoding: str, corpus_sha: str) -> Pat
     return Path(cache) / "tokens" / f"{encoding}-tiktoken{tiktoken.__version__}-{corpus_sha[:16]}.json"
 
 
+def table_file(counts: str | os.PathLike) -> Path:
+    """Where the whole token table of a corpus is kept beside its counts file (``counts_file``): the per-memory counts of
+    every injection format (``bench.selection.formats.count_pieces``), also keyed by the code that renders and counts
+    the pieces. The job writes it (``bench.pipeline``); a warm job and the report's miss attribution read it."""
+    from bench.run import code_digest
+
+    counts = Path(counts)
+    return counts.with_name(f"table-{counts.stem}-{code_digest('selection/formats', 'data/tokens')[:12]}.npz")
+
+
+def write_table(path: Path, counts: dict) -> None:
+    """``count_pieces``' values as numpy arrays (no pickle), written atomically."""
+    import numpy as np
+
+    from bench.output import write_atomic
+
+    formats = list(counts["fixed"])
+    arrays = {k: np.asarray(v, dtype=np.int64) for k, v in counts.items() if "." in k}
+    arrays.update(formats=np.array(formats, dtype=str), fixed=np.array([counts["fixed"][f] for f in formats], dtype=np.int64),
+                  per_gap=np.array([counts["per_gap"][f] for f in formats], dtype=np.int64))
+
+    def save(tmp: Path) -> None:
+        with open(tmp, "wb") as f:
+            np.savez(f, **arrays)
+
+    write_atomic(path, save)
+
+
+def read_table(path: Path, n_memories: int, formats: Sequence[str]) -> dict | None:
+    """What ``write_table`` wrote, when it holds ``formats`` for ``n_memories`` memories; None when there is no such file,
+    or (with one warning) when it cannot be read or does not fit."""
+    import numpy as np
+
+    if not Path(path).is_file():
+        return None
+    try:
+        with np.load(path, allow_pickle=False) as z:
+            counts = {k: z[k].tolist() for k in z.files if "." in k}
+            have = z["formats"].tolist()
+            counts["fixed"], counts["per_gap"] = dict(zip(have, z["fixed"].tolist())), dict(zip(have, z["per_gap"].tolist()))
+        if not set(formats) <= set(have) or any(len(v) != n_memories for k, v in counts.items() if "." in k):
+            raise ValueError("it does not hold every format and memory asked for")
+        return counts
+    except Exception as exc:  # noqa: BLE001  (a cache: whatever is wrong with it, count again)
+        log.warning("tokens: ignoring the token table %s (%s): counting again", path, exc)
+        return None
+
+
 def cached_counter(path: str | os.PathLike, encoding: str = DEFAULT_ENCODING):
     """``(count_many, save)``: ``count_tokens_many(texts, encoding)`` remembered per call by the sha256 of the call's
     texts (each text with its length, so no two lists share a key), kept in the JSON file ``path`` (``save()`` writes

@@ -206,3 +206,21 @@ def test_attribution_reads_the_token_counts_the_job_priced_with(tmp_path, monkey
     missing = JobInputs(tmp_path, CORPUS, (TRACE,), (), "fake", "cl100k_base", token_counts=tmp_path / "absent.json")
     with pytest.raises(pytest.fail.Exception, match="tokenised again"):  # no cache file: counted as before
         A.attribute_job(missing, {}, memo={})
+
+
+def test_attribution_reads_the_jobs_token_table_without_rendering_a_piece(tmp_path, monkeypatch):
+    """With the job's whole token table beside its counts (bench.pipeline writes both), attribution takes the A counts
+    from the table: no piece rendered, nothing hashed or tokenised, even with the counts file gone."""
+    from bench.data import tokens
+    from bench.results.rundir import JobInputs
+    from bench.selection import formats as F
+
+    path = tokens.counts_file(tmp_path / "cache", "cl100k_base", "cd" * 32)
+    counts = F.count_pieces(CORPUS.turns(), lambda texts: [len(t) for t in texts])  # a stand-in counter: characters
+    tokens.write_table(tokens.table_file(path), counts)
+    want = {t.key: len(F.line_a(t)) for t in TURNS}
+    monkeypatch.setattr(F, "line_a", lambda t: pytest.fail("rendered again"))
+    monkeypatch.setattr(tokens, "count_tokens_many", lambda texts, encoding=None: pytest.fail("tokenised again"))
+    memo: dict = {}
+    A.attribute_job(JobInputs(tmp_path, CORPUS, (TRACE,), (), "fake", "cl100k_base", token_counts=path), {}, memo=memo)
+    assert memo[("tokens", id(CORPUS), "cl100k_base")] == want and not path.exists()
