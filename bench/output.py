@@ -16,7 +16,7 @@ import os
 import re
 import tempfile
 import unicodedata
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 
 # Names of settings / environment variables that hold secrets. "token" only as a whole word part
@@ -58,6 +58,17 @@ def write_atomic(path: Path, write: Callable[[Path], object]) -> Path:
         raise
     return path
 
+
+
+def write_npz(path: Path, arrays: Mapping) -> Path:
+    """``arrays`` (name -> numpy array) as an .npz that ``np.load(path, allow_pickle=False)`` reads, written atomically."""
+    import numpy as np
+
+    def save(tmp: Path) -> None:
+        with open(tmp, "wb") as f:  # a file object: given a path, np.savez would add ".npz" to the temporary name
+            np.savez(f, **arrays)
+
+    return write_atomic(path, save)
 
 # --- secrets: one rule for everything that leaves the process ----------------------------------------
 #

@@ -24,7 +24,7 @@ from pathlib import Path
 import pandas as pd
 
 from bench import run as rid
-from bench.output import error_line, redact, write_atomic
+from bench.output import error_line, redact, write_npz
 from bench.results.rundir import CARD, FAILED, NOT_CACHED, RESULTS, RunDir, strategy_record
 
 log = logging.getLogger("bench")
@@ -347,13 +347,8 @@ def _answer_index(job: Job, settings: Settings, fault=log.error):
         except Exception as exc:  # noqa: BLE001  (a cache: whatever is wrong with it, build again)
             log.warning("ignoring the answer-index cache %s (%s): building it again", path, error_line(exc))
     index = AnswerIndex.build(job.corpus)
-
-    def save(tmp: Path) -> None:
-        with open(tmp, "wb") as f:
-            np.savez(f, **index.to_arrays())
-
     try:
-        write_atomic(path, save)
+        write_npz(path, index.to_arrays())
     except OSError as exc:
         fault(f"could not write the answer-index cache: {error_line(exc)}")
     return index

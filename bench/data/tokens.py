@@ -178,18 +178,13 @@ def write_table(path: Path, counts: dict) -> None:
     """``count_pieces``' values as numpy arrays (no pickle), written atomically."""
     import numpy as np
 
-    from bench.output import write_atomic
+    from bench.output import write_npz
 
     formats = list(counts["fixed"])
     arrays = {k: np.asarray(v, dtype=np.int64) for k, v in counts.items() if "." in k}
     arrays.update(formats=np.array(formats, dtype=str), fixed=np.array([counts["fixed"][f] for f in formats], dtype=np.int64),
                   per_gap=np.array([counts["per_gap"][f] for f in formats], dtype=np.int64))
-
-    def save(tmp: Path) -> None:
-        with open(tmp, "wb") as f:
-            np.savez(f, **arrays)
-
-    write_atomic(path, save)
+    write_npz(path, arrays)
 
 
 def read_table(path: Path, n_memories: int, formats: Sequence[str]) -> dict | None:

@@ -49,11 +49,6 @@ STOP_WORDS = frozenset("""
 _APOSTROPHES = str.maketrans("", "", "'\u2018\u2019")
 _DIGIT_PUNCT = re.compile(rf"(?<=\d)[{re.escape(string.punctuation)}](?=\d)")
 _PUNCT = str.maketrans(string.punctuation + "\u201c\u201d\u2013\u2014\u2026", " " * (len(string.punctuation) + 5))
-# the same rule on an ASCII text, as bytes (several times faster): \d is [0-9] there; the ASCII whitespace str.split knows
-# beyond bytes.split's (\x1c-\x1f) becomes a space; a single letter that may join is [b-hj-z] ("a" and "i" are words)
-_B_DIGIT_PUNCT = re.compile(rb"([0-9])[" + re.escape(string.punctuation).encode() + rb"](?=[0-9])")  # sub: keep group 1
-_B_PUNCT = bytes.maketrans(string.punctuation.encode() + b"\x1c\x1d\x1e\x1f", b" " * (len(string.punctuation) + 4))
-_INITIALS = re.compile(r" [b-hj-z] [b-hj-z] ")  # two single letters in a row, in an ASCII text's words joined by one space
 
 
 # Every answer token is a substring of a text's ``squash``: lower case, without apostrophes, punctuation and whitespace
@@ -79,14 +74,7 @@ def _squashed(text: str) -> bytes:
 def answer_tokens(text: str) -> list[str]:
     """Answer coverage's tokens of a text (the module docstring's rule): punctuation split, initials joined,
     stop words dropped."""
-    text = str(text)
-    if text.isascii():
-        text = _B_DIGIT_PUNCT.sub(rb"\1", text.lower().encode().translate(None, b"'")).translate(_B_PUNCT).decode()
-        words = text.split()
-        if not _INITIALS.search(f" {' '.join(words)} "):  # no run of initials to join: the words as they are
-            return [t for t in words if t not in STOP_WORDS]
-    else:
-        text = _DIGIT_PUNCT.sub("", text.lower().translate(_APOSTROPHES)).translate(_PUNCT)
+    text = _DIGIT_PUNCT.sub("", str(text).lower().translate(_APOSTROPHES)).translate(_PUNCT)
     out: list[str] = []
     initials = False  # the last token is a run of single letters
     for tok in text.split():

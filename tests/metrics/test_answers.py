@@ -54,7 +54,7 @@ def test_answer_tokens_keep_initials_together_and_drop_function_words():
 
 
 def _tokens_ref(text):
-    """``answer_tokens``'s rule written plainly on str (the package takes a bytes path for ASCII texts)."""
+    """``answer_tokens``'s rule written plainly (the module docstring's, character by character)."""
     import re
     import string
 
@@ -71,7 +71,7 @@ def _tokens_ref(text):
     return [t for t in out if t not in STOP_WORDS]
 
 
-def test_answer_tokens_ascii_fast_path_equals_the_rule():
+def test_answer_tokens_equal_the_rule_on_separators_digits_and_initials():
     texts = ["1,2,3 and 1,,2 or 4.5.6", "x y z then a b c, I J K", "tab\tsep\x1cfile\x1dgroup\x1erecord\x1funit",
              "don't  WON'T", "e.g. i.e. U.S.A.", "B. C. D", "Café in Z\u00fcrich, C. S.\u00a0Lewis", "7-11 3:30 pm", "", "   ",
              "x", "q r", "a\x0bb\x0cc\rd"]
