@@ -2,7 +2,8 @@
 
 LongMemEval_S is 498 users (one per question), each with a haystack of about 490 turns (245,625 in all). Every store
 runs the ``per_conversation`` layout (``bench.backends.layout``: a collection, table or file per user, at most
-``max_open`` open where a store reopens them cheaply), gets the same vectors and asks each question once, in its
+``max_open`` open where a store reopens them cheaply), except seekdb: one collection whose indexed conversation column
+keeps each user's rows apart (``USER_LAYOUT``); each gets the same vectors and asks each question once, in its
 user's collection, top-k (``--k``). Per store: ingest rows/s (the store's add calls, collection creation included;
 the read-after-write wait is its own column), search p50/p99 ms (the store call alone, warm-up discarded),
 fidelity@k against the exact scan of the same user's rows (``_recall`` of ``bench.tools.stores``: an id tied with the
@@ -29,7 +30,7 @@ import numpy as np
 import pandas as pd
 
 from bench.backends.catalog import load_backend
-from bench.backends.layout import PER_CONVERSATION
+from bench.backends.layout import PER_CONVERSATION, SHARED
 from bench.backends.session import INGEST_BATCH, open_session
 from bench.tools.layout_scale import Peak
 from bench.tools.stores import TIE_EPS, _recall, _short, synthetic_batches
@@ -39,6 +40,11 @@ log = logging.getLogger("bench.tools.peruser")
 # the reference first; seekdb last: its embedded server outlives its collections (a child of this process whose memory
 # and files would count in the next store's row)
 STORES = ("exact", "sqlite_vec", "lancedb", "chroma", "seekdb")
+# how each store keeps one user's memory apart here when no layout is asked for: a collection, table or file each,
+# except seekdb, whose collections slowed to 5-40 s each past ~340 users at this size (stop 37), and whose one
+# collection with an indexed conversation column (``conversation_index``, on in the shared layout) reads a user's rows
+# through that index (bench/backends/seekdb.py)
+USER_LAYOUT = {"seekdb": SHARED}
 COLUMNS = ["store", "layout", "vectors", "users", "rows", "ingest_s", "ingest_rows_per_s", "read_after_write_lag_s", "p50_ms",
            "p99_ms", "fidelity_at_k", "short_lists", "peak_rss_gb", "rss_added_gb", "max_open_fds", "collections", "max_open",
            "reopened", "error"]
@@ -169,14 +175,15 @@ def measure(name: str, data, *, kind: str, stores_dir: Path, k: int, warmup: int
 
 
 def per_user_part(stores: Sequence[str], data, *, kind: str, workdir: Path, k: int, warmup: int, overrides: dict,
-                  progress: bool, max_open: int | None = None, on_row=None, layouts: Sequence[str] = (PER_CONVERSATION,)) -> pd.DataFrame:
+                  progress: bool, max_open: int | None = None, on_row=None, layouts: Sequence[str] = ()) -> pd.DataFrame:
     """The per-user table: one row per store, in ``STORES`` order (exact first), ``on_row(df)`` after each (partial
-    output), each in every one of ``layouts``; ``kind``: the vectors' (real or synthetic), in every row."""
+    output), each in every one of ``layouts`` (none given: the store's own, ``USER_LAYOUT``); ``kind``: the vectors'
+    (real or synthetic), in every row."""
     truth = per_user_truth(data, k)
     order = sorted(stores, key=lambda s: (STORES.index(s) if s in STORES else len(STORES)))
     rows = []
     for name in order:
-        for layout in layouts:
+        for layout in layouts or (USER_LAYOUT.get(name, PER_CONVERSATION),):
             log.info("per-user: %s, %s layout (%s vectors)", name, layout, kind)
             rows.append(measure(name, data, kind=kind, stores_dir=workdir / "stores", k=k, warmup=warmup, layout=layout,
                                 overrides=overrides.get(name, {}), progress=progress, max_open=max_open, truth=truth))

@@ -8,8 +8,8 @@ Two parts, both written to ``reports/compare/``, and a third on request:
    per-query latency p50/p99 (top-10, unfiltered and conversation-filtered; warm-up discarded),
    recall@10 against the exact numpy scan, and the latency ratio to that scan.
 3. Per user (``--per-user``, ``bench.tools.peruser``): LongMemEval_S's 498 users (~490 turns each, 245,625 in all),
-   a collection per user on exact, sqlite_vec, lancedb, chroma and seekdb: ingest rows/s, search p50/p99, fidelity@k
-   against the exact scan, peak RSS and open files (child processes included), the bound on open collections and its
+   a collection per user on exact, sqlite_vec, lancedb and chroma, one collection with an indexed user column on seekdb:
+   ingest rows/s, search p50/p99, fidelity@k against the exact scan, peak RSS and open files (child processes included), the bound on open collections and its
    reopens; MiniLM vectors from an embedding cache (``--per-user-cache``) or, when a text is missing there, synthetic
    vectors with the real per-user counts (the table says which).
 The seed article's figures are printed beside ours, labelled as quoted, not measured.
@@ -336,7 +336,9 @@ def per_user_lines(args, stores: list[str], *, out: Path, workdir: Path, overrid
                                on_row=lambda d: write_atomic(out / "per_user.csv", lambda p: d.to_csv(p, index=False)))
     write_atomic(out / "per_user.csv", lambda p: df.to_csv(p, index=False))
     return [f"## Per user ({label})", "",
-            f"A collection, table or file per user (`per_conversation` layout; `shared`: one collection, filtered by user); "
+            f"A collection, table or file per user (`per_conversation` layout; `shared`: one collection, filtered by user; "
+            f"seekdb runs `shared` unless `--per-user-layouts` says otherwise: its collection's indexed conversation "
+            f"column reads a user's rows through that index); "
             f"each question asked once in its user's collection, "
             f"top-{args.k}. `fidelity_at_k`: share of the exact top-{args.k} of the user's rows returned (ties with the "
             f"{args.k}th count); `ingest_rows_per_s`: rows / the store's add calls (collections created there); p50/p99: the "
@@ -377,9 +379,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--per-user-cache", default=None,
                     help="a paths.cache root whose embeddings/ hold the corpus's MiniLM turn vectors, only read (default: "
                          "reports/cache); a text missing there: synthetic vectors with the real per-user counts, said in the table")
-    ap.add_argument("--per-user-layouts", default="per_conversation",
-                    help="the per-user part's layouts (default per_conversation; per_conversation,shared adds one collection "
-                         "filtered by user, for the stores that do better that way)")
+    ap.add_argument("--per-user-layouts", default="",
+                    help="the per-user part's layouts, for every store (default: each store's own, "
+                         "bench.tools.peruser.USER_LAYOUT: per_conversation, but shared for seekdb; per_conversation,shared "
+                         "runs both everywhere)")
     ap.add_argument("--max-open", type=int, default=None,
                     help="backend.max_open of the per-user part (default: the layout's, bench.backends.layout)")
     ap.add_argument("--out", default=str(reports_dir("compare")), help="default reports/compare")

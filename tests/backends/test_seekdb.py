@@ -160,6 +160,46 @@ def test_embedded_scores_filters_and_capabilities(embedded):
     check_store(embedded)
 
 
+def test_conversation_search_reads_the_indexed_column_exactly(embedded, embedded_dir, caplog):
+    """A collection created with conversation_index (the default outside a per-conversation collection) answers a
+    search within one conversation through its indexed column: the plan reads the index, the ranking is numpy's
+    exactly (every one of conv-2's 30 rows, in order); without the column the same filters go to the HNSW index."""
+    assert embedded._conv_table is not None
+    cursor = embedded._client._server.get_raw_connection().cursor()
+    cursor.execute(f"EXPLAIN SELECT _id FROM `{embedded._conv_table}` WHERE rb_conversation = 'conv-2' "
+                   f"ORDER BY cosine_distance(embedding, '[{','.join(['0.1'] * DIM)}]') LIMIT 5")
+    plan = " ".join(str(r) for r in cursor.fetchall())
+    assert "idx_rb_conversation" in plan and "RANGE SCAN" in plan
+    q = DATA.vectors[3]
+    hits = embedded.search(q, k=1000, where=Where(conversation_id="conv-2"))
+    want = expected(q, lambda i: i % 4 == 2)
+    assert [h.id for h in hits] == [i for i, _ in want]
+    assert [h.score for h in hits] == pytest.approx([s for _, s in want], abs=1e-5)
+    plain = SeekdbBackend(path=embedded_dir, collection="clusters_plain", ef_search=16, conversation_index=False)
+    plain.drop()
+    plain.open(dim=DIM)
+    plain.add(DATA)
+    plain.wait_ready(timeout_s=120)
+    assert plain._conv_table is None
+    check_store(plain)
+    plain.close()
+    with caplog.at_level("INFO", logger="bench.backends.seekdb"):
+        reopened = SeekdbBackend(path=embedded_dir, collection="clusters_plain")  # wants the column, finds none
+        reopened.open(dim=DIM)
+    assert reopened._conv_table is None
+    assert "created without the indexed conversation column" in caplog.text
+    check_store(reopened)
+    reopened.drop()
+    reopened.close()
+
+
+def test_conversation_id_longer_than_the_column_is_one_line(embedded):
+    long = "c" * 513
+    with pytest.raises(ValueError, match=r"batch row 0 \(id 'x'\): conversation id of 513 bytes.*<= 512"):
+        embedded.add(MemoryBatch(ids=("x",), vectors=np.ones((1, DIM), np.float32) / DIM ** 0.5,
+                                 conversation_ids=(long,), roles=("user",), timestamps=(0.0,)))
+
+
 def test_ef_search_raised_to_k_per_search(embedded):
     def session(var: str) -> int:
         return int(embedded._client._server._execute(f"SHOW VARIABLES LIKE '{var}'")[0][1])

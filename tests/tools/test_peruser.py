@@ -148,6 +148,17 @@ def test_the_shared_layout_is_one_collection_filtered_by_user(tmp_path):
     assert df["fidelity_at_k"].tolist() == [1.0, 1.0] and df["short_lists"].tolist() == [0, 0]
 
 
+def test_seekdb_keeps_users_apart_in_one_collection_by_its_indexed_column(tmp_path):
+    """With no layout asked for, seekdb runs the shared layout (``USER_LAYOUT``): one collection, each user's search
+    read through the conversation column's index, exact (fidelity 1.0 against the user's own rows)."""
+    pytest.importorskip("pyseekdb")
+    df = peruser.per_user_part(["exact", "seekdb"], tiny(users=("a", "b", "c", "d"), per_user=6), kind="synthetic",
+                               workdir=tmp_path, k=3, warmup=0, overrides={}, progress=False)
+    assert df["store"].tolist() == ["exact", "seekdb"] and df["layout"].tolist() == ["per_conversation", "shared"]
+    assert df["collections"].tolist() == [4, 1] and df["fidelity_at_k"].tolist() == [1.0, 1.0]
+    assert df["short_lists"].tolist() == [0, 0] and "error" not in df
+
+
 def test_with_every_text_in_the_cache_it_reads_real_vectors_and_writes_nothing_there(tmp_path):
     from bench.tools.perf.common import cached_embedder
 
