@@ -81,7 +81,8 @@ MAX_K = 16_384  # pyseekdb's n_results bound (OceanBase vector-search k limit)
 _PROBE_K = 20  # neighbours fetched when checking that a probe row is searchable
 CONV_COLUMN = "rb_conversation"  # the generated, indexed conversation id column (``conversation_index``)
 MAX_CONV_BYTES = 512
-_REFRESH_LIMIT_S = 30.0  # server-side limit of CALL dbms_index_manager.refresh() (error 4012 after it)
+_REFRESH_LIMIT_S = 30.0
+_SETTLE_S = 10.0  # probes polled this long after refresh_index() returned before a stored, unfound one is let go  # server-side limit of CALL dbms_index_manager.refresh() (error 4012 after it)
 
 
 class EmbeddedInstanceInUse(RuntimeError):
@@ -468,13 +469,15 @@ class SeekdbBackend:
             self._probes.append((ids[-1], embeddings[-1]))
 
     def wait_ready(self, timeout_s: float = 300.0) -> None:
-        """Poll real searches until one probe row per written chunk is found; refresh the index if it lags."""
+        """Poll real searches until one probe row per written chunk is found; refresh the index if it lags. Probes
+        still missing ``_SETTLE_S`` after a refresh that returned, whose rows are stored, are rows the approximate
+        search does not return for their own vector (the index holds them): said once, not waited for."""
         self._require_open()
         if not self._probes:
             return
         t0 = time.monotonic()
         deadline = t0 + timeout_s
-        refreshed = False
+        refreshed = None  # when refresh_index() returned
         refresh_timeouts = 0
         pause = 0.05
         while True:
@@ -484,6 +487,13 @@ class SeekdbBackend:
                 log.debug("seekdb: written rows searchable after %.2f s", time.monotonic() - t0)
                 return
             now = time.monotonic()
+            if refreshed is not None and now - refreshed >= _SETTLE_S and self._all_stored([m for m, _ in self._probes]):
+                log.info("seekdb (%s): %d probe row(s) of collection %r (e.g. id %r) are stored and the index refreshed "
+                         "%.0f s ago, but the approximate search does not return them among their own vector's %d "
+                         "nearest; not waiting for them", self._where(), len(self._probes), self.collection,
+                         self._probes[0][0], now - refreshed, _PROBE_K)
+                self._probes = []
+                return
             if now >= deadline:
                 raise TimeoutError(
                     f"seekdb ({self._where()}): {len(self._probes)} written chunk(s) of collection "
@@ -492,12 +502,12 @@ class SeekdbBackend:
                 )
             # refresh_index() blocks up to _REFRESH_LIMIT_S and then fails with 4012 while the index is
             # still catching up (not broken): called again after each 4012 while that fits before the deadline.
-            if (not refreshed and now - t0 >= self.refresh_after_s
+            if (refreshed is None and now - t0 >= self.refresh_after_s
                     and (refresh_timeouts == 0 or deadline - now >= _REFRESH_LIMIT_S)):
                 log.debug("seekdb: index lags after %.1f s; calling refresh_index()", now - t0)
                 try:
                     self._col.refresh_index()
-                    refreshed = True
+                    refreshed = time.monotonic()
                 except Exception as exc:
                     if not _is_timeout(exc):
                         raise
@@ -508,6 +518,9 @@ class SeekdbBackend:
                 continue
             time.sleep(min(pause, max(0.0, deadline - now)))
             pause = min(pause * 2, 0.5)
+
+    def _all_stored(self, ids: list[str]) -> bool:
+        return set(self._col.get(ids=ids, include=[])["ids"]) >= set(ids)
 
     def _probe_found(self, mid: str, vector: list[float]) -> bool:
         res = self._col.query(query_embeddings=vector, n_results=_PROBE_K, include=[])

@@ -243,6 +243,30 @@ def test_async_index_wait_makes_new_rows_searchable(embedded_dir):
         b.close()
 
 
+def test_a_stored_row_the_approximate_search_misses_is_not_waited_for(embedded_dir, monkeypatch, caplog):
+    """After refresh_index() returned, a probe whose row is stored but which search does not return for its vector (an
+    approximate index's miss; here the probe's vector points elsewhere) is let go with one line; a probe whose row
+    was never written still times out."""
+    monkeypatch.setattr(seekdb_module, "_SETTLE_S", 0.2)
+    b = SeekdbBackend(path=embedded_dir, collection="settle_case", refresh_after_s=0.0)
+    b.drop()
+    b.open(dim=DIM)
+    try:
+        b.add(DATA)
+        b.wait_ready(timeout_s=120)
+        far = (-DATA.vectors[0]).tolist()  # conv-0's row 0 is never among the 20 nearest of its opposite
+        b._probes = [(DATA.ids[0], far)]
+        with caplog.at_level("INFO", logger="bench.backends.seekdb"):
+            b.wait_ready(timeout_s=60)
+        assert b._probes == [] and "are stored and the index refreshed" in caplog.text and DATA.ids[0] in caplog.text
+        b._probes = [("never|written", far)]
+        with pytest.raises(TimeoutError, match="never\\|written"):
+            b.wait_ready(timeout_s=3)
+    finally:
+        b.drop()
+        b.close()
+
+
 def test_is_timeout_recognises_both_error_shapes():
     import pylibseekdb
     import pymysql
