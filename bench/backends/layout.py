@@ -1,7 +1,8 @@
 """Store layout, a setting of every store (``layout:`` in ``configs/backend/*.yaml``):
 
 * ``shared``: one collection for every conversation; a question's search filters on its
-  ``conversation_id`` inside the store (a metadata filter, or sqlite-vec's partition key).
+  ``conversation_id`` inside the store (a metadata filter, sqlite-vec's partition key, LanceDB's and
+  seekdb's indexed conversation column: ``conversation_index``).
 * ``per_conversation``: a collection (seekdb, chroma), table (LanceDB), file (sqlite-vec),
   namespace (Pinecone) or matrix (exact) per conversation, as agent-memory apps keep one per user.
   A question's search goes to its conversation's collection only, with the conversation dropped
