@@ -284,8 +284,8 @@ class AnswerIndex:
         return tuple(q.keys[i] for i in q.hot.tolist()), q.counts[q.hot], q.inside[q.hot], q.want
 
     def score_many(self, question_ids: Sequence[str], ids: Sequence[str]) -> tuple[list[float], list[float]]:
-        """``score`` of each question for the same injected memories ``ids`` (distinct): only each question's hot memories
-        are looked up, in ``ids`` made a set once."""
+        """``score`` of each question for the same injected memories ``ids`` (distinct, or their set): only each
+        question's hot memories are looked up, in ``ids`` made a set once."""
         rec, cont = [], []
         have = None
         for qid in question_ids:
@@ -295,7 +295,7 @@ class AnswerIndex:
                 cont.append(NAN)
                 continue
             if have is None:
-                have = set(ids)
+                have = ids if isinstance(ids, (set, frozenset)) else set(ids)
             rows = np.array([r for r in q.hot.tolist() if q.keys[r] in have], dtype=np.int64)
             rec.append(float(np.minimum(q.counts[rows].sum(axis=0), q.want).sum() / q.want.sum()))
             cont.append(float(q.inside[rows].any()))

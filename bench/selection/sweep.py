@@ -21,6 +21,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from functools import partial
+from itertools import chain
 from operator import attrgetter
 
 import numpy as np
@@ -51,7 +52,7 @@ class _Ctx:
     hits: Hits
     latency_ns: float
     full: dict
-    seen: list  # keys of every memory the question may see (conversation order): a selection equal to it costs ``full``
+    seen: tuple  # keys of every memory the question may see (conversation order): a selection equal to it costs ``full``
 
 
 def _as_selection(out) -> Selection:
@@ -99,11 +100,12 @@ def _view_rows(spec: StrategySpec, t, ctx: list[_Ctx], cols: dict, tok: dict, fo
     costs = {f: np.zeros(nq, np.int64) for f in formats}
     for members in by_view.values():
         first = ctx[members[0]]
-        ids = list(dict.fromkeys(keys_of(first.eligible)))
-        have = set(ids)
-        whole = len(ids) == len(first.seen) and ids == first.seen  # priced once per view by the sweep
+        keys = keys_of(first.eligible)
+        have = set(keys)
+        ids = keys if len(have) == len(keys) else tuple(dict.fromkeys(keys))  # distinct, in order
+        whole = len(ids) == len(first.seen) and tuple(ids) == first.seen  # priced once per view by the sweep
         price = {f: first.full[f] if whole else cost(f, ids) for f in formats}
-        r, k = answers.score_many([ctx[i].question.question_id for i in members], ids)
+        r, k = answers.score_many([ctx[i].question.question_id for i in members], have)
         for i, a, b in zip(members, r, k):
             c = ctx[i]
             n_sel[i], n_cor[i], rec[i], cont[i] = len(ids), len(c.gold & have), a, b
@@ -162,7 +164,7 @@ class _Prefixes:
         # every question's hits at once (flat, question-major); a question is slow when one of its ids is not in the
         # corpus or repeats, or its scores are not finite and non-increasing
         total = int(n_hits.sum())
-        flat_ids = [k for c in ctx for k in c.hits.ids]  # a list: mapped far faster than an object array
+        flat_ids = list(chain.from_iterable(c.hits.ids for c in ctx))  # a list: mapped far faster than an object array
         s = np.concatenate([np.asarray(c.hits.scores, dtype=np.float64) for c in ctx]) if total else np.zeros(0)
         try:
             r = np.fromiter(map(self.row_of.__getitem__, flat_ids), np.int64, total)
@@ -290,7 +292,7 @@ def _contexts(trace: Trace, corpus: Corpus, questions: dict, vis: Visibility, ro
         if view is None:
             seen = vis.visible_turns(q)  # every role: the full-context cost
             eligible = seen if roles is None else vis.visible_turns(q, roles)
-            view = views[(q.conversation_id, q.asked_at)] = (eligible, {}, list(seen.keys))
+            view = views[(q.conversation_id, q.asked_at)] = (eligible, {}, keys_of(seen))
         ctx.append(_Ctx(q, view[0], frozenset(memory_key(q.conversation_id, e) for e in q.scored_evidence),
                         Hits(tuple(ids), tuple(np.asarray(scores, dtype=float).tolist())), float(latency), view[1], view[2]))
     return ctx, views
@@ -446,7 +448,7 @@ def sweep(
                 rec, cont = answers.score(c.question.question_id, ids)
                 loc["answer_recall"].append(rec)
                 loc["answer_contained"].append(cont)
-                whole = len(ids) == len(c.seen) and ids == c.seen  # full context: priced once per view above
+                whole = len(ids) == len(c.seen) and tuple(ids) == c.seen  # full context: priced once per view above
                 for f in formats:
                     ltok[f].append(c.full[f] if whole else cost(f, ids))
             for k, v in loc.items():
