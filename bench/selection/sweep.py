@@ -20,8 +20,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from functools import partial
-from itertools import chain
+from functools import cached_property, partial
 from operator import attrgetter
 
 import numpy as np
@@ -145,13 +144,17 @@ class _Prefixes:
     ``slow``: its strategies are called one by one; so is a format whose cost is not a sum over memories (C, or A
     with a line that does not start with a letter after the first) for that question."""
 
-    def __init__(self, ctx: list[_Ctx], cost, token_counts: Mapping[str, int], separator_tokens: int, table, exact_a: bool):
+    def __init__(self, ctx: list[_Ctx], cost, token_counts: Mapping[str, int], separator_tokens: int, table, exact_a: bool,
+                 vis: Visibility | None = None):
         self.ctx, self.cost, self.counts, self.sep, self.table, self.exact_a = ctx, cost, token_counts, separator_tokens, table, exact_a
         self._answers: tuple | None = None  # (the AnswerIndex, its arrays)
         self._above: dict[float, np.ndarray] = {}  # threshold -> n_above (``prepare``)
         keys = list(table.last["A"] if table is not None and "A" in table.last else token_counts)
-        self.row_of = dict(zip(keys, range(len(keys))))
         self.keys = keys
+        # when the memories' rows are the corpus's (``vis``: same keys, same order), an id is looked up among its own
+        # conversation's keys (a small table per conversation, as ``_conversation_rows`` builds it), else in ``row_of``
+        self._vis = vis if vis is not None and len(keys) == len(vis.ts) and keys == vis.keys.tolist() else None
+        self._by_conversation: dict[str, dict[str, int]] = {}
         nq = len(ctx)
         n_hits = np.fromiter((len(c.hits) for c in ctx), np.int64, nq)
         width = int(n_hits.max(initial=0))
@@ -164,12 +167,8 @@ class _Prefixes:
         # every question's hits at once (flat, question-major); a question is slow when one of its ids is not in the
         # corpus or repeats, or its scores are not finite and non-increasing
         total = int(n_hits.sum())
-        flat_ids = list(chain.from_iterable(c.hits.ids for c in ctx))  # a list: mapped far faster than an object array
         s = np.concatenate([np.asarray(c.hits.scores, dtype=np.float64) for c in ctx]) if total else np.zeros(0)
-        try:
-            r = np.fromiter(map(self.row_of.__getitem__, flat_ids), np.int64, total)
-        except KeyError:  # a memory not in the corpus: -1
-            r = np.fromiter(map(self.row_of.get, flat_ids, [-1] * total), np.int64, total)
+        r = np.concatenate([self.rows_of(c.question.conversation_id, c.hits.ids) for c in ctx]) if total else np.zeros(0, np.int64)
         qi = np.repeat(np.arange(nq), n_hits)
         pos = np.arange(total) - np.repeat(np.cumsum(n_hits) - n_hits, n_hits)
         bad = (r < 0) | ~np.isfinite(s)
@@ -182,7 +181,7 @@ class _Prefixes:
             srt.sort(axis=1)
             self.slow |= ((srt[:, 1:] == srt[:, :-1]) & (srt[:, 1:] >= 0)).any(axis=1)
         self.neg[self.slow], self.rows[self.slow] = np.inf, 0
-        g_rows = [[self.row_of[g] for g in c.gold if g in self.row_of] for c in ctx]
+        g_rows = [[g for g in self.rows_of(c.question.conversation_id, list(c.gold)).tolist() if g >= 0] for c in ctx]
         n_g = max(map(len, g_rows), default=0)
         if n_g and width:
             gm = np.full((nq, n_g), -1, dtype=np.int64)
@@ -194,6 +193,29 @@ class _Prefixes:
             gold &= valid
         self.correct = np.concatenate([np.zeros((nq, 1), np.int64), np.cumsum(gold, axis=1)], axis=1)
         self._tokens: dict[str, tuple[np.ndarray, np.ndarray]] = {}
+
+    @cached_property
+    def row_of(self) -> dict[str, int]:
+        """Memory key -> row, every key (built when an id is looked up outside its conversation's table)."""
+        return dict(zip(self.keys, range(len(self.keys))))
+
+    def _conversation_rows(self, conversation_id: str) -> dict[str, int]:
+        if self._vis is None:
+            return self.row_of
+        got = self._by_conversation.get(conversation_id)
+        if got is None:
+            start, end = self._vis.span(conversation_id)
+            got = self._by_conversation[conversation_id] = dict(zip(keys_of(self._vis.turns.get(conversation_id, ())), range(start, end)))
+        return got
+
+    def rows_of(self, conversation_id: str, ids: Sequence[str]) -> np.ndarray:
+        """The rows of ``ids`` (-1: not a memory of the corpus), looked up first among ``conversation_id``'s memories."""
+        near = self._conversation_rows(conversation_id)
+        try:
+            return np.fromiter(map(near.__getitem__, ids), np.int64, len(ids))
+        except KeyError:
+            far = self.row_of
+            return np.fromiter((near[k] if k in near else far.get(k, -1) for k in ids), np.int64, len(ids))
 
     def n_above(self, t: float) -> np.ndarray:
         """How many scores pass t (``vector.passes``) per question; rows are sorted best first (slow rows: +inf, none)."""
@@ -228,7 +250,7 @@ class _Prefixes:
                 keys, counts, inside, want = hot
                 rows = self.rows[i, :n]
                 where[rows] = np.arange(n)
-                at = where[[self.row_of.get(k, -1) for k in keys]] if keys else np.zeros(0, np.int64)  # -1: not a hit
+                at = where[self.rows_of(self.ctx[i].question.conversation_id, keys)]  # -1: not a hit
                 where[rows] = -1
                 got = at >= 0
                 rec[i, : n + 1], cont[i, : n + 1] = prefix_coverage(positions=at[got], counts=counts[got], inside=inside[got],
@@ -361,7 +383,8 @@ def sweep(
     key = (id(trace), id(corpus), id(token_counts), id(format_tokens), separator_tokens)
     prepared = shared.get("sweep") if shared is not None else None
     if prepared is None or prepared[0] != key:
-        prepared = (key, (trace, corpus, token_counts, format_tokens), *_contexts(trace, corpus, questions, Visibility(corpus, parse_filter(trace.meta.get("metadata_filter"))), roles), {})
+        vis = Visibility(corpus, parse_filter(trace.meta.get("metadata_filter")))
+        prepared = (key, (trace, corpus, token_counts, format_tokens), *_contexts(trace, corpus, questions, vis, roles), {"vis": vis})
         if shared is not None:
             shared["sweep"] = prepared  # the objects are held too: their ids stay theirs while the entry lives
     _, _, ctx, views, cache = prepared
@@ -395,7 +418,7 @@ def sweep(
         if rule is not None and prefixes is None:
             prefixes = cache.get("prefixes")
             if prefixes is None:
-                prefixes = cache["prefixes"] = _Prefixes(ctx, cost, token_counts, separator_tokens, format_tokens, exact_a)
+                prefixes = cache["prefixes"] = _Prefixes(ctx, cost, token_counts, separator_tokens, format_tokens, exact_a, cache["vis"])
         if rule is not None and spec.thresholded:
             prefixes.prepare([seen(t) for t in spec.thresholds or thresholds])
         for t in (spec.thresholds or thresholds) if spec.thresholded else (None,):

@@ -358,7 +358,8 @@ def test_not_depth_saturated_when_the_store_returned_every_visible_memory():
 
 def test_prefix_strategies_vectorised_equal_their_functions():
     """limit / threshold / hybrid take the sweep's vectorised path; wrapped in a lambda they are called one by one:
-    the rows are identical, in every format, with unsorted, repeated and non-finite hits and an unsafe A line."""
+    the rows are identical, in every format, with unsorted, repeated and non-finite hits, an unsafe A line, a hit from
+    another conversation, an id that is no memory, and token counts keyed in another order than the corpus's."""
     import numpy as np
 
     rng = np.random.default_rng(7)
@@ -366,7 +367,8 @@ def test_prefix_strategies_vectorised_equal_their_functions():
                        float(i), i, session=i // 4) for i in range(12))
     qs = tuple(Question(f"q{j}", "c1", "?", None if j % 3 else 8.0, tuple(f"t{g}" for g in rng.choice(12, 2, replace=False)),
                         adversarial=j == 4, answer=f"text {j}" if j % 2 else "") for j in range(9))  # answers: coverage columns too
-    corpus = Corpus("rand", (Conversation("c1", turns),), qs)
+    other = tuple(Turn("c2", f"t{i}", "user", "s", f"other {i}", float(i), i, session=0) for i in range(3))
+    corpus = Corpus("rand", (Conversation("c1", turns), Conversation("c2", other)), qs)
     ids, scores = [], []
     for j in range(9):
         k = int(rng.integers(0, 12))
@@ -378,8 +380,8 @@ def test_prefix_strategies_vectorised_equal_their_functions():
             pick[1] = pick[0]  # a repeated id
         if j == 8 and k:
             s[-1] = float("nan")
-        ids.append([f"c1|t{x}" for x in pick])
-        scores.append(list(s))
+        ids.append([f"c1|t{x}" for x in pick] + (["c2|t1"] if j == 5 else ["zz|t0"] if j == 3 else []))
+        scores.append(list(s) + ([-0.5] if j in (3, 5) else []))
     trace = Trace(pd.DataFrame({"question_id": [q.question_id for q in qs], "conversation_id": ["c1"] * 9, "latency_ns": [1.0] * 9,
                                 "hit_ids": ids, "hit_scores": scores, "exact_scores": scores}),
                   {"dataset": "rand", "embedder": "fake", "backend": "exact", "roles": None})
@@ -392,9 +394,11 @@ def test_prefix_strategies_vectorised_equal_their_functions():
 
     assert all(_prefix_rule(s) is not None for s in fast) and all(_prefix_rule(s) is None for s in slow)
     grid = threshold_grid(0.1, 0.9, 0.05)
-    for kw in ({"formats": ("A", "B", "C"), "format_tokens": table}, {"separator_tokens": 1}):
-        a = sweep(trace, corpus, fast, grid, {t.key: len(t.text) for t in turns}, **kw)
-        b = sweep(trace, corpus, slow, grid, {t.key: len(t.text) for t in turns}, **kw)
+    counts = {t.key: len(t.text) for t in turns + other}
+    for kw in ({"formats": ("A", "B", "C"), "format_tokens": table}, {"separator_tokens": 1}, {"separator_tokens": 1, "rev": True}):
+        n = dict(reversed(counts.items())) if kw.pop("rev", False) else counts  # not the corpus's order: ids looked up in one table
+        a = sweep(trace, corpus, fast, grid, n, **kw)
+        b = sweep(trace, corpus, slow, grid, n, **kw)
         pd.testing.assert_frame_equal(a.drop(columns="kind"), b.drop(columns="kind"))
         assert len(a) == 9 * (1 + 17 + 17) * len(kw.get("formats", "A")) and a["n_selected"].sum() > 100
         assert a["answer_recall"].notna().sum() > 50 and 0 < a["answer_recall"].mean() < 1
