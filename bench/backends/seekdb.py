@@ -81,8 +81,8 @@ MAX_K = 16_384  # pyseekdb's n_results bound (OceanBase vector-search k limit)
 _PROBE_K = 20  # neighbours fetched when checking that a probe row is searchable
 CONV_COLUMN = "rb_conversation"  # the generated, indexed conversation id column (``conversation_index``)
 MAX_CONV_BYTES = 512
-_REFRESH_LIMIT_S = 30.0
-_SETTLE_S = 10.0  # probes polled this long after refresh_index() returned before a stored, unfound one is let go  # server-side limit of CALL dbms_index_manager.refresh() (error 4012 after it)
+_REFRESH_LIMIT_S = 30.0  # server-side limit of CALL dbms_index_manager.refresh() (error 4012 after it)
+_SETTLE_S = 10.0  # probes polled this long after refresh_index() returned before a stored, unfound one is let go
 
 
 class EmbeddedInstanceInUse(RuntimeError):

@@ -9,8 +9,8 @@ Two parts, both written to ``reports/compare/``, and a third on request:
    recall@10 against the exact numpy scan, and the latency ratio to that scan.
 3. Per user (``--per-user``, ``bench.tools.peruser``): LongMemEval_S's 498 users (~490 turns each, 245,625 in all),
    a collection per user on exact, sqlite_vec, lancedb and chroma, one collection with an indexed user column on seekdb:
-   ingest rows/s, search p50/p99, fidelity@k against the exact scan, peak RSS and open files (child processes included), the bound on open collections and its
-   reopens; MiniLM vectors from an embedding cache (``--per-user-cache``) or, when a text is missing there, synthetic
+   ingest rows/s, search p50/p99, fidelity@k against the exact scan, peak RSS and open files (child processes
+   included), the bound on open collections and its reopens; MiniLM vectors from an embedding cache (``--per-user-cache``) or, when a text is missing there, synthetic
    vectors with the real per-user counts (the table says which).
 The seed article's figures are printed beside ours, labelled as quoted, not measured.
 Each store runs in each store layout (``--layouts``, default both; ``bench.backends.layout``): one
@@ -371,9 +371,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--no-locomo", action="store_true", help="skip the LoCoMo part")
     ap.add_argument("--no-scale", action="store_true", help="skip the synthetic scale part")
     ap.add_argument("--per-user", action="store_true",
-                    help="also the per-user part (bench/tools/peruser.py): LongMemEval_S's 498 users, a collection each, on "
-                         "exact, sqlite_vec, lancedb, chroma and seekdb (those of --stores): ingest rows/s, p50/p99, fidelity@k "
-                         "against exact, peak RSS and open files")
+                    help="also the per-user part (bench/tools/peruser.py): LongMemEval_S's 498 users, a collection each on "
+                         "exact, sqlite_vec, lancedb and chroma, one with an indexed user column on seekdb (those of --stores): "
+                         "ingest rows/s, p50/p99, fidelity@k against exact, peak RSS and open files")
     ap.add_argument("--per-user-data", default="longmemeval_s", help="the per-user part's corpus (default longmemeval_s)")
     ap.add_argument("--per-user-users", type=int, default=None, help="only the first N users of it (default: all)")
     ap.add_argument("--per-user-cache", default=None,

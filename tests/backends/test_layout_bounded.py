@@ -242,6 +242,7 @@ def test_per_user_seekdb_collections_share_one_connection(tmp_path):
     assert got[("user3", (1, 0, 0, 0))] == ["user3-0", "user3-1"] and got[("user1", (0, 1, 0, 0))] == ["user1-1", "user1-0"]
     subs = list(store._subs.values())
     assert len(subs) == 5 and all(s.share_client for s in subs) and len({id(s._client) for s in subs}) == 1
+    assert all(s.conversation_index is False and s._conv_table is None for s in subs)  # every row is the user's: no column
     assert list(seekdb._SHARED.values())[0][1] == 5  # five users of one connection
     store.drop()
     store.close()
