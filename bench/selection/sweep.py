@@ -102,7 +102,7 @@ def _view_rows(spec: StrategySpec, t, ctx: list[_Ctx], cols: dict, tok: dict, fo
         keys = keys_of(first.eligible)
         have = set(keys)
         ids = keys if len(have) == len(keys) else tuple(dict.fromkeys(keys))  # distinct, in order
-        whole = len(ids) == len(first.seen) and tuple(ids) == first.seen  # priced once per view by the sweep
+        whole = len(ids) == len(first.seen) and ids == first.seen  # priced once per view by the sweep (both tuples)
         price = {f: first.full[f] if whole else cost(f, ids) for f in formats}
         r, k = answers.score_many([ctx[i].question.question_id for i in members], have)
         for i, a, b in zip(members, r, k):
@@ -181,7 +181,7 @@ class _Prefixes:
             srt.sort(axis=1)
             self.slow |= ((srt[:, 1:] == srt[:, :-1]) & (srt[:, 1:] >= 0)).any(axis=1)
         self.neg[self.slow], self.rows[self.slow] = np.inf, 0
-        g_rows = [[g for g in self.rows_of(c.question.conversation_id, list(c.gold)).tolist() if g >= 0] for c in ctx]
+        g_rows = [[g for g in self.rows_of(c.question.conversation_id, c.gold).tolist() if g >= 0] for c in ctx]
         n_g = max(map(len, g_rows), default=0)
         if n_g and width:
             gm = np.full((nq, n_g), -1, dtype=np.int64)
@@ -196,8 +196,9 @@ class _Prefixes:
 
     @cached_property
     def row_of(self) -> dict[str, int]:
-        """Memory key -> row, every key (built when an id is looked up outside its conversation's table)."""
-        return dict(zip(self.keys, range(len(self.keys))))
+        """Memory key -> row, every key (built when an id is looked up outside its conversation's table; the corpus's
+        own map when the rows are the corpus's)."""
+        return self._vis.row_of if self._vis is not None else dict(zip(self.keys, range(len(self.keys))))
 
     def _conversation_rows(self, conversation_id: str) -> dict[str, int]:
         if self._vis is None:

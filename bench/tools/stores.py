@@ -10,8 +10,9 @@ Two parts, both written to ``reports/compare/``, and a third on request:
 3. Per user (``--per-user``, ``bench.tools.peruser``): LongMemEval_S's 498 users (~490 turns each, 245,625 in all),
    a collection per user on exact, sqlite_vec, lancedb and chroma, one collection with an indexed user column on seekdb:
    ingest rows/s, search p50/p99, fidelity@k against the exact scan, peak RSS and open files (child processes
-   included), the bound on open collections and its reopens; MiniLM vectors from an embedding cache (``--per-user-cache``) or, when a text is missing there, synthetic
-   vectors with the real per-user counts (the table says which).
+   included), the bound on open collections and its reopens; MiniLM vectors from an embedding cache
+   (``--per-user-cache``) or, when a text is missing there, synthetic vectors with the real per-user counts (the table
+   says which).
 The seed article's figures are printed beside ours, labelled as quoted, not measured.
 Each store runs in each store layout (``--layouts``, default both; ``bench.backends.layout``): one
 shared collection filtered by conversation, or a collection per conversation; the tables have a
